@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Build the local control plane's binaries from the Go module proxy and cache them.
+#
+# Why a script and not `go install`: k8s.io/kubernetes requires its ~31 staging
+# modules at v0.0.0, so `go install k8s.io/kubernetes/cmd/...@vX` fails by design.
+# We build inside a small helper module that replaces each staging module with its
+# published v0.35.x; etcd's server module has its own `../api` replaces and needs the
+# same treatment. kwok and helm install normally.
+#
+# Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
+#         kube-scheduler,kubectl,kwok,kwokctl,helm}. A binary already there is not rebuilt.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.35.4}"
+# v1.35.4: the newest patch whose every staging module (mount-utils, sample-*) the proxy serves;
+# v1.35.5 lacks k8s.io/mount-utils@v0.35.5 there.
+STAGING_VERSION="v0.${K8S_VERSION#v1.}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+
+CACHE="${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}"
+BIN="$CACHE/bin/$K8S_VERSION"
+WORK="$CACHE/build"
+mkdir -p "$BIN" "$WORK"
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+
+STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go
+  cloud-provider cluster-bootstrap code-generator component-base component-helpers
+  controller-manager cri-api cri-client csi-translation-lib dynamic-resource-allocation
+  endpointslice externaljwt kms kube-aggregator kube-controller-manager kube-proxy
+  kube-scheduler kubectl kubelet metrics mount-utils pod-security-admission
+  sample-apiserver sample-cli-plugin sample-controller)
+
+log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+have() {  # have NAME...: true when every named binary is already built
+  local b
+  for b in "$@"; do [[ -x "$BIN/$b" ]] || return 1; done
+}
+
+timed() {  # timed LABEL CMD...: run CMD, report how long it took
+  local label=$1 start=$SECONDS
+  shift
+  log "building $label ..."
+  "$@"
+  log "built $label in $((SECONDS - start)) s"
+}
+
+build_etcd() {
+  local dir="$WORK/etcd-$ETCD_VERSION"
+  mkdir -p "$dir"
+  cat >"$dir/go.mod" <<MOD
+module sparkllm.local/hack/etcdbin
+
+go 1.25.0
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+MOD
+  (cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
+    && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
+}
+
+build_kwok() {
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w \
+    -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION \
+    -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION" \
+    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+}
+
+build_kubernetes() {
+  local dir="$WORK/kubernetes-$K8S_VERSION" m minor=${K8S_VERSION#v1.}
+  minor=${minor%%.*}
+  mkdir -p "$dir"
+  {
+    printf 'module sparkllm.local/hack/k8sbin\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n'
+    printf 'require k8s.io/kubernetes %s\n\n' "$K8S_VERSION"
+    for m in "${STAGING[@]}"; do printf 'replace k8s.io/%s => k8s.io/%s %s\n' "$m" "$m" "$STAGING_VERSION"; done
+  } >"$dir/go.mod"
+  local pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+  local ld="-s -w" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld+=" -X $p.gitTreeState=clean -X $p.gitCommit=module-proxy-$K8S_VERSION"
+    ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$dir" && go get "${pkgs[@]/%/@$K8S_VERSION}" && go build -trimpath -ldflags "$ld" -o "$BIN/" "${pkgs[@]}")
+}
+
+build_helm() {
+  local minor=${K8S_VERSION#v1.}
+  minor=${minor%%.*}
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w \
+    -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+    -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+total=$SECONDS
+have etcd || timed "etcd $ETCD_VERSION" build_etcd
+have kwok kwokctl || timed "kwok $KWOK_VERSION" build_kwok
+have kube-apiserver kube-controller-manager kube-scheduler kubectl \
+  || timed "kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
+have helm || timed "helm $HELM_VERSION" build_helm
+log "all binaries in $BIN ($((SECONDS - total)) s)"

@@ -1,0 +1,47 @@
+"""The one exception hierarchy of sparkllm.
+
+Lower-level errors (kubernetes ApiException, httpx errors, OSError) are translated at
+the module that meets them and re-raised as one of these with ``from exc``, so callers
+handle sparkllm's own vocabulary and never a library's::
+
+    SparkllmError
+    ├── SpecError              an InferenceCluster spec that cannot work (user must fix)
+    ├── PlacementError         the nodes a spec names are missing or not usable
+    ├── ClusterAPIError        the Kubernetes API refused or failed a request
+    │   └── ConflictError      optimistic-concurrency conflict: retry with fresh state
+    ├── DevClusterError        the local control plane cannot be built, started or reached
+    │   └── WaitTimeoutError   (devcluster.wait) a polled condition missed its deadline
+    └── GatewayError           the admission layer cannot serve (bad config, no upstream)
+"""
+
+
+class SparkllmError(Exception):
+    """Base of every error sparkllm raises on purpose."""
+
+
+class SpecError(SparkllmError):
+    """The spec is invalid or cannot be realised; the message names the field."""
+
+
+class PlacementError(SparkllmError):
+    """Nodes named by the placement are missing, duplicated or not schedulable."""
+
+
+class ClusterAPIError(SparkllmError):
+    """The Kubernetes API failed a request (after translation from the client's error)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ConflictError(ClusterAPIError):
+    """A write lost an optimistic-concurrency race (HTTP 409); retry on fresh state."""
+
+
+class DevClusterError(SparkllmError):
+    """The local development control plane failed to build, start, or answer."""
+
+
+class GatewayError(SparkllmError):
+    """The admission layer is misconfigured or its upstream is unusable."""
