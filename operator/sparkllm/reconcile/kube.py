@@ -41,7 +41,11 @@ class Kind:
     namespaced: bool = True
 
     def collection_path(self, namespace: str | None) -> str:
-        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        base = (
+            f"/api/{self.api_version}"
+            if "/" not in self.api_version
+            else f"/apis/{self.api_version}"
+        )
         if self.namespaced:
             if namespace is None:
                 return f"{base}/{self.plural}"  # across all namespaces (list only)
@@ -85,7 +89,9 @@ def kind_of(obj: Mapping[str, Any]) -> Kind:
     try:
         return KINDS[(obj["apiVersion"], obj["kind"])]
     except KeyError as exc:
-        raise ClusterAPIError(f"unsupported kind {obj.get('apiVersion')}/{obj.get('kind')}") from exc
+        raise ClusterAPIError(
+            f"unsupported kind {obj.get('apiVersion')}/{obj.get('kind')}"
+        ) from exc
 
 
 def lookup_kind(api_version: str, kind: str) -> Kind:
@@ -97,12 +103,14 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     cfg = kubernetes.client.Configuration()
     if kubeconfig is None:
         try:
-            kubernetes.config.load_incluster_config(client_configuration=cfg)
+            kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
             return cfg
         except ConfigException:
             pass
     try:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=cfg
+        )
     except (ConfigException, OSError) as exc:
         raise ClusterAPIError(f"cannot load Kubernetes credentials: {exc}") from exc
     return cfg
@@ -254,7 +262,11 @@ class KubeAPI:
         grace_seconds: int | None = None,
     ) -> bool:
         """Delete (optionally only if the uid still matches); False when already gone."""
-        body: JSON = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        body: JSON = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
         if uid is not None:
             body["preconditions"] = {"uid": uid}
         if grace_seconds is not None:

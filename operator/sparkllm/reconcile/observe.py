@@ -1,0 +1,157 @@
+"""What a replica looks like right now, read from its pods and nodes: pure.
+
+Reconcile lists the cluster's pods and the nodes once per pass and hands them here.
+The result says, per rank, whether it runs, is ready, belongs to the replica's current
+restart generation, and — if it dropped — why, in words an operator on call can act on
+("rank 1 container exited (code 137, OOMKilled)"). Decisions (restart, degrade) are
+made elsewhere from these facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparkllm.api import LABEL_RANK
+from sparkllm.render.names import LABEL_GENERATION
+from sparkllm.render.placement import NodeFacts
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RankState:
+    """One rank's pod as observed."""
+
+    rank: int
+    node: str
+    pod: str | None  # pod name, None when no pod exists
+    uid: str | None
+    generation: int | None  # restart generation on the pod, None if unlabelled/absent
+    phase: str | None  # Pending | Running | Succeeded | Failed
+    running: bool  # container running and not restarted
+    ready: bool  # pod Ready condition
+    terminating: bool
+    failure: str | None  # why the rank dropped, None if it did not
+    node_ip: str | None = None  # where the rank runs (status.hostIP)
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """All ranks of one replica plus the health of their nodes."""
+
+    index: int
+    ranks: tuple[RankState, ...]
+    nodes_not_ready: tuple[str, ...]
+    nodes_missing: tuple[str, ...]
+
+    @property
+    def pods_present(self) -> int:
+        return sum(1 for r in self.ranks if r.pod is not None)
+
+    def ready_ranks(self, generation: int) -> int:
+        """Ranks of ``generation`` that run (rank 0 must also pass /health to count)."""
+        return sum(
+            1
+            for r in self.ranks
+            if r.generation == generation and r.running and (r.rank != 0 or r.ready)
+        )
+
+    def serving(self, generation: int) -> bool:
+        return self.ready_ranks(generation) == len(self.ranks)
+
+    def failures(self) -> tuple[str, ...]:
+        return tuple(r.failure for r in self.ranks if r.failure is not None)
+
+
+def _terminated_reason(term: Mapping[str, Any]) -> str:
+    code = term.get("exitCode")
+    reason = term.get("reason") or "Error"
+    return f"code {code}, {reason}"
+
+
+def describe_pod_failure(pod: Mapping[str, Any], rank: int) -> str | None:
+    """Why this rank's pod no longer runs its engine; None when it runs (or starts)."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "terminated" in state:
+            return f"rank {rank} container exited ({_terminated_reason(state['terminated'])})"
+        if (cs.get("restartCount") or 0) > 0:
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            detail = _terminated_reason(last) if last else "restarted"
+            return f"rank {rank} container exited ({detail})"
+    for cs in status.get("initContainerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term and term.get("exitCode", 0) != 0:
+            return (
+                f"rank {rank} init container {cs.get('name')} failed ({_terminated_reason(term)})"
+            )
+    if status.get("phase") in {"Failed", "Succeeded"}:
+        reason = status.get("reason") or status.get("phase")
+        return f"rank {rank} pod {status.get('phase', '').lower()} ({reason})"
+    return None
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _container_running(pod: Mapping[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(
+        "running" in (cs.get("state") or {}) and (cs.get("restartCount") or 0) == 0
+        for cs in statuses
+    )
+
+
+def _generation(pod: Mapping[str, Any]) -> int | None:
+    value = (pod["metadata"].get("labels") or {}).get(LABEL_GENERATION, "")
+    return int(value) if value.isdigit() else None
+
+
+def rank_state(*, rank: int, node: str, pod: Mapping[str, Any] | None) -> RankState:
+    if pod is None:
+        return RankState(
+            rank=rank, node=node, pod=None, uid=None, generation=None, phase=None,
+            running=False, ready=False, terminating=False, failure=None,
+        )  # fmt: skip
+    meta = pod["metadata"]
+    status = pod.get("status") or {}
+    return RankState(
+        rank=rank,
+        node=node,
+        pod=meta["name"],
+        uid=meta.get("uid"),
+        generation=_generation(pod),
+        phase=status.get("phase"),
+        running=status.get("phase") == "Running" and _container_running(pod),
+        ready=_pod_ready(pod),
+        terminating=meta.get("deletionTimestamp") is not None,
+        failure=describe_pod_failure(pod, rank),
+        node_ip=status.get("hostIP"),
+    )
+
+
+def observe_replica(
+    *,
+    index: int,
+    nodes: Sequence[str],
+    pods: Sequence[Mapping[str, Any]],
+    node_facts: Mapping[str, NodeFacts],
+) -> ReplicaState:
+    """The replica's state from ITS pods (already filtered by replica label)."""
+    by_rank: dict[int, Mapping[str, Any]] = {}
+    for pod in pods:
+        rank_text = (pod["metadata"].get("labels") or {}).get(LABEL_RANK, "")
+        if rank_text.isdigit():
+            # Prefer a live pod over one being deleted when both are listed.
+            current = by_rank.get(int(rank_text))
+            if current is None or current["metadata"].get("deletionTimestamp"):
+                by_rank[int(rank_text)] = pod
+    ranks = tuple(rank_state(rank=k, node=node, pod=by_rank.get(k)) for k, node in enumerate(nodes))
+    missing = tuple(n for n in nodes if n not in node_facts)
+    not_ready = tuple(n for n in nodes if n in node_facts and not node_facts[n].ready)
+    return ReplicaState(index=index, ranks=ranks, nodes_not_ready=not_ready, nodes_missing=missing)

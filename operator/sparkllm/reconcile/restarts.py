@@ -1,0 +1,194 @@
+"""Gang-restart decisions for one replica: pure, from observed facts and history.
+
+An SGLang pipeline cannot lose a rank and go on: the survivors hang in NCCL until a
+watchdog fires. So when any rank drops, the whole replica restarts, in two phases that
+survive an operator crash because their state lives in the StatefulSets themselves:
+
+1. **stop**: every rank StatefulSet goes to ``replicas: 0`` with the next restart
+   generation on its pod template (the old pods are deleted);
+2. **start**: once no pod of an older generation is left, ``replicas: 1`` again, but
+   not before the backoff since the previous restart has passed.
+
+So two generations never run in one replica. The first restart in an hour is
+immediate; each further one waits ``backoffSeconds[n-1]`` (the last entry repeats);
+past ``maxRestartsPerHour`` the replica stays stopped and Degraded until the spec
+changes or the user sets the annotation ``sparkllm.io/restart: now``.
+
+A rank counts as dropped when its container exited or restarted, its pod failed, or its
+pod was replaced or deleted after the replica's generation had formed (``members``: the
+pod uids recorded once every rank of the generation existed). A NotReady or missing
+node is not restarted around — the ranks are pinned by cable — but marks the replica
+Degraded; when the node is back, the replica restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+
+from sparkllm.api import Phase, RestartPolicySpec
+from sparkllm.reconcile.observe import ReplicaState
+
+HOUR = timedelta(hours=1)
+
+
+class Action(Enum):
+    RUN = "run"  # keep (or put) the replica running at its generation
+    STOP = "stop"  # begin a gang restart: stop all ranks, bump the generation
+    WAIT = "wait"  # stopped; start when old pods are gone and backoff passed
+    HOLD = "hold"  # stopped and left stopped (budget exhausted or node down)
+
+
+@dataclass(frozen=True)
+class History:
+    """Restart bookkeeping carried in the replica's status."""
+
+    restarts: int = 0
+    restart_times: tuple[datetime, ...] = ()
+    members: tuple[str, ...] = ()
+    exhausted: bool = False
+    node_down: bool = False  # a node of the replica was NotReady/missing last pass
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    phase: Phase
+    message: str
+    cause: str | None = None  # set when a NEW restart begins (for status, events, metrics)
+    retry_at: datetime | None = None  # when to look again (backoff expiry)
+    members: tuple[str, ...] = ()
+    restart_times: tuple[datetime, ...] = ()
+    exhausted: bool = False
+    node_down: bool = False
+
+
+def recent(times: Sequence[datetime], now: datetime) -> tuple[datetime, ...]:
+    return tuple(t for t in times if now - t < HOUR)
+
+
+def backoff_delay(policy: RestartPolicySpec, restarts_in_window: int) -> timedelta:
+    """Wait before the restart that follows ``restarts_in_window`` earlier ones."""
+    if restarts_in_window == 0:
+        return timedelta(0)
+    steps = policy.backoff_seconds
+    return timedelta(seconds=steps[min(restarts_in_window - 1, len(steps) - 1)])
+
+
+def dropped_rank(state: ReplicaState, generation: int, members: Sequence[str]) -> str | None:
+    """Why the running generation lost a rank, or None if it did not."""
+    formed = len(members) == len(state.ranks) and all(members)
+    for rank in state.ranks:
+        if rank.failure is not None and rank.generation == generation:
+            return rank.failure
+        if not formed:
+            continue
+        if rank.pod is None:
+            return f"rank {rank.rank} pod deleted"
+        if rank.uid != members[rank.rank]:
+            return f"rank {rank.rank} pod replaced (deleted by someone else)"
+        if rank.terminating:
+            return f"rank {rank.rank} pod is being deleted"
+    return None
+
+
+def current_members(
+    state: ReplicaState, generation: int, previous: Sequence[str]
+) -> tuple[str, ...]:
+    """Keep the recorded members, or record them once every rank of ``generation`` exists."""
+    if len(previous) == len(state.ranks) and all(previous):
+        return tuple(previous)
+    if all(r.uid and r.generation == generation and not r.terminating for r in state.ranks):
+        return tuple(r.uid or "" for r in state.ranks)
+    return ()
+
+
+def decide(
+    *,
+    state: ReplicaState,
+    generation: int,
+    stopped: bool,
+    history: History,
+    policy: RestartPolicySpec,
+    now: datetime,
+    force_restart: bool = False,
+) -> Decision:
+    """What to do with one replica this pass."""
+    times = recent(history.restart_times, now)
+    node_down = bool(state.nodes_not_ready or state.nodes_missing)
+    if node_down:
+        which = ", ".join(
+            [f"{n} NotReady" for n in state.nodes_not_ready]
+            + [f"{n} missing" for n in state.nodes_missing]
+        )
+        return Decision(
+            action=Action.HOLD if stopped else Action.RUN,
+            phase=Phase.DEGRADED,
+            message=f"node {which}; ranks are pinned to their nodes, waiting for the node",
+            members=history.members,
+            restart_times=times,
+            exhausted=history.exhausted,
+            node_down=True,
+        )
+    if force_restart:
+        times = ()
+        return _stop(
+            cause="restart requested (annotation sparkllm.io/restart)", times=times, now=now
+        )
+    if history.node_down and not stopped:
+        return _stop(cause="node back after failure", times=times, now=now)
+    if history.exhausted:
+        return Decision(
+            action=Action.HOLD,
+            phase=Phase.DEGRADED,
+            message=f"restart budget exhausted ({policy.max_restarts_per_hour} per hour); "
+            "fix the cause, then change the spec or annotate sparkllm.io/restart=now",
+            restart_times=times,
+            exhausted=True,
+        )
+    if stopped:
+        old_pods = [r for r in state.ranks if r.pod is not None and r.generation != generation]
+        due = (times[-1] + backoff_delay(policy, len(times) - 1)) if times else now
+        if old_pods:
+            return Decision(action=Action.WAIT, phase=Phase.RESTARTING,
+                            message=f"stopping {len(old_pods)} rank(s) of the previous generation",
+                            restart_times=times)  # fmt: skip
+        if due > now:
+            return Decision(action=Action.WAIT, phase=Phase.RESTARTING,
+                            message=f"backing off until {due:%H:%M:%S}", retry_at=due,
+                            restart_times=times)  # fmt: skip
+        return Decision(action=Action.RUN, phase=Phase.STARTING, message="starting ranks",
+                        restart_times=times)  # fmt: skip
+    members = current_members(state, generation, history.members)
+    cause = dropped_rank(state, generation, members)
+    if cause is not None:
+        if len(times) >= policy.max_restarts_per_hour:
+            return Decision(
+                action=Action.HOLD,
+                phase=Phase.DEGRADED,
+                message=f"{cause}; restart budget exhausted ({len(times)} restarts in the "
+                "last hour); change the spec or annotate sparkllm.io/restart=now to resume",
+                restart_times=times,
+                exhausted=True,
+            )
+        return _stop(cause=cause, times=times, now=now)
+    ready = state.serving(generation)
+    return Decision(
+        action=Action.RUN,
+        phase=Phase.READY if ready else Phase.STARTING,
+        message="serving" if ready else "ranks starting",
+        members=members,
+        restart_times=times,
+    )
+
+
+def _stop(*, cause: str, times: tuple[datetime, ...], now: datetime) -> Decision:
+    return Decision(
+        action=Action.STOP,
+        phase=Phase.RESTARTING,
+        message=f"gang restart: {cause}",
+        cause=cause,
+        restart_times=(*times, now),
+    )

@@ -1,0 +1,234 @@
+"""Status as an API: per-replica reports -> phase, counts, conditions. Pure.
+
+Conditions follow metav1.Condition: a transition time that moves only when the status
+flips, the spec generation observed, a CamelCase reason from ``api.reasons``. ``Ready``
+is derived from the replica reports, never set on its own. The reconciler compares the
+result with the live status and writes only when they differ, so an idle reconcile
+makes no write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sparkllm.api import ConditionType, Phase, Reason
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplicaReport:
+    """What status says about one replica."""
+
+    index: int
+    nodes: tuple[str, ...]
+    phase: Phase
+    ready_ranks: int
+    generation: int
+    endpoint: str | None = None
+    restarts: int = 0
+    last_restart: JSON | None = None
+    recent_restarts: tuple[str, ...] = ()
+    message: str = ""
+
+    def to_json(self) -> JSON:
+        out: JSON = {
+            "index": self.index,
+            "nodes": list(self.nodes),
+            "phase": self.phase.value,
+            "readyRanks": self.ready_ranks,
+            "restarts": self.restarts,
+            "generation": self.generation,
+        }
+        if self.last_restart is not None:
+            out["lastRestart"] = self.last_restart
+        if self.endpoint is not None:
+            out["endpoint"] = self.endpoint
+        return out
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """Everything the reconciler learned in one pass, for status."""
+
+    generation: int
+    desired_replicas: int
+    selector: str
+    replicas: tuple[ReplicaReport, ...]
+    unplaced: tuple[int, ...] = ()
+    placement_problems: tuple[str, ...] = ()
+    spec_error: str | None = None
+    extra_conditions: tuple[JSON, ...] = field(default_factory=tuple)
+
+
+def _timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(
+    kind: ConditionType, *, status: bool | None, reason: Reason, message: str, generation: int
+) -> JSON:
+    """A condition without its transition time (set by merge_conditions)."""
+    return {
+        "type": kind.value,
+        "status": "Unknown" if status is None else ("True" if status else "False"),
+        "reason": reason.value,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]], updates: Sequence[JSON], now: datetime
+) -> list[JSON]:
+    """Apply ``updates`` over ``previous``; keep lastTransitionTime unless status flips."""
+    by_type = {c["type"]: dict(c) for c in previous}
+    for new in updates:
+        old = by_type.get(new["type"])
+        merged = dict(new)
+        if old is not None and old.get("status") == new["status"]:
+            merged["lastTransitionTime"] = old.get("lastTransitionTime", _timestamp(now))
+        else:
+            merged["lastTransitionTime"] = _timestamp(now)
+        by_type[new["type"]] = merged
+    order = [t.value for t in ConditionType]
+    return sorted(
+        by_type.values(), key=lambda c: order.index(c["type"]) if c["type"] in order else 99
+    )
+
+
+def cluster_phase(report: ClusterReport) -> Phase:
+    if report.spec_error is not None:
+        return Phase.FAILED
+    phases = [r.phase for r in report.replicas]
+    ready = sum(1 for p in phases if p is Phase.READY)
+    if report.desired_replicas == 0:
+        return Phase.READY
+    if Phase.DEGRADED in phases or report.unplaced:
+        return Phase.DEGRADED
+    if Phase.RESTARTING in phases:
+        return Phase.RESTARTING
+    if ready >= report.desired_replicas:
+        return Phase.READY
+    if any(p is Phase.STARTING for p in phases):
+        return Phase.STARTING
+    return Phase.PENDING
+
+
+def _conditions(report: ClusterReport) -> list[JSON]:
+    gen = report.generation
+    if report.spec_error is not None:
+        return [
+            condition(
+                ConditionType.READY,
+                status=False,
+                reason=Reason.INVALID_SPEC,
+                message=report.spec_error,
+                generation=gen,
+            ),
+            condition(
+                ConditionType.PROGRESSING,
+                status=False,
+                reason=Reason.INVALID_SPEC,
+                message=report.spec_error,
+                generation=gen,
+            ),
+        ]
+    ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
+    desired = report.desired_replicas
+    if desired == 0:
+        ready_cond = condition(
+            ConditionType.READY,
+            status=False,
+            reason=Reason.SCALED_TO_ZERO,
+            message="spec.replicas is 0",
+            generation=gen,
+        )
+    elif ready >= desired:
+        ready_cond = condition(
+            ConditionType.READY,
+            status=True,
+            reason=Reason.ALL_REPLICAS_READY,
+            message=f"{ready}/{desired} replicas ready",
+            generation=gen,
+        )
+    else:
+        ready_cond = condition(
+            ConditionType.READY,
+            status=False,
+            reason=Reason.REPLICAS_NOT_READY,
+            message=f"{ready}/{desired} replicas ready",
+            generation=gen,
+        )
+
+    degraded = [r for r in report.replicas if r.phase is Phase.DEGRADED]
+    if report.unplaced:
+        problems = "; ".join(report.placement_problems)
+        progressing = condition(
+            ConditionType.PROGRESSING,
+            status=False,
+            reason=Reason.INSUFFICIENT_NODE_GROUPS,
+            message=f"no free node group for replica(s) {list(report.unplaced)}"
+            + (f": {problems}" if problems else ""),
+            generation=gen,
+        )
+    elif ready >= desired:
+        progressing = condition(
+            ConditionType.PROGRESSING,
+            status=False,
+            reason=Reason.RECONCILED,
+            message="desired state reached",
+            generation=gen,
+        )
+    else:
+        restarting = [r for r in report.replicas if r.phase is Phase.RESTARTING]
+        reason = Reason.GANG_RESTART if restarting else Reason.RANKS_STARTING
+        progressing = condition(
+            ConditionType.PROGRESSING,
+            status=True,
+            reason=reason,
+            message=f"{ready}/{desired} replicas ready",
+            generation=gen,
+        )
+    if degraded:
+        degraded_cond = condition(
+            ConditionType.DEGRADED,
+            status=True,
+            reason=Reason.REPLICA_DEGRADED,
+            message="; ".join(f"replica {r.index}: {r.message or 'degraded'}" for r in degraded),
+            generation=gen,
+        )
+    elif report.unplaced:
+        degraded_cond = condition(
+            ConditionType.DEGRADED,
+            status=True,
+            reason=Reason.INSUFFICIENT_NODE_GROUPS,
+            message=f"{len(report.unplaced)} replica(s) cannot be placed",
+            generation=gen,
+        )
+    else:
+        degraded_cond = condition(
+            ConditionType.DEGRADED,
+            status=False,
+            reason=Reason.NOT_DEGRADED,
+            message="",
+            generation=gen,
+        )
+    return [ready_cond, progressing, degraded_cond, *report.extra_conditions]
+
+
+def derive_status(report: ClusterReport, previous: Mapping[str, Any], now: datetime) -> JSON:
+    """The full status object for ``report``, reusing transition times from ``previous``."""
+    ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
+    return {
+        "observedGeneration": report.generation,
+        "phase": cluster_phase(report).value,
+        "replicas": len(report.replicas),
+        "readyReplicas": ready,
+        "selector": report.selector,
+        "conditions": merge_conditions(previous.get("conditions") or [], _conditions(report), now),
+        "replicaStatuses": [r.to_json() for r in report.replicas],
+    }

@@ -1,0 +1,33 @@
+"""Pure rendering: an InferenceCluster spec -> the Kubernetes objects that realise it.
+
+No I/O, no clock: reconcile hands in what it observed (node addresses, which group
+each replica holds, restart generations) and applies what comes out. The CLI's
+``sparkllm render`` uses the same functions, so what a reviewer sees in GitOps is what
+the operator applies.
+"""
+
+from __future__ import annotations
+
+from sparkllm.api import InferenceCluster
+from sparkllm.render.objects import JSON
+from sparkllm.render.ranks import (
+    EngineKeyRef,
+    ReplicaPlan,
+    render_rank_statefulset,
+    render_replica_service,
+)
+
+
+def render_replica(
+    ic: InferenceCluster, *, plan: ReplicaPlan, engine_key: EngineKeyRef
+) -> list[JSON]:
+    """Every object of one replica: its rank StatefulSets (rank order) and its Service."""
+    objects = [
+        render_rank_statefulset(ic, plan=plan, rank=rank, engine_key=engine_key)
+        for rank in range(ic.spec.engine.pipeline_parallel)
+    ]
+    objects.append(render_replica_service(ic, replica=plan.index))
+    return objects
+
+
+__all__ = ["EngineKeyRef", "ReplicaPlan", "render_replica"]

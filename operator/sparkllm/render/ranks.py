@@ -1,0 +1,186 @@
+"""A replica's rank StatefulSets and its Service: the engine side of DESIGN.md.
+
+Each rank is a one-pod StatefulSet pinned by REQUIRED node affinity to its node (the
+scheduler still places it and checks the GPU is free; nodeName would bypass both). Why
+StatefulSets with ``updateStrategy: OnDelete``: the operator, not the StatefulSet
+controller, decides when pods go away, because a pipeline must restart all its ranks
+together; the restart generation label on the pod template tells old ranks from new.
+Only rank 0 gets HTTP probes: ranks > 0 run SGLang's dummy health server that always
+answers 200, so their health is read from container state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
+from sparkllm.render.engine import ENGINE_API_KEY_ENV, ENGINE_COMMAND, engine_args, engine_env
+from sparkllm.render.names import (
+    LABEL_GENERATION,
+    LABEL_NODE_GROUP,
+    owner_reference,
+    rank_labels,
+    rank_selector_labels,
+    rank_statefulset_name,
+    replica_labels,
+    replica_service_name,
+)
+from sparkllm.render.objects import JSON, render_template, stamp_hash
+
+# A NotReady/unreachable node must not hold a pipeline rank for the default 300 s: the
+# replica is already broken and the operator restarts it as a whole when the node is back.
+NODE_FAILURE_TOLERATION_SECONDS: Final = 5
+SHM_SIZE: Final = "16Gi"
+HEALTH_PATH: Final = "/health"
+# SGLang's /health runs a one-token generation and waits up to 20 s for it.
+HEALTH_TIMEOUT_SECONDS: Final = 25
+PROBE_PERIOD_SECONDS: Final = 10
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """What reconcile decided for one replica: where, which generation, running or not."""
+
+    index: int
+    group_key: str
+    nodes: tuple[str, ...]
+    rank0_ip: str
+    generation: int
+    running: bool = True
+
+
+@dataclass(frozen=True)
+class EngineKeyRef:
+    """Where rank 0's --api-key comes from (a Secret key, never a literal)."""
+
+    secret: str
+    key: str
+
+
+def _probes(ic: InferenceCluster) -> dict[str, Any]:
+    http = {"path": HEALTH_PATH, "port": ENGINE_HTTP_PORT, "scheme": "HTTP"}
+    grace = ic.spec.restart_policy.startup_grace_seconds
+    return {
+        "startup": {
+            "httpGet": http,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
+            "failureThreshold": max(1, math.ceil(grace / PROBE_PERIOD_SECONDS)),
+        },
+        "readiness": {
+            "httpGet": http,
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
+            "failureThreshold": 3,
+        },
+        # A hung downstream rank shows as rank 0 failing /health; after ~3 min the
+        # kubelet restarts rank 0, which the operator turns into a gang restart.
+        "liveness": {
+            "httpGet": http,
+            "periodSeconds": 30,
+            "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
+            "failureThreshold": 6,
+        },
+    }
+
+
+def _volumes(ic: InferenceCluster) -> tuple[list[JSON], list[JSON]]:
+    model = ic.spec.model
+    if model.persistent_volume_claim is not None:
+        model_volume: JSON = {
+            "name": "model",
+            "persistentVolumeClaim": {
+                "claimName": model.persistent_volume_claim.claim_name,
+                "readOnly": True,
+            },
+        }
+    else:
+        model_volume = {"name": "model", "hostPath": {"path": model.path, "type": "Directory"}}
+    volumes: list[JSON] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+        model_volume,
+    ]
+    mounts: list[JSON] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "model", "mountPath": model.path, "readOnly": True},
+    ]
+    if ic.spec.network.host_network:
+        volumes.append(
+            {"name": "infiniband", "hostPath": {"path": "/dev/infiniband", "type": "Directory"}}
+        )
+        mounts.append({"name": "infiniband", "mountPath": "/dev/infiniband"})
+    return volumes, mounts
+
+
+def render_rank_statefulset(
+    ic: InferenceCluster, *, plan: ReplicaPlan, rank: int, engine_key: EngineKeyRef
+) -> JSON:
+    """The StatefulSet of ``rank`` in replica ``plan.index``."""
+    name, namespace, uid = _identity(ic)
+    labels = {**rank_labels(name, plan.index, rank), LABEL_NODE_GROUP: plan.group_key}
+    serves_api = rank == 0
+    env = engine_env(ic.spec)
+    if serves_api:
+        env.append(
+            {
+                "name": ENGINE_API_KEY_ENV,
+                "valueFrom": {"secretKeyRef": {"name": engine_key.secret, "key": engine_key.key}},
+            }
+        )
+    volumes, mounts = _volumes(ic)
+    host_network = ic.spec.network.host_network
+    obj = render_template(
+        "rank_statefulset.yaml.j2",
+        name=rank_statefulset_name(name, plan.index, rank),
+        namespace=namespace,
+        labels=labels,
+        owner=owner_reference(name=name, uid=uid),
+        replicas=1 if plan.running else 0,
+        service_name=replica_service_name(name, plan.index),
+        selector=rank_selector_labels(name, plan.index, rank),
+        pod_labels={**labels, LABEL_GENERATION: str(plan.generation)},
+        host_network=host_network,
+        dns_policy="ClusterFirstWithHostNet" if host_network else "ClusterFirst",
+        node=plan.nodes[rank],
+        tolerations=[
+            {
+                "key": key,
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": NODE_FAILURE_TOLERATION_SECONDS,
+            }
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        ]
+        + [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        image=ic.spec.engine.image,
+        command=list(ENGINE_COMMAND),
+        args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip, api_key=serves_api),
+        env=env,
+        port=ENGINE_HTTP_PORT,
+        probes=_probes(ic) if serves_api else None,
+        volume_mounts=mounts,
+        volumes=volumes,
+    )
+    return stamp_hash(obj)
+
+
+def render_replica_service(ic: InferenceCluster, *, replica: int) -> JSON:
+    """The Service in front of replica ``replica``'s rank 0."""
+    name, namespace, uid = _identity(ic)
+    obj = render_template(
+        "replica_service.yaml.j2",
+        name=replica_service_name(name, replica),
+        namespace=namespace,
+        labels=replica_labels(name, replica),
+        owner=owner_reference(name=name, uid=uid),
+        selector=rank_selector_labels(name, replica, 0),
+        port=ENGINE_HTTP_PORT,
+    )
+    return stamp_hash(obj)
+
+
+def _identity(ic: InferenceCluster) -> tuple[str, str, str]:
+    meta = ic.metadata
+    return meta.name, meta.namespace or "default", meta.uid or ""

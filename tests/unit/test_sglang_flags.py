@@ -1,0 +1,207 @@
+"""The runtime flag contract: extraArgs validation and SGLang-faithful argv parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkllm.errors import SpecError
+from sparkllm.render.sglang_flags import (
+    SGLANG_VERSION,
+    canonical_flag,
+    flag_takes_value,
+    known_flags,
+    parse_human_readable_int,
+    parse_sglang_argv,
+    server_args_with_defaults,
+    validate_extra_args,
+)
+
+RESERVED = ("--pp-size", "--tp-size", "--api-key", "--context-length", "--node-rank")
+BASE = ["--model-path", "/models/m"]
+
+
+def test_pinned_version_is_the_table_version() -> None:
+    assert SGLANG_VERSION == "0.5.23"
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical", "takes_value"),
+    [
+        ("--pp-size", "--pp-size", True),
+        ("--pipeline-parallel-size", "--pp-size", True),
+        ("--model", "--model-path", True),
+        ("--nccl-init-addr", "--dist-init-addr", True),
+        ("--enable-metrics", "--enable-metrics", False),
+        ("--no-dcp-replicate-q-proj", "--dcp-replicate-q-proj", False),
+        ("--disable-cuda-graph", "--disable-cuda-graph", False),
+        ("--monokernel-backend", "--monokernel-backend", True),
+    ],
+)
+def test_canonical_and_arity(name: str, canonical: str, takes_value: bool) -> None:
+    assert name in known_flags()
+    assert canonical_flag(name) == canonical
+    assert flag_takes_value(name) is takes_value
+
+
+def test_unknown_flag_lookup_suggests_a_close_match() -> None:
+    with pytest.raises(SpecError, match=r"did you mean --enable-metrics\?"):
+        canonical_flag("--enable-metric")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], []),
+        (["--enable-metrics", "--log-level", "debug"], []),
+        (["--trust-remote-code", "--watchdog-timeout=600"], []),
+        (["--chunked-prefill-size", "-1"], []),
+        (["--cuda-graph-bs-decode", "1", "2", "4"], []),
+        (
+            ["--enable-metrix"],
+            ["unknown SGLang 0.5.23 flag --enable-metrix (did you mean --enable-metrics?)"],
+        ),
+        (["--no-such-thing-at-all"], ["unknown SGLang 0.5.23 flag --no-such-thing-at-all"]),
+        (["--log-level"], ["argument --log-level: expected one argument"]),
+        (["--log-level", "--enable-metrics"], ["argument --log-level: expected one argument"]),
+        (
+            ["--cuda-graph-bs-decode"],
+            ["argument --cuda-graph-bs-decode: expected at least one argument"],
+        ),
+        (
+            ["--watchdog-timeout", "soon"],
+            ["argument --watchdog-timeout: invalid float value: 'soon'"],
+        ),
+        (["--enable-metrics=yes"], ["argument --enable-metrics: ignored explicit argument 'yes'"]),
+        (["stray"], ["unrecognized arguments: stray"]),
+        (
+            ["--trust-remote"],
+            ["--trust-remote is an abbreviation of --trust-remote-code: spell the flag out"],
+        ),
+        (
+            ["--pp-size", "3"],
+            ["--pp-size is set by the operator from the spec and may not appear in extraArgs"],
+        ),
+        (
+            ["--pipeline-parallel-size=3"],
+            [
+                "--pipeline-parallel-size is set by the operator from the spec and may not "
+                "appear in extraArgs"
+            ],
+        ),
+        (
+            ["--api-key", "x", "--context-length", "4k"],
+            [
+                "--api-key is set by the operator from the spec and may not appear in extraArgs",
+                "--context-length is set by the operator from the spec and may not appear in "
+                "extraArgs",
+            ],
+        ),
+    ],
+)
+def test_validate_extra_args(args: list[str], expected: list[str]) -> None:
+    assert validate_extra_args(args, reserved=RESERVED) == expected
+
+
+def test_validate_extra_args_reports_ambiguous_prefix() -> None:
+    (problem,) = validate_extra_args(["--cuda-graph-max-bs", "4"])
+    assert problem.startswith("ambiguous option: --cuda-graph-max-bs could match ")
+    assert "--cuda-graph-max-bs-decode" in problem
+    assert "--cuda-graph-max-bs-prefill" in problem
+
+
+def test_validate_extra_args_reports_bad_choice() -> None:
+    (problem,) = validate_extra_args(["--tool-call-parser", "deepseekv9"])
+    assert problem.startswith("argument --tool-call-parser: invalid choice: 'deepseekv9'")
+    assert "'deepseekv4'" in problem
+
+
+def test_validate_extra_args_rejects_unknown_reserved_names() -> None:
+    with pytest.raises(SpecError):
+        validate_extra_args([], reserved=["--not-a-flag"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--pp-size", "3"], {"pp_size": "3"}),
+        (["--pp-size=3"], {"pp_size": "3"}),
+        (["--pipeline-parallel-size", "3"], {"pp_size": "3"}),
+        (["--model", "/other"], {"model_path": "/other"}),
+        (["--enable-metrics"], {"enable_metrics": True}),
+        (["--no-dcp-replicate-q-proj"], {"dcp_replicate_q_proj": False}),
+        (["--dcp-replicate-q-proj"], {"dcp_replicate_q_proj": True}),
+        (["--chunked-prefill-size", "-1"], {"chunked_prefill_size": "-1"}),
+        (["--context-length", "12k"], {"context_length": "12k"}),
+        (["--cuda-graph-bs-decode", "1", "2"], {"cuda_graph_bs_decode": ["1", "2"]}),
+        (["--lora-paths"], {"lora_paths": []}),
+        (["--model-checksum"], {"model_checksum": ""}),
+        (["--model-checksum", "sums.json"], {"model_checksum": "sums.json"}),
+        (["--monokernel-backend", "amd"], {"enable_amd_monokernel": "amd"}),
+        (["--tp-size", "1", "--tp-size", "2"], {"tp_size": "2"}),
+        (["--trust-remote"], {"trust_remote_code": True}),
+        (["--enable-metrics-for-all"], {"enable_metrics_for_all_schedulers": True}),
+        (["--tool-call-parser", "deepseekv4"], {"tool_call_parser": "deepseekv4"}),
+        (["--reasoning-parser", "deepseek-v4"], {"reasoning_parser": "deepseek-v4"}),
+    ],
+)
+def test_parse_sglang_argv(argv: list[str], expected: dict[str, object]) -> None:
+    parsed = parse_sglang_argv([*BASE, *argv])
+    model_path = expected.get("model_path", "/models/m")
+    assert parsed == {"model_path": model_path, **expected}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pp-size"], "argument --pp-size/--pipeline-parallel-size: expected one argument"),
+        (["--pp-size", "three"], "invalid int value: 'three'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--enable-metr"], "ambiguous option: --enable-metr could match --enable-metrics, "),
+        (["--cuda-graph-max-bs", "4"], "ambiguous option: --cuda-graph-max-bs could match"),
+        (["--pp", "3"], "ambiguous option: --pp could match"),
+        (["--reasoning-parser", "nope"], "argument --reasoning-parser: invalid choice: 'nope'"),
+        (["--context-length", "lots"], "invalid human_readable_int value: 'lots'"),
+    ],
+)
+def test_parse_sglang_argv_refuses_like_argparse(argv: list[str], message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace("?", r"\?")):
+        parse_sglang_argv([*BASE, *argv])
+
+
+def test_parse_requires_model_path() -> None:
+    with pytest.raises(
+        SpecError, match="the following arguments are required: --model-path/--model"
+    ):
+        parse_sglang_argv(["--pp-size", "3"])
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("12288", 12288),
+        ("12k", 12000),
+        ("1.5k", 1500),
+        ("12Ki", 12288),
+        ("1M", 10**6),
+        ("x", None),
+        ("k", None),
+    ],
+)
+def test_human_readable_int(text: str, value: int | None) -> None:
+    assert parse_human_readable_int(text) == value
+
+
+def test_server_args_with_defaults_types_values_and_fills_defaults() -> None:
+    args = server_args_with_defaults(
+        parse_sglang_argv(
+            [*BASE, "--pp-size", "3", "--mem-fraction-static", "0.57", "--context-length", "12k"]
+        )
+    )
+    assert args["pp_size"] == 3
+    assert args["mem_fraction_static"] == 0.57
+    assert args["context_length"] == 12000
+    assert args["port"] == 30000
+    assert args["host"] == "127.0.0.1"
+    assert args["watchdog_timeout"] == 300
+    assert args["enable_metrics"] is False
+    assert args["reasoning_parser"] is None
