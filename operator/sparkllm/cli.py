@@ -45,11 +45,63 @@ def _devcluster(args: argparse.Namespace) -> int:
     return 0 if status.running else 3
 
 
+def _run(args: argparse.Namespace) -> int:
+    from sparkllm.reconcile.runner import run_operator
+
+    return run_operator(
+        namespaces=args.namespace or (),
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port or None,
+        peering_name=args.peering,
+        priority=args.priority,
+        liveness_endpoint=args.liveness,
+        verbose=args.verbose,
+    )
+
+
+def _render(args: argparse.Namespace) -> int:
+    from sparkllm.offline import render_file
+
+    print(
+        render_file(args.file, node_ips=dict(args.node_ip or []), namespace=args.namespace), end=""
+    )
+    return 0
+
+
+def _node_ip(text: str) -> tuple[str, str]:
+    name, sep, ip = text.partition("=")
+    if not sep or not name or not ip:
+        raise argparse.ArgumentTypeError(f"expected NODE=IP, got {text!r}")
+    return name, ip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm", description=__doc__.splitlines()[0] if __doc__ else None
     )
     sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator against the current kubeconfig")
+    run.add_argument("-n", "--namespace", action="append", help="watch only these namespaces")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument("--metrics-port", type=int, default=8080, help="0 disables (default 8080)")
+    run.add_argument("--peering", help="kopf peering name: run several operators, one active")
+    run.add_argument("--priority", type=int, default=0, help="peering priority (higher wins)")
+    run.add_argument("--liveness", help="e.g. http://0.0.0.0:8081/healthz")
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(handler=_run)
+
+    render = sub.add_parser("render", help="print the objects an InferenceCluster becomes")
+    render.add_argument("-f", "--file", required=True, help="InferenceCluster manifest")
+    render.add_argument("-n", "--namespace", default=None, help="namespace if the file has none")
+    render.add_argument(
+        "--node-ip",
+        type=_node_ip,
+        action="append",
+        metavar="NODE=IP",
+        help="InternalIP of a node (rank 0's --dist-init-addr); default: the node name",
+    )
+    render.set_defaults(handler=_render)
 
     dev = sub.add_parser("devcluster", help="local control plane with simulated DGX Spark nodes")
     dev.add_argument("action", choices=["up", "down", "status"])

@@ -33,9 +33,9 @@ class KopfEvents:
                 "uid": obj["metadata"].get("uid"),
             },
         }
-        kopf.event(
-            ref, type="Warning" if warning else "Normal", reason=reason.value, message=message
-        )
+        kind = "Warning" if warning else "Normal"
+        # kopf only reads apiVersion/kind/metadata from the body; a plain mapping will do.
+        kopf.event(ref, type=kind, reason=reason.value, message=message)  # type: ignore[arg-type]
 
 
 class RecordedEvents:

@@ -236,6 +236,22 @@ class KubeAPI:
         result: JSON = response.json()
         return result
 
+    async def merge_patch(
+        self, kind: Kind, name: str, namespace: str | None, patch: Mapping[str, Any]
+    ) -> JSON | None:
+        """JSON merge patch (for fields we do not own, e.g. removing a user's annotation)."""
+        response = await self._request(
+            "PATCH",
+            kind.object_path(name, namespace),
+            json=patch,
+            content_type="application/merge-patch+json",
+        )
+        if response.status_code == 404:
+            return None
+        self._raise_for(response, f"patch {kind.kind} {namespace}/{name}")
+        result: JSON = response.json()
+        return result
+
     async def create(self, obj: Mapping[str, Any]) -> JSON | None:
         """Create ``obj``; None when it already exists (for generated, never-rewritten data)."""
         kind = kind_of(obj)

@@ -17,8 +17,10 @@ changes or the user sets the annotation ``sparkllm.io/restart: now``.
 A rank counts as dropped when its container exited or restarted, its pod failed, or its
 pod was replaced or deleted after the replica's generation had formed (``members``: the
 pod uids recorded once every rank of the generation existed). A NotReady or missing
-node is not restarted around — the ranks are pinned by cable — but marks the replica
-Degraded; when the node is back, the replica restarts.
+node is not restarted around — the ranks are pinned by cable: the replica is stopped at
+once (its survivors would only hang), marked Degraded, and started again when the node is
+back. A spec change that needs new pods rolls replica by replica: a replica restarts for
+an update only while every other replica serves.
 """
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ def decide(
     policy: RestartPolicySpec,
     now: datetime,
     force_restart: bool = False,
+    outdated: bool = False,
+    others_ready: bool = True,
 ) -> Decision:
     """What to do with one replica this pass."""
     times = recent(history.restart_times, now)
@@ -123,22 +127,37 @@ def decide(
             [f"{n} NotReady" for n in state.nodes_not_ready]
             + [f"{n} missing" for n in state.nodes_missing]
         )
+        if not stopped:
+            # The survivors would hang in NCCL: stop them now (out of routing at once);
+            # a lost node is not a restart loop, so it does not spend the budget.
+            return _stop(
+                cause=f"node {which}",
+                times=times,
+                now=now,
+                counted=False,
+                phase=Phase.DEGRADED,
+                node_down=True,
+            )
         return Decision(
-            action=Action.HOLD if stopped else Action.RUN,
+            action=Action.HOLD,
             phase=Phase.DEGRADED,
             message=f"node {which}; ranks are pinned to their nodes, waiting for the node",
-            members=history.members,
             restart_times=times,
             exhausted=history.exhausted,
             node_down=True,
         )
     if force_restart:
-        times = ()
-        return _stop(
-            cause="restart requested (annotation sparkllm.io/restart)", times=times, now=now
-        )
-    if history.node_down and not stopped:
-        return _stop(cause="node back after failure", times=times, now=now)
+        return _stop(cause="restart requested (annotation sparkllm.io/restart)", times=(), now=now)
+    if outdated and not stopped:
+        if not others_ready:
+            return Decision(
+                action=Action.RUN,
+                phase=Phase.READY if state.serving(generation) else Phase.STARTING,
+                message="update waits for the other replicas",
+                members=history.members,
+                restart_times=times,
+            )
+        return _stop(cause="spec changed (rolling update)", times=times, now=now, counted=False)
     if history.exhausted:
         return Decision(
             action=Action.HOLD,
@@ -152,15 +171,23 @@ def decide(
         old_pods = [r for r in state.ranks if r.pod is not None and r.generation != generation]
         due = (times[-1] + backoff_delay(policy, len(times) - 1)) if times else now
         if old_pods:
-            return Decision(action=Action.WAIT, phase=Phase.RESTARTING,
-                            message=f"stopping {len(old_pods)} rank(s) of the previous generation",
-                            restart_times=times)  # fmt: skip
+            return Decision(
+                action=Action.WAIT,
+                phase=Phase.RESTARTING,
+                message=f"stopping {len(old_pods)} rank(s) of the previous generation",
+                restart_times=times,
+            )
         if due > now:
-            return Decision(action=Action.WAIT, phase=Phase.RESTARTING,
-                            message=f"backing off until {due:%H:%M:%S}", retry_at=due,
-                            restart_times=times)  # fmt: skip
-        return Decision(action=Action.RUN, phase=Phase.STARTING, message="starting ranks",
-                        restart_times=times)  # fmt: skip
+            return Decision(
+                action=Action.WAIT,
+                phase=Phase.RESTARTING,
+                message=f"backing off until {due:%H:%M:%S}",
+                retry_at=due,
+                restart_times=times,
+            )
+        return Decision(
+            action=Action.RUN, phase=Phase.STARTING, message="starting ranks", restart_times=times
+        )
     members = current_members(state, generation, history.members)
     cause = dropped_rank(state, generation, members)
     if cause is not None:
@@ -184,11 +211,21 @@ def decide(
     )
 
 
-def _stop(*, cause: str, times: tuple[datetime, ...], now: datetime) -> Decision:
+def _stop(
+    *,
+    cause: str,
+    times: tuple[datetime, ...],
+    now: datetime,
+    counted: bool = True,
+    phase: Phase = Phase.RESTARTING,
+    node_down: bool = False,
+) -> Decision:
+    """Begin a gang restart; ``counted`` restarts spend the hourly budget."""
     return Decision(
         action=Action.STOP,
-        phase=Phase.RESTARTING,
+        phase=phase,
         message=f"gang restart: {cause}",
         cause=cause,
-        restart_times=(*times, now),
+        restart_times=(*times, now) if counted else times,
+        node_down=node_down,
     )

@@ -32,6 +32,9 @@ class ReplicaReport:
     restarts: int = 0
     last_restart: JSON | None = None
     recent_restarts: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+    budget_exhausted: bool = False
+    node_down: bool = False
     message: str = ""
 
     def to_json(self) -> JSON:
@@ -47,6 +50,16 @@ class ReplicaReport:
             out["lastRestart"] = self.last_restart
         if self.endpoint is not None:
             out["endpoint"] = self.endpoint
+        if self.message:
+            out["message"] = self.message
+        if self.recent_restarts:
+            out["restartTimes"] = list(self.recent_restarts)
+        if self.members:
+            out["members"] = list(self.members)
+        if self.budget_exhausted:
+            out["budgetExhausted"] = True
+        if self.node_down:
+            out["nodeDown"] = True
         return out
 
 

@@ -20,7 +20,8 @@ How SGLang 0.5.23 registers flags (and therefore what this mirrors):
   value.
 
 Literal values (defaults, choice lists such as ``TOOL_CALL_PARSER_NAMES``) are evaluated
-from the sources with a tiny evaluator; what cannot be evaluated is recorded as unknown.
+from the sources by ``source_literals.SourceEvaluator``; what it cannot evaluate is
+recorded as unknown.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 from sparkllm.errors import SpecError
 from sparkllm.render.sglang_flags import FlagSpec, FlagTable
+from sparkllm.render.source_literals import SourceEvaluator, dotted_name, function_locals
 
 SOURCE_PATTERNS = (
     "sglang/_version.py",
@@ -58,144 +60,6 @@ ACTIONS = "sglang/srt/arg_groups/argparse_actions.py"
 _DEPRECATED_HELP = re.compile(r"^\s*\(?\s*deprecated\b", re.IGNORECASE)
 _REPLACEMENT_HELP = re.compile(r"\buse\s+['\"`]?(--[a-z0-9][a-z0-9-]*)", re.IGNORECASE)
 _NO_VALUE_ACTIONS = {"store_true": True, "store_false": False, "store_const": None}
-_MAX_DEPTH = 12
-
-
-class _UnresolvedError(Exception):
-    """An expression is not a literal the evaluator can compute."""
-
-
-class _Evaluator:
-    """Evaluates literal-ish expressions against the module-level names of all sources."""
-
-    def __init__(self, trees: Mapping[str, ast.Module], field_defaults: Mapping[str, Any]):
-        self.names: dict[str, ast.expr] = {}
-        self.functions: dict[str, ast.FunctionDef] = {}
-        self.field_defaults = field_defaults
-        for tree in trees.values():
-            for node in tree.body:
-                self._index(node, prefix="")
-
-    def _index(self, node: ast.stmt, *, prefix: str) -> None:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    self.names[prefix + target.id] = node.value
-        elif isinstance(node, ast.AnnAssign) and node.value and isinstance(node.target, ast.Name):
-            self.names[prefix + node.target.id] = node.value
-        elif isinstance(node, ast.FunctionDef) and not prefix:
-            self.functions[node.name] = node
-        elif isinstance(node, ast.ClassDef) and not prefix:
-            for child in node.body:
-                self._index(child, prefix=f"{node.name}.")
-
-    def value(self, node: ast.expr, local: Mapping[str, ast.expr] | None = None) -> Any:
-        return self._eval(node, dict(local or {}), depth=0)
-
-    def literal(
-        self, node: ast.expr | None, local: Mapping[str, ast.expr] | None = None
-    ) -> tuple[bool, Any]:
-        """(known, value): the node's JSON-able value, or (False, None)."""
-        if node is None:
-            return False, None
-        try:
-            value = self.value(node, local)
-        except _UnresolvedError:
-            return False, None
-        return (True, value) if _is_json_literal(value) else (False, None)
-
-    def _eval(self, node: ast.expr, local: dict[str, ast.expr], *, depth: int) -> Any:
-        if depth > _MAX_DEPTH:
-            raise _UnresolvedError
-        again = depth + 1
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.List | ast.Tuple | ast.Set):
-            items = [self._eval(item, local, depth=again) for item in node.elts]
-            return sorted(items, key=str) if isinstance(node, ast.Set) else items
-        if isinstance(node, ast.Dict) and all(key is not None for key in node.keys):
-            return {
-                self._eval(key, local, depth=again): self._eval(val, local, depth=again)
-                for key, val in zip(node.keys, node.values, strict=True)
-                if key is not None
-            }
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            operand = self._eval(node.operand, local, depth=again)
-            return -operand if isinstance(node.op, ast.USub) else operand
-        if isinstance(node, ast.BinOp):
-            return _binary(
-                node.op,
-                self._eval(node.left, local, depth=again),
-                self._eval(node.right, local, depth=again),
-            )
-        if isinstance(node, ast.Name):
-            return self._name(node.id, local, depth=again)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            key = f"{node.value.id}.{node.attr}"
-            if key in self.names:
-                return self._eval(self.names[key], {}, depth=again)
-        if isinstance(node, ast.Call):
-            return self._call(node, local, depth=again)
-        raise _UnresolvedError
-
-    def _name(self, name: str, local: dict[str, ast.expr], *, depth: int) -> Any:
-        builtins = {"True": True, "False": False, "None": None}
-        if name in builtins:
-            return builtins[name]
-        if name in local:
-            return self._eval(local[name], {}, depth=depth)
-        if name in self.names:
-            return self._eval(self.names[name], {}, depth=depth)
-        raise _UnresolvedError
-
-    def _call(self, node: ast.Call, local: dict[str, ast.expr], *, depth: int) -> Any:
-        func = _dotted(node.func)
-        if func in ("list", "tuple", "set", "frozenset", "sorted") and len(node.args) == 1:
-            items = list(self._eval(node.args[0], local, depth=depth))
-            return sorted(items, key=str) if func in ("set", "frozenset", "sorted") else items
-        if func == "_declared_default" and node.args:
-            field_name = self._eval(node.args[0], local, depth=depth)
-            if field_name in self.field_defaults:
-                return self.field_defaults[field_name]
-        if func in ("msgspec.field", "field", "dataclasses.field"):
-            keywords = {kw.arg: kw.value for kw in node.keywords}
-            if "default" in keywords:
-                return self._eval(keywords["default"], local, depth=depth)
-            factory = _dotted(keywords["default_factory"]) if "default_factory" in keywords else ""
-            if factory in ("list", "dict"):
-                return [] if factory == "list" else {}
-        if func in self.functions and not node.args and not node.keywords:
-            function = self.functions[func]
-            returns = [stmt for stmt in function.body if isinstance(stmt, ast.Return)]
-            if returns and returns[-1].value is not None:
-                return self._eval(returns[-1].value, _locals_of(function), depth=depth)
-        raise _UnresolvedError
-
-
-def _binary(op: ast.operator, left: Any, right: Any) -> Any:
-    operations = {ast.Add: "__add__", ast.Sub: "__sub__", ast.Mult: "__mul__", ast.Pow: "__pow__"}
-    method = operations.get(type(op))
-    if method is None or isinstance(left, str) != isinstance(right, str):
-        raise _UnresolvedError
-    return getattr(left, method)(right)
-
-
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return ""
-
-
-def _locals_of(function: ast.FunctionDef) -> dict[str, ast.expr]:
-    assigned: dict[str, ast.expr] = {}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if isinstance(target, ast.Name):
-                assigned.setdefault(target.id, node.value)
-    return assigned
 
 
 def _text(node: ast.expr | None) -> str:
@@ -207,16 +71,6 @@ def _text(node: ast.expr | None) -> str:
     if isinstance(node, ast.BinOp):
         return _text(node.left) + _text(node.right)
     return ""
-
-
-def _is_json_literal(value: Any) -> bool:
-    if value is None or isinstance(value, bool | int | float | str):
-        return True
-    if isinstance(value, list):
-        return all(_is_json_literal(item) for item in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_json_literal(v) for k, v in value.items())
-    return False
 
 
 def _help_facts(help_text: str, new_flag: str | None = None) -> tuple[bool, str | None]:
@@ -232,9 +86,10 @@ def _unwrap_optional(node: ast.expr) -> ast.expr:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         sides = [s for s in (node.left, node.right) if not _is_none(s)]
         return sides[0] if len(sides) == 1 else node
-    if isinstance(node, ast.Subscript) and _dotted(node.value) in ("Optional", "typing.Optional"):
+    generic = dotted_name(node.value) if isinstance(node, ast.Subscript) else ""
+    if isinstance(node, ast.Subscript) and generic in ("Optional", "typing.Optional"):
         return node.slice
-    if isinstance(node, ast.Subscript) and _dotted(node.value) in ("Union", "typing.Union"):
+    if isinstance(node, ast.Subscript) and generic in ("Union", "typing.Union"):
         members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         rest = [m for m in members if not _is_none(m)]
         return rest[0] if len(rest) == 1 else node
@@ -252,7 +107,7 @@ def _subscript_items(node: ast.Subscript) -> list[ast.expr]:
 class _FieldReader:
     """Turns one ``A[T, Arg(...)]`` field into a FlagSpec the way arg_utils would."""
 
-    def __init__(self, evaluator: _Evaluator, action_defaults: Mapping[str, dict[str, Any]]):
+    def __init__(self, evaluator: SourceEvaluator, action_defaults: Mapping[str, dict[str, Any]]):
         self.evaluator = evaluator
         self.action_defaults = action_defaults
 
@@ -265,12 +120,12 @@ class _FieldReader:
     ) -> FlagSpec | None:
         if not isinstance(annotation, ast.Subscript):
             return None
-        if _dotted(annotation.value) not in ("A", "Annotated", "typing.Annotated"):
+        if dotted_name(annotation.value) not in ("A", "Annotated", "typing.Annotated"):
             return None
         raw_type, *metadata = _subscript_items(annotation)
         arg: dict[str, ast.expr] | None = None
         for item in metadata:
-            if isinstance(item, ast.Call) and _dotted(item.func) == "Arg":
+            if isinstance(item, ast.Call) and dotted_name(item.func) == "Arg":
                 arg = {kw.arg: kw.value for kw in item.keywords if kw.arg}
                 break
             if _text(item):
@@ -291,12 +146,12 @@ class _FieldReader:
             "deprecated": deprecated,
             "replacement": replacement,
         }
-        parser = _dotted(arg["type_parser"]) if "type_parser" in arg else None
+        parser = dotted_name(arg["type_parser"]) if "type_parser" in arg else None
         nargs = self.evaluator.literal(arg.get("nargs"))[1]
         if "action" in arg:
             return self._with_action(common, arg, parser)
         inner = _unwrap_optional(raw_type)
-        kind = _dotted(inner.value) if isinstance(inner, ast.Subscript) else _dotted(inner)
+        kind = dotted_name(inner.value) if isinstance(inner, ast.Subscript) else dotted_name(inner)
         if kind in ("Literal", "typing.Literal") and isinstance(inner, ast.Subscript):
             literals = [self.evaluator.value(item) for item in _subscript_items(inner)]
             first_type = type(literals[0]).__name__ if literals else "str"
@@ -305,7 +160,7 @@ class _FieldReader:
             return FlagSpec(**common, takes_value=True, value_type=value_type, choices=choices)
         if kind in ("List", "list", "typing.List") and parser is None:
             assert isinstance(inner, ast.Subscript)
-            element = _dotted(_subscript_items(inner)[0])
+            element = dotted_name(_subscript_items(inner)[0])
             return FlagSpec(
                 **common,
                 takes_value=True,
@@ -330,7 +185,7 @@ class _FieldReader:
     def _with_action(
         self, common: dict[str, Any], arg: Mapping[str, ast.expr], parser: str | None
     ) -> FlagSpec:
-        action = _dotted(arg["action"])
+        action = dotted_name(arg["action"])
         if action.endswith("BooleanOptionalAction"):
             negations = tuple(
                 "--no-" + spelling[2:]
@@ -371,9 +226,9 @@ def _manual_flags(tree: ast.Module, reader: _FieldReader, *, source: str) -> Ite
     for function in ast.walk(tree):
         if not (isinstance(function, ast.FunctionDef) and function.name == "add_cli_args"):
             continue
-        local = _locals_of(function)
+        local = function_locals(function)
         for call in ast.walk(function):
-            is_add = isinstance(call, ast.Call) and _dotted(call.func).endswith(".add_argument")
+            is_add = isinstance(call, ast.Call) and dotted_name(call.func).endswith(".add_argument")
             if not is_add:
                 continue
             assert isinstance(call, ast.Call)
@@ -393,7 +248,7 @@ def _manual_flag(
     if isinstance(action_node, ast.Constant):
         action = str(action_node.value)
     else:
-        action = _dotted(action_node) if action_node is not None else "store"
+        action = dotted_name(action_node) if action_node is not None else "store"
     settings = dict(reader.action_defaults.get(action, {"nargs": None}))
     if action in _NO_VALUE_ACTIONS:
         settings |= {"nargs": 0, "const": _NO_VALUE_ACTIONS[action]}
@@ -409,7 +264,7 @@ def _manual_flag(
     new_flag = literal("new_flag")[1]
     deprecated, replacement = _help_facts(_text(kwargs.get("help")), new_flag)
     choices = literal("choices")[1]
-    type_name = _dotted(kwargs["type"]) if "type" in kwargs else "str"
+    type_name = dotted_name(kwargs["type"]) if "type" in kwargs else "str"
     nargs = settings["nargs"]
     return FlagSpec(
         name=names[0],
@@ -434,7 +289,7 @@ def _input_classes(server_args: ast.Module) -> set[str] | None:
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.List)):
             continue
         if any(isinstance(t, ast.Name) and t.id == "_INPUT_NAMESPACES" for t in node.targets):
-            return {_dotted(item) for item in node.value.elts}
+            return {dotted_name(item) for item in node.value.elts}
     return None
 
 
@@ -460,7 +315,7 @@ def _namespace_fields(
 def _version(sources: Mapping[str, str], trees: Mapping[str, ast.Module]) -> str:
     version_tree = trees.get("sglang/_version.py")
     if version_tree is not None:
-        with_version = _Evaluator({"v": version_tree}, {}).names.get("__version__")
+        with_version = SourceEvaluator({"v": version_tree}, {}).names.get("__version__")
         if isinstance(with_version, ast.Constant) and isinstance(with_version.value, str):
             return with_version.value
     for path, text in sources.items():
@@ -477,13 +332,13 @@ def extract_flags(sources: Mapping[str, str]) -> FlagTable:
         raise SpecError(f"{SERVER_ARGS} is missing from the sources")
     trees = {path: ast.parse(text, path) for path, text in sources.items() if path.endswith(".py")}
     fields = list(_namespace_fields(trees, _input_classes(trees[SERVER_ARGS])))
-    plain = _Evaluator(trees, {})
+    plain = SourceEvaluator(trees, {})
     field_defaults: dict[str, Any] = {}
     for _, item in fields:
         known, value = plain.literal(item.value)
         if known:
             field_defaults[item.target.id] = value  # type: ignore[union-attr]
-    evaluator = _Evaluator(trees, field_defaults)
+    evaluator = SourceEvaluator(trees, field_defaults)
     reader = _FieldReader(evaluator, _action_defaults(trees.get(ACTIONS)))
     specs: dict[str, FlagSpec] = {}
     for path, item in fields:

@@ -16,6 +16,9 @@ LABEL_GENERATION: Final = "sparkllm.io/restart-generation"
 LABEL_NODE_GROUP: Final = "sparkllm.io/node-group"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 ANNOTATION_HASH: Final = "sparkllm.io/desired-hash"
+# On rank pod templates: digest of the template without the restart generation, so a
+# pod made from an older spec is recognised (updateStrategy is OnDelete).
+ANNOTATION_TEMPLATE_HASH: Final = "sparkllm.io/template-hash"
 ANNOTATION_RESTART: Final = "sparkllm.io/restart"
 MANAGED_BY: Final = "sparkllm-operator"
 COMPONENT_ENGINE: Final = "engine"

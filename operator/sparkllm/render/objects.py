@@ -47,6 +47,13 @@ def desired_hash(obj: JSON) -> str:
     return digest[:16]
 
 
+def template_hash(template: JSON, *, ignore_label: str) -> str:
+    """Digest of a pod template, ignoring one label (the restart generation)."""
+    clean: JSON = json.loads(json.dumps(template))
+    clean.get("metadata", {}).get("labels", {}).pop(ignore_label, None)
+    return hashlib.sha256(json.dumps(clean, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def stamp_hash(obj: JSON) -> JSON:
     """Return ``obj`` with its desired-hash annotation set."""
     stamped: JSON = json.loads(json.dumps(obj))

@@ -18,6 +18,7 @@ from typing import Any, Final
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
 from sparkllm.render.engine import ENGINE_API_KEY_ENV, ENGINE_COMMAND, engine_args, engine_env
 from sparkllm.render.names import (
+    ANNOTATION_TEMPLATE_HASH,
     LABEL_GENERATION,
     LABEL_NODE_GROUP,
     owner_reference,
@@ -27,7 +28,7 @@ from sparkllm.render.names import (
     replica_labels,
     replica_service_name,
 )
-from sparkllm.render.objects import JSON, render_template, stamp_hash
+from sparkllm.render.objects import JSON, render_template, stamp_hash, template_hash
 
 # A NotReady/unreachable node must not hold a pipeline rank for the default 300 s: the
 # replica is already broken and the operator restarts it as a whole when the node is back.
@@ -163,7 +164,18 @@ def render_rank_statefulset(
         volume_mounts=mounts,
         volumes=volumes,
     )
+    template = obj["spec"]["template"]
+    template["metadata"]["annotations"] = {
+        ANNOTATION_TEMPLATE_HASH: template_hash(template, ignore_label=LABEL_GENERATION)
+    }
     return stamp_hash(obj)
+
+
+def pod_template_hash(statefulset: JSON) -> str | None:
+    """The template hash a rank StatefulSet (desired or live) stamps on its pods."""
+    annotations = statefulset["spec"]["template"]["metadata"].get("annotations") or {}
+    value = annotations.get(ANNOTATION_TEMPLATE_HASH)
+    return str(value) if value is not None else None
 
 
 def render_replica_service(ic: InferenceCluster, *, replica: int) -> JSON:

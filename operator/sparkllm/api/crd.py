@@ -1,0 +1,140 @@
+"""The InferenceCluster CustomResourceDefinition, generated from the pydantic models.
+
+DESIGN.md: the models are the single source of truth; ``crds/sparkllm.io_inferenceclusters.yaml``
+is this module's output, checked in, and ``tests/unit/test_api_crd.py`` fails when the
+two drift. Regenerate with ``hack/gen-crd.sh`` (``python -m sparkllm.api.crd``).
+
+Besides the schema the CRD carries what makes the resource pleasant to operate: the
+status subresource (status is written separately from spec, so a user's apply never
+clobbers it), the scale subresource (``kubectl scale icl/N --replicas=2``, and
+autoscalers), printer columns for ``kubectl get icl``, the short name ``icl`` and the
+category ``sparkllm`` (``kubectl get sparkllm``).
+"""
+
+from typing import Any
+
+import yaml
+
+from sparkllm.api.meta import (
+    CATEGORIES,
+    CRD_NAME,
+    GROUP,
+    KIND,
+    LIST_KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+)
+from sparkllm.api.schema import JsonSchema, structural_schema
+from sparkllm.api.spec import InferenceClusterSpec, ObjectMeta
+from sparkllm.api.status import InferenceClusterStatus
+
+GENERATED_HEADER = (
+    "# Generated from the pydantic models in sparkllm.api by `python -m sparkllm.api.crd`\n"
+    "# (hack/gen-crd.sh). Do not edit: change the models and regenerate.\n"
+)
+
+PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
+    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas",
+     "description": "Desired replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas",
+     "description": "Replicas serving"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
+     "description": "Summary of the observed state"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.servedName",
+     "description": "Model name clients request"},
+    {"name": "PP", "type": "integer", "jsonPath": ".spec.engine.pipelineParallel",
+     "description": "Pipeline stages (nodes) per replica"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+)  # fmt: skip
+
+SCALE_SUBRESOURCE = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
+
+def build_openapi_schema() -> JsonSchema:
+    """The ``openAPIV3Schema`` of the served version."""
+    spec = structural_schema(InferenceClusterSpec.model_json_schema(by_alias=True))
+    status = structural_schema(
+        InferenceClusterStatus.model_json_schema(by_alias=True), in_status=True
+    )
+    name = structural_schema(ObjectMeta.model_json_schema(by_alias=True))["properties"]["name"]
+    spec["description"] = (
+        "spec is the desired state: one served model, as `replicas` independent pipelines "
+        "of `engine.pipelineParallel` DGX Spark nodes."
+    )
+    status["description"] = "status is the observed state, written only by the operator."
+    return {
+        "description": (
+            "InferenceCluster serves one large language model across NVIDIA DGX Spark "
+            "nodes with SGLang pipeline parallelism: each replica is one rank per node, "
+            "restarted as a whole when any rank drops; a gateway in front authenticates, "
+            "caps and queues requests."
+        ),
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {
+                "description": "apiVersion is the versioned schema of this object: "
+                f"{GROUP}/{VERSION}.",
+                "type": "string",
+            },
+            "kind": {"description": f"kind is {KIND}.", "type": "string"},
+            "metadata": {"type": "object", "properties": {"name": name}},
+            "spec": spec,
+            "status": status,
+        },
+    }
+
+
+def build_crd() -> dict[str, Any]:
+    """The complete CustomResourceDefinition object."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/part-of": "sparkllm"},
+        },
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": LIST_KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": build_openapi_schema()},
+                    "subresources": {"status": {}, "scale": dict(SCALE_SUBRESOURCE)},
+                    "additionalPrinterColumns": [dict(column) for column in PRINTER_COLUMNS],
+                }
+            ],
+        },
+    }
+
+
+def render_crd_yaml() -> str:
+    """The CRD as the YAML checked in under ``crds/``."""
+    body = yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+    return GENERATED_HEADER + body
+
+
+def main() -> None:
+    """Print the CRD YAML (``python -m sparkllm.api.crd``)."""
+    print(render_crd_yaml(), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""``spec.engine``: how every rank's SGLang process is launched.
+
+The fields map one to one onto SGLang launch flags (``--mem-fraction-static``,
+``--context-length``, ...) or onto the one setting SGLang only takes from the
+environment (``SGLANG_PP_LAYER_PARTITION``). Defaults are the documents' deployment
+(SEEDS.md). The operator owns the flags that wire ranks together and that these fields
+set; ``extraArgs`` and ``env`` may not override them, because a second, conflicting
+``--pp-size`` or ``NCCL_IB_HCA`` would silently win or lose depending on argument order.
+
+Parser names are the choices SGLang 0.5.23 (the pinned wheel) accepts for
+``--tool-call-parser`` and ``--reasoning-parser``; ``tests/unit/test_api_engine.py``
+compares them with the wheel.
+"""
+
+from typing import Annotated, Final, Literal
+
+from pydantic import Field, StringConstraints
+
+from sparkllm.api.common import EnvVar, SecretKeyReference
+from sparkllm.api.rules import ApiModel, Rule, re2_search
+
+MAX_PIPELINE_PARALLEL: Final = 8
+
+# An image reference pinned to a tag or a digest: [host[:port]/]path[:tag][@sha256:digest]
+# with at least one of tag and digest.
+PINNED_IMAGE_PATTERN: Final = (
+    r"^[a-zA-Z0-9][-a-zA-Z0-9_.]*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
+)
+LATEST_TAG_PATTERN: Final = r":latest(@sha256:[a-f0-9]{64})?$"
+
+# Flags the operator sets on every rank (with their aliases in SGLang 0.5.23). SGLang's
+# argparse accepts unique abbreviations (``--mem-frac`` means ``--mem-fraction-static``),
+# so an extra argument is refused when its name is a prefix of any of these; no other
+# SGLang flag is such a prefix (tests/unit/test_api_engine.py checks it).
+OPERATOR_OWNED_FLAGS: Final = (
+    "--model-path", "--model", "--served-model-name", "--nnodes", "--node-rank",
+    "--dist-init-addr", "--nccl-init-addr", "--pp-size", "--pipeline-parallel-size",
+    "--tp-size", "--tensor-parallel-size", "--mem-fraction-static", "--context-length",
+    "--chunked-prefill-size", "--cuda-graph-max-bs-decode", "--max-running-requests",
+    "--host", "--port", "--api-key", "--enable-metrics", "--tool-call-parser",
+    "--reasoning-parser",
+)  # fmt: skip
+
+
+def _sets_owned_flag(arg: str) -> bool:
+    if not arg.startswith("--"):
+        return False
+    name = arg.split("=", 1)[0]
+    return any(flag.startswith(name) for flag in OPERATOR_OWNED_FLAGS)
+
+
+# Environment the operator sets from spec.network and spec.engine.layerPartition.
+OPERATOR_OWNED_ENV: Final = (
+    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+    "NCCL_IB_SUBNET_AWARE_ROUTING", "NCCL_IB_MERGE_NICS", "NCCL_NET_PLUGIN",
+    "SGLANG_PP_LAYER_PARTITION",
+)  # fmt: skip
+
+ToolCallParser = Literal[
+    "auto", "apertus2509", "beam", "cohere_command4", "deepseekv3", "deepseekv31",
+    "deepseekv32", "deepseekv4", "deepseekv41", "dots", "glm", "glm45", "glm47", "gpt-oss",
+    "k2_horizon", "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3", "mimo", "minicpm5",
+    "mistral", "muse", "poolside_v1", "pythonic", "qwen", "qwen25", "qwen3_coder", "spark25",
+    "step3", "step3p5", "minimax-m2", "minimax-m3", "nanbeige", "trinity", "interns1",
+    "hermes", "hunyuan", "gigachat3", "gigachat35", "gemma4", "inkling", "iquest_q1",
+    "response_template",
+]  # fmt: skip
+ReasoningParser = Literal[
+    "auto", "apertus2509", "beam", "deepseek-r1", "deepseek-v3", "deepseek-v4",
+    "deepseek-v41", "dots", "glm45", "ling3", "hunyuan", "gpt-oss", "k2_horizon", "kimi",
+    "kimi_k2", "kimi_k3", "mimo", "muse", "poolside_v1", "qwen3", "qwen3-thinking", "minimax",
+    "minimax-append-think", "minimax-m3", "nanbeige", "step3", "step3p5", "mistral",
+    "nemotron_3", "granite_thinking_parser", "interns1", "gemma4", "inkling", "iquest_q1",
+    "cohere_command4", "gigachat35", "response_template",
+]  # fmt: skip
+
+ImageReference = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=512),
+    Rule(
+        cel=f"self.matches('{PINNED_IMAGE_PATTERN}')",
+        message="image must be pinned to a tag or a digest, e.g. "
+        "nvcr.io/nvidia/sglang:26.07-py3; an untagged image floats",
+        check=lambda image: re2_search(PINNED_IMAGE_PATTERN, image),
+    ),
+    Rule(
+        cel=f"!self.matches('{LATEST_TAG_PATTERN}')",
+        message="image must not use the :latest tag; pin a released tag or a digest",
+        check=lambda image: not re2_search(LATEST_TAG_PATTERN, image),
+    ),
+]
+
+ExtraArgs = Annotated[
+    tuple[Annotated[str, StringConstraints(min_length=1, max_length=256)], ...],
+    Field(max_length=64),
+    Rule(
+        cel="self.all(arg, !arg.startsWith('--') || !"
+        + repr(list(OPERATOR_OWNED_FLAGS))
+        + ".exists(f, f.startsWith(arg.split('=')[0])))",
+        message="extraArgs must not set a flag the operator owns, or an abbreviation of one ("
+        + ", ".join(OPERATOR_OWNED_FLAGS)
+        + "); use the matching spec field",
+        check=lambda args: not any(_sets_owned_flag(arg) for arg in args),
+    ),
+]
+
+ExtraEnv = Annotated[
+    tuple[EnvVar, ...],
+    Field(max_length=64),
+    Rule(
+        cel="self.all(e, self.exists_one(f, f.name == e.name))",
+        message="env names must be unique",
+        check=lambda env: len({var.name for var in env}) == len(env),
+    ),
+    Rule(
+        cel="self.all(e, !(e.name in " + repr(list(OPERATOR_OWNED_ENV)) + "))",
+        message="env must not set a variable the operator owns ("
+        + ", ".join(OPERATOR_OWNED_ENV)
+        + "); use spec.network or spec.engine.layerPartition",
+        check=lambda env: not any(var.name in OPERATOR_OWNED_ENV for var in env),
+        reason="FieldValueForbidden",
+    ),
+]
+
+LayerCount = Annotated[int, Field(ge=1, le=1024)]
+
+
+class EngineSpec(ApiModel):
+    """How each rank's SGLang server is launched (image, parallelism, memory, batching)."""
+
+    image: ImageReference = Field(
+        description="image is the SGLang container image every rank runs. Required; "
+        "pinned to a tag or digest (never :latest or untagged); at most 512 characters. "
+        "Example: nvcr.io/nvidia/sglang:26.07-py3."
+    )
+    pipeline_parallel: Annotated[
+        int,
+        Field(ge=1, le=MAX_PIPELINE_PARALLEL),
+        Rule(
+            cel="self == oldSelf",
+            message="pipelineParallel is immutable: it fixes how many nodes make a replica "
+            "and the shape of every node group; create a new InferenceCluster instead",
+            check=None,
+            reason="FieldValueForbidden",
+        ),
+    ] = Field(
+        default=3,
+        description="pipelineParallel is the number of pipeline stages (SGLang --pp-size), "
+        "which is also the number of nodes, and ranks, in one replica: one rank per node. "
+        f"Default 3; 1 to {MAX_PIPELINE_PARALLEL}. Immutable: changing it would reshape "
+        "every replica and node group at once, which no rolling update can do.",
+    )
+    tensor_parallel: Annotated[
+        int,
+        Field(ge=1, le=1),
+        Rule(
+            cel="self == oldSelf",
+            message="tensorParallel is immutable",
+            check=None,
+            reason="FieldValueForbidden",
+        ),
+    ] = Field(
+        default=1,
+        description="tensorParallel is the tensor-parallel degree (SGLang --tp-size). "
+        "Default 1; must be 1: a DGX Spark has one GPU and tensor parallelism across "
+        "nodes is not supported. Immutable, like pipelineParallel.",
+    )
+    layer_partition: (
+        Annotated[tuple[LayerCount, ...], Field(min_length=1, max_length=MAX_PIPELINE_PARALLEL)]
+        | None
+    ) = Field(
+        default=None,
+        description="layerPartition is the number of transformer layers on each pipeline "
+        "stage, rank 0 first (env SGLANG_PP_LAYER_PARTITION: SGLang has no flag). "
+        "Optional; when absent SGLang splits evenly. When set it must have exactly "
+        "pipelineParallel entries, each at least 1, summing to model.numLayers. "
+        "Example for 43 layers on 3 stages: [14, 14, 15].",
+    )
+    mem_fraction_static: float = Field(
+        default=0.57,
+        gt=0,
+        le=0.95,
+        description="memFractionStatic is the fraction of the node's memory SGLang reserves "
+        "for weights and the KV cache (--mem-fraction-static). Default 0.57; greater than "
+        "0 and at most 0.95. DGX Spark memory is shared with the OS: leave headroom.",
+    )
+    context_length: int = Field(
+        default=12288,
+        ge=1,
+        le=1_048_576,
+        description="contextLength is the hard window in tokens, input plus output "
+        "(--context-length). Default 12288; 1 to 1048576; must exceed "
+        "admission.maxInputTokens.",
+    )
+    chunked_prefill_size: int = Field(
+        default=4096,
+        ge=1,
+        le=1_048_576,
+        description="chunkedPrefillSize is the most prompt tokens prefilled in one chunk "
+        "(--chunked-prefill-size). Default 4096; 1 to 1048576.",
+    )
+    cuda_graph_max_batch_size: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="cudaGraphMaxBatchSize is the largest decode batch captured as a CUDA "
+        "graph (--cuda-graph-max-bs-decode). Default 4; 1 to 1024.",
+    )
+    max_running_requests: int = Field(
+        default=8,
+        ge=1,
+        le=4096,
+        description="maxRunningRequests is the most requests one replica decodes at once "
+        "(--max-running-requests). Default 8; 1 to 4096.",
+    )
+    tool_call_parser: ToolCallParser | None = Field(
+        default=None,
+        description="toolCallParser is SGLang's --tool-call-parser. Optional (no tool-call "
+        "parsing when absent); one of the names SGLang 0.5.23 accepts, e.g. deepseekv4.",
+    )
+    reasoning_parser: ReasoningParser | None = Field(
+        default=None,
+        description="reasoningParser is SGLang's --reasoning-parser. Optional (reasoning is "
+        "not separated when absent); one of the names SGLang 0.5.23 accepts, e.g. "
+        "deepseek-v4.",
+    )
+    api_key_secret_ref: SecretKeyReference | None = Field(
+        default=None,
+        description="apiKeySecretRef is the Secret key holding the key rank 0 requires "
+        "(--api-key); the gateway presents it. Optional: when absent the operator "
+        "generates a Secret and owns it. Rank 0 always requires a key, because with host "
+        "networking its port is open on the node's address.",
+    )
+    extra_args: ExtraArgs = Field(
+        default=(),
+        description="extraArgs are additional SGLang launch arguments, appended verbatim. "
+        "Default empty; at most 64 entries of 1 to 256 characters. Must not set a flag the "
+        "operator owns (parallelism, addresses, ports, API key, or one a spec field sets); "
+        "flags are checked against SGLang's flag list when rendered.",
+    )
+    env: ExtraEnv = Field(
+        default=(),
+        description="env is extra environment for every rank, as literal name/value "
+        "pairs. Default empty; at most 64 entries with unique names. Must not set the "
+        "NCCL/Gloo or layer-partition variables the operator derives from the spec.",
+    )

@@ -1,0 +1,42 @@
+"""Names that identify the InferenceCluster API and the labels it is built on.
+
+Everything here is part of the published contract (DESIGN.md): the group/version/kind a
+user writes in a manifest, the CRD's names, the label keys the operator stamps on every
+object it owns and reads from nodes, and the engine's serving port. They live in one
+module, with no logic, so that ``render``, ``reconcile``, the gateway and the CLI import
+one spelling of each name instead of re-typing string literals.
+"""
+
+from typing import Final
+
+GROUP: Final = "sparkllm.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "InferenceCluster"
+LIST_KIND: Final = "InferenceClusterList"
+PLURAL: Final = "inferenceclusters"
+SINGULAR: Final = "inferencecluster"
+SHORT_NAMES: Final = ("icl",)
+CATEGORIES: Final = ("sparkllm",)
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# Labels on every object the operator creates (DESIGN.md, "What the operator creates").
+LABEL_CLUSTER: Final = "sparkllm.io/cluster"
+LABEL_REPLICA: Final = "sparkllm.io/replica"
+LABEL_RANK: Final = "sparkllm.io/rank"
+
+# Node labels read by label-based placement: the group a node belongs to (the key is
+# configurable per InferenceCluster; this is its default) and the node's rank inside its
+# group (fixed: one spelling across the fleet keeps node labelling scriptable).
+DEFAULT_NODE_GROUP_LABEL: Final = "sparkllm.io/node-group"
+NODE_RANK_LABEL: Final = "sparkllm.io/rank"
+
+# Rank 0 serves SGLang's HTTP API here (host network, so it is a port on the node).
+# Fixed by DESIGN.md; the API forbids other ports the operator opens from colliding.
+ENGINE_HTTP_PORT: Final = 30000
+
+# Longest metadata.name: derived names must stay valid. The longest is a rank
+# StatefulSet ``<name>-r<replica>-rank<rank>`` (up to 11 more characters), whose pods get
+# the label ``controller-revision-hash: <statefulset>-<10-char hash>``; a label value is
+# at most 63 characters, so 63 - 11 - 11 = 41, rounded down to a memorable 40.
+MAX_NAME_LENGTH: Final = 40

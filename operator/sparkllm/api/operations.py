@@ -1,0 +1,139 @@
+"""``spec.network``, ``spec.restartPolicy``, ``spec.monitoring``: how replicas run and heal.
+
+These sections change no model behaviour; they decide whether the ranks can reach each
+other (RoCE host networking and the NCCL/Gloo settings the DGX Spark playbooks use), how
+patiently a replica is restarted when one rank drops (a model load takes minutes, so a
+slow start is not a failure, and a restart loop must stop), and what the operator
+publishes for Prometheus. Defaults are the documents' three-node ring.
+"""
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from sparkllm.api.meta import ENGINE_HTTP_PORT
+from sparkllm.api.rules import ApiModel, Rule
+
+# Linux interface names: at most 15 bytes, no '/' or whitespace.
+INTERFACE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,15}$"
+# An RDMA device for NCCL_IB_HCA, optionally with its port: rocep1s0f0 or mlx5_0:1.
+HCA_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(:[0-9]{1,3})?$"
+
+Seconds = Annotated[int, Field(ge=1, le=86_400)]
+
+BackoffSeconds = Annotated[
+    tuple[Seconds, ...],
+    Field(min_length=1, max_length=16),
+    Rule(
+        cel="self.isSorted()",
+        message="backoffSeconds must not decrease: each restart waits at least as long "
+        "as the one before",
+        check=lambda steps: list(steps) == sorted(steps),
+    ),
+]
+
+
+class NetworkSpec(ApiModel):
+    """RoCE host networking for NCCL and Gloo between the ranks of a replica."""
+
+    host_network: bool = Field(
+        default=True,
+        description="hostNetwork runs every rank in its node's network namespace, which "
+        "RoCE needs (the RDMA NICs are the node's). Default true; false is only for "
+        "clusters without RDMA and is not a supported production setting.",
+    )
+    socket_interface: Annotated[
+        str, StringConstraints(pattern=INTERFACE_NAME_PATTERN, max_length=15)
+    ] = Field(
+        default="enP7s7",
+        description="socketInterface is the NIC for NCCL's and Gloo's socket traffic and "
+        "the rendezvous (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME): the management NIC, "
+        "since in a three-node ring no 200G subnet spans all nodes. Default enP7s7; a "
+        "Linux interface name of 1 to 15 characters.",
+    )
+    ib_hcas: Annotated[
+        tuple[Annotated[str, StringConstraints(pattern=HCA_PATTERN, max_length=64)], ...],
+        Field(min_length=1, max_length=16),
+    ] = Field(
+        default=("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"),
+        alias="ibHCAs",
+        description="ibHCAs are the RDMA devices NCCL may use (NCCL_IB_HCA). Default the "
+        "DGX Spark's four: rocep1s0f0, rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1; 1 to 16 "
+        "device names, each optionally with :port.",
+    )
+    ib_gid_index: int = Field(
+        default=3,
+        ge=0,
+        le=255,
+        alias="ibGIDIndex",
+        description="ibGIDIndex is the RoCE GID index (NCCL_IB_GID_INDEX); 3 selects RoCE "
+        "v2 over IPv4 on the Spark's ConnectX-7. Default 3; 0 to 255.",
+    )
+    topology: Literal["ring", "switch"] = Field(
+        default="ring",
+        description="topology is how the nodes are cabled. ring: direct 200G links between "
+        "nodes (sets NCCL_IB_SUBNET_AWARE_ROUTING=1, NCCL_IB_MERGE_NICS=0, "
+        "NCCL_NET_PLUGIN=none); switch: a 200G switch, vendor NCCL defaults. Default ring.",
+    )
+    dist_init_port: Annotated[
+        int,
+        Field(ge=1024, le=65535),
+        # A field rule, not an object rule: the API server checks CEL rules against the
+        # object's schema default ({}) as written, where an object rule would find no
+        # distInitPort key.
+        Rule(
+            cel=f"self != {ENGINE_HTTP_PORT}",
+            message=f"distInitPort must differ from {ENGINE_HTTP_PORT}, the port rank 0 "
+            "serves the API on (host networking shares the node's ports)",
+            check=lambda port: port != ENGINE_HTTP_PORT,
+        ),
+    ] = Field(
+        default=5000,
+        description="distInitPort is the TCP port on rank 0's node where the ranks "
+        "rendezvous (the port of --dist-init-addr). Default 5000; 1024 to 65535, not "
+        f"{ENGINE_HTTP_PORT}.",
+    )
+
+
+class RestartPolicySpec(ApiModel):
+    """How a replica is restarted, as a whole, when one of its ranks drops."""
+
+    startup_grace_seconds: int = Field(
+        default=1800,
+        ge=0,
+        le=86_400,
+        description="startupGraceSeconds is how long a starting replica may stay not-ready "
+        "before it counts as failed: loading the weights takes minutes. Default 1800; 0 "
+        "to 86400.",
+    )
+    backoff_seconds: BackoffSeconds = Field(
+        default=(10, 30, 60, 300),
+        description="backoffSeconds are the waits before successive gang restarts of a "
+        "replica; the last one repeats. Default [10, 30, 60, 300]; 1 to 16 non-decreasing "
+        "entries of 1 to 86400.",
+    )
+    max_restarts_per_hour: int = Field(
+        default=6,
+        ge=0,
+        le=60,
+        description="maxRestartsPerHour caps gang restarts of one replica in a sliding "
+        "hour; past it the replica is marked Degraded, no longer restarted, and an alert "
+        "fires. Default 6; 0 (never restart automatically) to 60.",
+    )
+
+
+class MonitoringSpec(ApiModel):
+    """What the operator publishes for Prometheus (only when the monitoring CRDs exist)."""
+
+    service_monitor: bool = Field(
+        default=True,
+        description="serviceMonitor creates PodMonitor/ServiceMonitor objects scraping "
+        "every rank's and the gateway's /metrics, when the Prometheus Operator CRDs exist. "
+        "Default true.",
+    )
+    prometheus_rule: bool = Field(
+        default=True,
+        description="prometheusRule creates a PrometheusRule alerting on a rank down, a "
+        "restart loop, TTFT p95, KV cache usage and queue growth, when the Prometheus "
+        "Operator CRDs exist. Default true.",
+    )

@@ -1,0 +1,59 @@
+"""The one vocabulary of reasons: for condition transitions and for Kubernetes Events.
+
+Reasons are CamelCase words that machines match on (alerts, dashboards, ``kubectl get
+events --field-selector reason=GangRestart``), so they are an API: spelled once, here,
+and never composed at runtime. A module that needs a new reason adds it here with a
+line saying when it is used; the message, not the reason, carries the specifics.
+"""
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why a condition changed or an Event was emitted."""
+
+    # --- spec and planning -------------------------------------------------------------
+    INVALID_SPEC = "InvalidSpec"  # the spec cannot work; the message names the field
+    CAPACITY_FITS = "CapacityFits"  # CapacityPlanned=True: every rank fits in memory
+    CAPACITY_EXCEEDED = "CapacityExceeded"  # CapacityPlanned=False: a rank would not fit
+
+    # --- placement and scaling ----------------------------------------------------------
+    INSUFFICIENT_NODE_GROUPS = "InsufficientNodeGroups"  # no free group for a replica
+    NODE_GROUP_INVALID = "NodeGroupInvalid"  # a group's nodes are missing or mislabelled
+    SCALING_UP = "ScalingUp"  # a replica is being added
+    SCALING_DOWN = "ScalingDown"  # the highest replica is drained and removed
+    ROLLING_UPDATE = "RollingUpdate"  # a spec change is applied replica by replica
+    RECONCILED = "Reconciled"  # Progressing=False: desired state reached
+
+    # --- replica lifecycle --------------------------------------------------------------
+    RANKS_STARTING = "RanksStarting"  # ranks are pulling, verifying or loading
+    STARTUP_TIMEOUT = "StartupTimeout"  # not ready within restartPolicy.startupGraceSeconds
+    REPLICA_READY = "ReplicaReady"  # Event: a replica started serving
+    ALL_REPLICAS_READY = "AllReplicasReady"  # Ready=True
+    REPLICAS_NOT_READY = "ReplicasNotReady"  # Ready=False: fewer ready than desired
+    SCALED_TO_ZERO = "ScaledToZero"  # Ready=False because replicas is 0
+
+    # --- failures and restarts ----------------------------------------------------------
+    RANK_FAILED = "RankFailed"  # a rank's container exited or its pod failed
+    RANK_DELETED = "RankDeleted"  # a rank's pod disappeared
+    NODE_NOT_READY = "NodeNotReady"  # a rank's node went NotReady
+    NODE_MISSING = "NodeMissing"  # a rank's node was deleted
+    GANG_RESTART = "GangRestart"  # Event: a whole replica is being restarted
+    RESTART_BACKOFF = "RestartBackoff"  # waiting before the next gang restart
+    RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"  # past maxRestartsPerHour: Degraded
+    REPLICA_DEGRADED = "ReplicaDegraded"  # Degraded=True for another replica-level cause
+    NOT_DEGRADED = "NotDegraded"  # Degraded=False
+
+    # --- proof of service ---------------------------------------------------------------
+    MODEL_FILES_VERIFIED = "ModelFilesVerified"  # ModelVerified=True
+    MODEL_INCOMPLETE = "ModelIncomplete"  # shards, index or tokenizer files missing
+    CHECKSUM_MISMATCH = "ChecksumMismatch"  # a file's hash differs from the manifest/ranks
+    VERIFICATION_PENDING = "VerificationPending"  # ModelVerified/ConfigApplied=Unknown
+    CONFIG_MATCHES = "ConfigMatches"  # ConfigApplied=True
+    CONFIG_MISMATCH = "ConfigMismatch"  # rank 0 runs with settings the spec did not ask for
+    BENCHMARK_COMPLETED = "BenchmarkCompleted"  # Event: results written to status.benchmark
+    BENCHMARK_FAILED = "BenchmarkFailed"  # Event: the benchmark job failed
+
+    # --- dependencies -------------------------------------------------------------------
+    SECRET_MISSING = "SecretMissing"  # a referenced Secret or key does not exist
+    MONITORING_UNAVAILABLE = "MonitoringUnavailable"  # monitoring CRDs absent; skipped

@@ -1,0 +1,182 @@
+"""``status``: what the operator observed, as an API other tools can rely on.
+
+Status is written only by the operator, so its models validate shape, not policy, and
+the CRD gives its fields no defaults (an absent field means "not observed yet", which a
+default would hide). Condition types are documented constants; ``Ready`` is derived from
+the others. Reasons come from :mod:`sparkllm.api.reasons`. ``benchmark`` is left open
+(its keys follow SGLang's bench_serving output, which the benchmark job owns).
+
+Condition types and what True means:
+
+- ``Ready``: every desired replica serves (rank 0 ``/health`` passes, all ranks running).
+- ``Progressing``: the operator is moving towards the spec (creating, rolling, scaling);
+  False with a reason when it cannot (e.g. ``InsufficientNodeGroups``).
+- ``Degraded``: at least one replica stopped being restarted (restart budget spent) or
+  fewer replicas than desired are ready.
+- ``ModelVerified``: every rank's model files passed the integrity check and agree.
+- ``ConfigApplied``: rank 0's ``/get_server_info`` matches the spec; nothing ignored.
+- ``CapacityPlanned``: the memory plan fits every rank in a node's memory.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import Field, StringConstraints
+
+from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
+from sparkllm.api.rules import ApiModel
+
+# metav1.Condition's reason format: CamelCase, starting with a letter.
+REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class ConditionType(StrEnum):
+    """The condition types an InferenceCluster reports (see the module docstring)."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    MODEL_VERIFIED = "ModelVerified"
+    CONFIG_APPLIED = "ConfigApplied"
+    CAPACITY_PLANNED = "CapacityPlanned"
+
+
+class Phase(StrEnum):
+    """A one-word summary of an InferenceCluster or of one replica, for humans.
+
+    Pending: nothing started (waiting for nodes or checks). Starting: ranks are loading.
+    Ready: serving. Degraded: serving below the desired level, or a replica gave up
+    restarting. Restarting: a gang restart is in progress. Failed: cannot progress
+    without a spec or cluster change (e.g. invalid spec, no node groups).
+    """
+
+    PENDING = "Pending"
+    STARTING = "Starting"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    RESTARTING = "Restarting"
+    FAILED = "Failed"
+
+
+PhaseName = Literal["Pending", "Starting", "Ready", "Degraded", "Restarting", "Failed"]
+
+
+class Condition(ApiModel):
+    """One observation of one aspect of the object (the metav1.Condition shape)."""
+
+    type: Annotated[
+        str, StringConstraints(min_length=1, max_length=MAX_LABEL_KEY, pattern=LABEL_KEY_PATTERN)
+    ] = Field(description="type of the condition, one of the documented ConditionType values.")
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="status of the condition: True, False or Unknown."
+    )
+    reason: Annotated[
+        str, StringConstraints(min_length=1, max_length=1024, pattern=REASON_PATTERN)
+    ] = Field(description="reason is a CamelCase word for the last transition, for machines.")
+    message: Annotated[str, StringConstraints(max_length=32768)] = Field(
+        default="", description="message explains the last transition, for humans."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="observedGeneration is the spec generation observed."
+    )
+    last_transition_time: datetime = Field(
+        description="lastTransitionTime is when status last changed (RFC 3339)."
+    )
+
+
+class LastRestart(ApiModel):
+    """When and why a replica was last restarted as a whole."""
+
+    time: datetime = Field(description="time of the restart (RFC 3339).")
+    reason: Annotated[str, StringConstraints(max_length=1024)] = Field(
+        description="reason is what triggered it, e.g. 'rank 1 container exited (code 137, "
+        "OOMKilled)'."
+    )
+
+
+class ReplicaStatus(ApiModel):
+    """The observed state of one replica (one pipeline of ranks)."""
+
+    index: int = Field(ge=0, description="index of the replica, from 0.")
+    nodes: tuple[NodeName, ...] = Field(
+        default=(), description="nodes running the replica's ranks, in rank order."
+    )
+    phase: PhaseName = Field(description="phase of the replica (see status.phase).")
+    ready_ranks: int = Field(default=0, ge=0, description="readyRanks is how many ranks run.")
+    restarts: int = Field(
+        default=0, ge=0, description="restarts counts gang restarts since the replica was made."
+    )
+    generation: int = Field(
+        default=0,
+        ge=0,
+        description="generation is the restart generation: incremented at each gang "
+        "restart, stamped on the ranks' pods so stale ranks are recognised.",
+    )
+    last_restart: LastRestart | None = Field(
+        default=None, description="lastRestart is the latest gang restart, if any."
+    )
+    endpoint: str | None = Field(
+        default=None, description="endpoint is rank 0's API URL, e.g. http://10.0.0.10:30000."
+    )
+    message: Annotated[str, StringConstraints(max_length=4096)] | None = Field(
+        default=None, description="message says, for humans, what the replica is doing or why."
+    )
+    restart_times: tuple[datetime, ...] = Field(
+        default=(),
+        description="restartTimes are the gang restarts of the last hour that count "
+        "against restartPolicy.maxRestartsPerHour (RFC 3339).",
+    )
+    members: tuple[Annotated[str, StringConstraints(max_length=64)], ...] = Field(
+        default=(),
+        description="members are the uids of the rank pods of the current generation, in "
+        "rank order, recorded once every rank exists; a rank pod with another uid was "
+        "replaced behind the operator's back, so the replica restarts.",
+    )
+    budget_exhausted: bool | None = Field(
+        default=None,
+        description="budgetExhausted is true when the replica spent its restart budget "
+        "and is held stopped until the spec changes or sparkllm.io/restart=now is set.",
+    )
+    node_down: bool | None = Field(
+        default=None,
+        description="nodeDown is true while a node of the replica is NotReady or missing; "
+        "the replica restarts when the node is back.",
+    )
+
+
+class InferenceClusterStatus(ApiModel):
+    """The observed state of an InferenceCluster."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="observedGeneration is the spec generation acted on."
+    )
+    phase: PhaseName | None = Field(
+        default=None,
+        description="phase summarises the object: Pending, Starting, Ready, Degraded, "
+        "Restarting or Failed.",
+    )
+    replicas: int | None = Field(
+        default=None, ge=0, description="replicas is how many replicas exist (scale subresource)."
+    )
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="readyReplicas is how many replicas serve."
+    )
+    selector: str | None = Field(
+        default=None,
+        description="selector is the label selector of the ranks' pods (scale subresource), "
+        "e.g. sparkllm.io/cluster=deepseek-v4-flash.",
+    )
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="conditions are the latest observations, one per type.",
+    )
+    replica_statuses: tuple[ReplicaStatus, ...] = Field(
+        default=(), description="replicaStatuses is one entry per existing replica, by index."
+    )
+    benchmark: dict[str, Any] | None = Field(
+        default=None,
+        description="benchmark is the latest acceptance benchmark summary (TTFT, TPOT, "
+        "end-to-end latency, throughput per scenario); its keys are open.",
+    )

@@ -1,0 +1,398 @@
+"""The engine harness: kwok runs the pod, the SGLang simulator runs the engine.
+
+Why: in the dev cluster kwok plays every kubelet. It marks pods Running but executes
+nothing, so without help no engine would ever answer, crash or turn unready. The harness
+does the part of a kubelet that matters to the operator: for each Running engine pod
+(label ``app.kubernetes.io/component=engine``) on a simulated node it runs ONE
+``python -m sparkllm.sim`` with the pod's own command line (``$(VAR)`` expanded from the
+container env and its Secrets), on the node's 127.0.0.x address; it is the readiness
+prober (the pod's Ready follows ``/health``); and it reports a simulator that dies the
+way a kubelet reports a container exit. What a kubelet would decide is ``kubelet.py``
+(pure); this module owns the threads, the processes and the API calls.
+
+Threads: the pod cache (``engine_io.PodCache``); a supervisor that reconciles
+processes against the cache every tick (0.5 s, or at once on a pod event) — level-based,
+so a missed event costs one tick, never a stray process; one prober per engine with an
+HTTP readiness probe. Only the supervisor starts or stops processes and writes status.
+
+Safety: a lock file admits one all-namespaces harness XOR any number of namespaced ones;
+simulators run in their own session (terminal signals reach only the harness) and, on
+Linux, die with the thread that started them (PR_SET_PDEATHSIG), so even a killed
+harness leaves no engine behind. ``stop()`` sends SIGTERM, waits a few seconds (the
+simulator drains for up to 5 s) and SIGKILLs what is left. Not done, on purpose:
+liveness and startup probes, resource accounting, images, volumes (docs/devcluster.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sparkllm.devcluster import engine_io, kubelet
+from sparkllm.devcluster.cluster import DevCluster
+from sparkllm.devcluster.kubelet import JSON, ContainerView
+from sparkllm.errors import ClusterAPIError, DevClusterError
+
+logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.5
+STOP_GRACE_SECONDS = 8.0  # the simulator drains in-flight requests for up to 5 s
+CONFIG_RETRY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """One engine the harness runs (a snapshot, for tests and the CLI)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    node_ip: str
+    pid: int | None  # None while the container backs off after a crash
+    ready: bool
+    restarts: int
+    log_path: Path
+
+
+@dataclass
+class _Engine:
+    """One pod's engine container, stood in for by one simulator process at a time."""
+
+    pod_key: tuple[str, str]
+    uid: str
+    node_ip: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    probe: kubelet.ReadinessProbe | None
+    view: ContainerView
+    written: ContainerView | None
+    process: subprocess.Popen[bytes] | None = None
+    prober: engine_io.Prober | None = None
+    restart_at: float = 0.0
+    kill_at: float = 0.0
+
+
+class EngineHarness:
+    """Run the simulator for every Running engine pod of the dev cluster, like a kubelet."""
+
+    def __init__(
+        self,
+        cluster: DevCluster,
+        *,
+        sim_args: Sequence[str] = (),
+        log_dir: Path | None = None,
+        namespace: str | None = None,
+        probe_interval: float = 0.5,
+        crash_backoff_seconds: float = kubelet.BACKOFF_INITIAL_SECONDS,
+    ) -> None:
+        self.cluster = cluster
+        self.sim_args = tuple(sim_args)
+        self.log_dir = log_dir or cluster.paths.state_dir / "engines"
+        self.namespace = namespace
+        self.probe_interval = probe_interval
+        self.crash_backoff_seconds = crash_backoff_seconds
+        self._engines: dict[str, _Engine] = {}
+        self._stopping: list[_Engine] = []
+        self._config_retry: dict[str, tuple[float, str]] = {}
+        self._snapshot: tuple[EngineInfo, ...] = ()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._lock = engine_io.HarnessLock(cluster.paths.state_dir, namespace=namespace)
+        self._kube: engine_io.KubeClient | None = None
+        self._cache: engine_io.PodCache | None = None
+        self._supervisor: threading.Thread | None = None
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start watching and supervising; returns once the first pod list is in."""
+        if self._supervisor is not None:
+            raise DevClusterError("engine harness already started")
+        self._lock.acquire()
+        try:
+            self._kube = engine_io.KubeClient(self.cluster.paths.kubeconfig)
+            self._cache = engine_io.PodCache(
+                self._kube, namespace=self.namespace, on_change=self._wake.set
+            )
+            self._cache.start()
+            if not self._cache.synced.wait(timeout=30):
+                raise DevClusterError("engine harness: no pod list from the API server in 30 s")
+        except BaseException:
+            self._shutdown_watch()
+            self._lock.release()
+            raise
+        self._stopped.clear()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="engine-harness", daemon=True
+        )
+        self._supervisor.start()
+        logger.info("engine harness started; simulator logs in %s", self.log_dir)
+
+    def stop(self) -> None:
+        """Stop every simulator (SIGTERM, then SIGKILL) and the threads. Idempotent."""
+        self._stopped.set()
+        self._wake.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=STOP_GRACE_SECONDS + 10)
+            self._supervisor = None
+        for engine in [*self._engines.values(), *self._stopping]:  # only if the join failed
+            _stop_prober(engine)
+            if engine.process is not None and engine.process.poll() is None:
+                engine.process.kill()
+                engine.process.wait()
+        self._engines.clear()
+        self._stopping.clear()
+        self._snapshot = ()
+        self._shutdown_watch()
+        self._lock.release()
+
+    def __enter__(self) -> EngineHarness:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def engines(self) -> tuple[EngineInfo, ...]:
+        """The engines as of the supervisor's last tick."""
+        return self._snapshot
+
+    def _shutdown_watch(self) -> None:
+        if self._cache is not None:
+            self._cache.stop()
+            self._cache = None
+        if self._kube is not None:
+            self._kube.close()
+            self._kube = None
+
+    # --- the supervisor ----------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                self._wake.wait(timeout=TICK_SECONDS)
+                self._wake.clear()
+                if self._stopped.is_set():
+                    break
+                try:
+                    self._tick()
+                except Exception:  # one bad tick must not end the harness
+                    logger.exception("engine harness tick failed; retrying")
+        finally:
+            self._stop_all()
+
+    def _tick(self) -> None:
+        assert self._cache is not None
+        pods = self._cache.snapshot()
+        for uid in list(self._engines):
+            pod = pods.get(uid)
+            if pod is None or not kubelet.should_run(pod):
+                self._retire(self._engines.pop(uid), why="pod gone" if pod is None else "pod ended")
+        self._reap_stopping()
+        self._config_retry = {u: v for u, v in self._config_retry.items() if u in pods}
+        for uid, pod in pods.items():
+            if uid not in self._engines and kubelet.should_run(pod):
+                self._launch(pod)
+        for engine in self._engines.values():  # a new engine's first status goes out now
+            self._follow(engine, pods[engine.uid])
+        self._snapshot = tuple(_info(engine) for engine in self._engines.values())
+
+    def _launch(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        uid, key = str(meta["uid"]), (str(meta["namespace"]), str(meta["name"]))
+        node_ip, container = kubelet.host_ip(pod), kubelet.engine_container(pod)
+        assert node_ip is not None
+        assert container is not None
+        if any(engine.node_ip == node_ip for engine in self._stopping):
+            return  # the node's previous engine still holds its address
+        retry_at, _ = self._config_retry.get(uid, (0.0, ""))
+        if time.monotonic() < retry_at:
+            return
+        try:
+            assert self._kube is not None
+            refs = kubelet.key_refs(container)
+            values = {ref: self._kube.read_key(ref, namespace=key[0]) for ref in refs}
+            env = kubelet.container_env(pod, container, values=values)
+        except (kubelet.ContainerConfigError, ClusterAPIError) as exc:
+            if self._config_retry.get(uid, (0.0, ""))[1] != str(exc):
+                logger.warning("engine %s/%s cannot start yet: %s", *key, exc)
+            self._config_retry[uid] = (time.monotonic() + CONFIG_RETRY_SECONDS, str(exc))
+            return
+        self._config_retry.pop(uid, None)
+        command = kubelet.command_line(container, env)
+        restarts, last = kubelet.observed_restarts(pod, str(container["name"]))
+        probe = kubelet.readiness_probe(pod, container)
+        view = ContainerView(
+            running_since=_now(), ready=probe is None, restart_count=restarts, last_terminated=last
+        )
+        engine = _Engine(
+            pod_key=key,
+            uid=uid,
+            node_ip=node_ip,
+            argv=kubelet.simulator_argv(
+                python=sys.executable, node_ip=node_ip, sim_args=self.sim_args, command=command
+            ),
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}, **env},
+            log_path=self.log_dir / f"{key[0]}_{key[1]}_{uid}.log",
+            probe=probe,
+            view=view,
+            written=None if probe else view,  # no probe: kwok's Running+Ready already says it
+        )
+        as_written = [*(container.get("command") or []), *(container.get("args") or [])]
+        sim = shlex.join(["--sim-host", node_ip, *self.sim_args])  # logged: no Secret values
+        self._run(engine, header=f"pod uid {uid}: {sim} -- {shlex.join(as_written)}")
+        self._engines[uid] = engine
+
+    def _run(self, engine: _Engine, *, header: str) -> None:
+        """Start (or restart) the simulator process and, with a probe, its prober."""
+        engine.process = engine_io.spawn_simulator(
+            engine.argv,
+            env=engine.env,
+            log_path=engine.log_path,
+            header=f"--- {_now()} engine harness: {header}",
+        )
+        if engine.probe is not None:
+            engine.prober = engine_io.Prober(
+                engine.probe, interval=self.probe_interval, on_change=self._wake.set
+            )
+            engine.prober.start()
+        pid = engine.process.pid
+        logger.info("engine %s/%s started: pid %d on %s", *engine.pod_key, pid, engine.node_ip)
+
+    def _follow(self, engine: _Engine, pod: JSON) -> None:
+        """Notice a crash, restart after back-off, follow the probe, write status."""
+        now = time.monotonic()
+        if engine.process is not None and engine.process.poll() is not None:
+            returncode, engine.process = engine.process.returncode, None
+            _stop_prober(engine)
+            backoff = kubelet.crash_backoff_seconds(
+                engine.view.restart_count + 1, initial=self.crash_backoff_seconds
+            )
+            engine.restart_at = now + backoff
+            engine.view = kubelet.after_exit(
+                engine.view, returncode=returncode, finished_at=_now(), backoff_seconds=backoff
+            )
+            logger.warning("engine %s/%s exited with %d", *engine.pod_key, returncode)
+        elif engine.process is None and now >= engine.restart_at:
+            engine.view = replace(engine.view, running_since=_now(), ready=engine.probe is None)
+            self._run(engine, header=f"restart {engine.view.restart_count}")
+        if engine.prober is not None:
+            engine.view = replace(engine.view, ready=engine.prober.ready)
+        self._write_status(engine, pod)
+
+    def _write_status(self, engine: _Engine, pod: JSON) -> None:
+        """Patch the pod status when the engine's view changed since the last write."""
+        name = _container_name(pod)
+        engine.view = kubelet.with_observed_restarts(engine.view, pod, name)
+        if engine.written is not None:  # adopting a count the pod shows is not a change
+            engine.written = kubelet.with_observed_restarts(engine.written, pod, name)
+        if engine.view == engine.written:
+            return
+        assert self._kube is not None
+        body = kubelet.status_patch(pod, name, engine.view, now=_now())
+        try:
+            self._kube.patch_pod_status(*engine.pod_key, body=body)
+        except ClusterAPIError as exc:
+            logger.warning("engine %s/%s: status write failed: %s", *engine.pod_key, exc)
+            return
+        engine.written = engine.view
+
+    # --- stopping -------------------------------------------------------------------
+
+    def _retire(self, engine: _Engine, *, why: str) -> None:
+        _stop_prober(engine)
+        if engine.process is not None and engine.process.poll() is None:
+            engine.process.terminate()
+            engine.kill_at = time.monotonic() + STOP_GRACE_SECONDS
+            self._stopping.append(engine)
+        logger.info("engine %s/%s stopping: %s", *engine.pod_key, why)
+
+    def _reap_stopping(self) -> None:
+        for engine in list(self._stopping):
+            assert engine.process is not None
+            if engine.process.poll() is not None:
+                self._stopping.remove(engine)
+                logger.info("engine %s/%s stopped", *engine.pod_key)
+            elif time.monotonic() >= engine.kill_at:
+                engine.process.kill()
+
+    def _stop_all(self) -> None:
+        for uid in list(self._engines):
+            self._retire(self._engines.pop(uid), why="harness stopping")
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for engine in self._stopping:
+            assert engine.process is not None
+            try:
+                engine.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                engine.process.kill()
+                engine.process.wait()
+        self._stopping.clear()
+        self._snapshot = ()
+
+
+def _stop_prober(engine: _Engine) -> None:
+    if engine.prober is not None:
+        engine.prober.stop()
+        engine.prober = None
+
+
+def _container_name(pod: JSON) -> str:
+    container = kubelet.engine_container(pod) or {}
+    return str(container.get("name", kubelet.ENGINE_CONTAINER))
+
+
+def _info(engine: _Engine) -> EngineInfo:
+    return EngineInfo(
+        namespace=engine.pod_key[0],
+        pod=engine.pod_key[1],
+        uid=engine.uid,
+        node_ip=engine.node_ip,
+        pid=engine.process.pid if engine.process is not None else None,
+        ready=engine.view.ready,
+        restarts=engine.view.restart_count,
+        log_path=engine.log_path,
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_engine_harness(
+    cluster: DevCluster, *, sim_args: Sequence[str] = (), namespace: str | None = None
+) -> int:
+    """``sparkllm devcluster engines``: run the harness (all namespaces) until SIGINT/SIGTERM."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="[engines] %(asctime)s %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
+    if not cluster.is_running():
+        print("[engines] the dev cluster is not running: `sparkllm devcluster up`", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in stop_signals}
+    try:
+        with EngineHarness(cluster, sim_args=sim_args, namespace=namespace):
+            print("[engines] running simulators for engine pods; Ctrl-C stops", flush=True)
+            while not stop.wait(timeout=1.0):
+                pass
+    except DevClusterError as exc:
+        print(f"[engines] {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("[engines] stopped; no simulator left running", flush=True)
+    return 0

@@ -1,0 +1,39 @@
+"""The admission gateway: the one user entry point, in front of the SGLang router (smg).
+
+It authenticates users by API key, caps input at ``max_input_tokens`` counted exactly
+with the model's tokenizer and chat template, fits ``max_tokens`` into the context
+window, limits concurrency with a bounded queue, answers every refusal in OpenAI's error
+format, streams the router's answers through, and exports ``sparkllm_gateway_*`` metrics.
+docs/gateway.md describes behaviour, configuration and errors.
+
+Modules, cheapest check first along a request's path::
+
+    config.py         GatewayConfig (env SPARKLLM_GATEWAY_* and flags)
+    app.py            ASGI routes and the order of checks
+    auth.py           user keys from a Secret directory, constant-time compare
+    admission.py      the pure forward-or-refuse decision
+      validation.py   body shape checks (400 naming the field)
+      chat_template.py  the model's Jinja chat template, as HF/SGLang render it
+      tokens.py       exact token counts and the byte bound
+    limits.py         concurrency slots, bounded FIFO queue, 429
+    proxy.py          httpx relay to the router, streaming, disconnects, 502/503/504
+    metrics.py        Prometheus families
+    replies.py        OpenAI-style error bodies
+    asgi.py           typed ASGI primitives (body reading, replies)
+    server.py         main(): uvicorn
+"""
+
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the gateway (see ``server.main``); ``argv`` defaults to ``sys.argv[1:]``.
+
+    Imported lazily so that ``sparkllm.gateway.config`` (which the operator uses to
+    render the gateway's environment) does not pull in uvicorn, httpx and tokenizers.
+    """
+    from sparkllm.gateway.server import main as serve
+
+    return serve(argv)

@@ -1,0 +1,241 @@
+"""The admission decision: forward a request (maybe with a rewritten body) or refuse it.
+
+Why a pure function of (route, body): this is the policy the deployment's safety rests
+on — no input over the cap (8,192 tokens) ever reaches the engine, and input + output
+always fits the window (12,288 tokens) — so it is decided in one place, without I/O,
+and tested with plain asserts. The ASGI shell only moves bytes.
+
+The decision, in order: parse and check the body's shape (validation.py); check the
+model name; render the chat template (chat_template.py); measure the prompt
+(tokens.py, exactly unless the byte bound already settles it); refuse input over the
+cap; then fit the output: a ``max_tokens`` / ``max_completion_tokens`` that would
+overflow the window is clamped (or refused under the ``reject`` policy), and a request
+with none gets ``default_max_tokens`` or the rest of the window. The original body
+bytes are forwarded unless something had to change.
+
+"Fits" is the engine's rule, not ours: SGLang refuses a request when
+``input + max_new_tokens >= context_length`` (tokenizer_manager._validate_one_request),
+so the output budget is ``context_length - input - 1``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sparkllm.gateway import replies, validation
+from sparkllm.gateway.chat_template import ChatTemplate, ChatTemplateError, prepare_messages
+from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
+from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
+from sparkllm.gateway.tokens import PromptSize, TokenCounter
+
+
+class Route(enum.StrEnum):
+    """The generation endpoints admission guards."""
+
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+
+
+# Output-limit fields per route; SGLang reads max_completion_tokens first for chat.
+_OUTPUT_FIELDS = {
+    Route.CHAT: ("max_completion_tokens", "max_tokens"),
+    Route.COMPLETIONS: ("max_tokens",),
+}
+_INJECTED_FIELD = "max_tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPolicy:
+    """The numbers admission enforces (a projection of GatewayConfig)."""
+
+    served_model_name: str
+    model_aliases: frozenset[str]
+    max_input_tokens: int
+    context_length: int
+    max_tokens_policy: MaxTokensPolicy
+    default_max_tokens: int | None
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> AdmissionPolicy:
+        return cls(
+            served_model_name=config.served_model_name,
+            model_aliases=frozenset(config.model_aliases),
+            max_input_tokens=config.max_input_tokens,
+            context_length=config.context_length,
+            max_tokens_policy=config.max_tokens_policy,
+            default_max_tokens=config.default_max_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """Forward ``body`` upstream. ``input_tokens`` is exact or, if not, an upper bound."""
+
+    body: bytes
+    input_tokens: int
+    input_tokens_exact: bool
+    max_output_tokens: int
+    stream: bool
+
+
+Decision = Admitted | ErrorReply
+
+
+class Admission:
+    """Decides each generation request; holds the tokenizer and template, no other state."""
+
+    def __init__(
+        self, *, policy: AdmissionPolicy, counter: TokenCounter, template: ChatTemplate
+    ) -> None:
+        self.policy = policy
+        self._counter = counter
+        self._template = template
+
+    def decide(self, route: Route, body: bytes) -> Decision:
+        """Forward (``Admitted``) or refuse (``ErrorReply``); never raises for bad input."""
+        try:
+            return self._decide(route, body)
+        except RequestRejectedError as rejection:
+            return rejection.reply
+
+    def _decide(self, route: Route, body: bytes) -> Decision:
+        payload = validation.parse_json_object(body)
+        changed = self._check_model(payload)
+        stream = validation.optional_bool(payload, "stream")
+        requested = {
+            field: value
+            for field in _OUTPUT_FIELDS[route]
+            if (value := validation.optional_positive_int(payload, field)) is not None
+        }
+        largest_output = max(requested.values(), default=self.policy.default_max_tokens)
+        # Below this size the exact count cannot change the decision (see tokens.py).
+        exact_above = -1
+        if largest_output is not None:
+            exact_above = min(self.policy.max_input_tokens, _budget(self.policy, largest_output))
+        if route is Route.CHAT:
+            size = self._measure_chat(payload, exact_above=exact_above)
+        else:
+            size = self._measure_completion(payload, exact_above=exact_above)
+        prompt_param = "messages" if route is Route.CHAT else "prompt"
+        if size.tokens > self.policy.max_input_tokens:
+            raise RequestRejectedError(self._too_long(size.tokens, param=prompt_param))
+        # With an inexact size, the bound already left room for every requested limit.
+        granted = self._fit_output(payload, requested, input_tokens=size.tokens, param=prompt_param)
+        changed = changed or granted != requested
+        return Admitted(
+            body=_serialise(payload) if changed else body,
+            input_tokens=size.tokens,
+            input_tokens_exact=size.exact,
+            max_output_tokens=next(iter(granted.values())),
+            stream=stream,
+        )
+
+    def _check_model(self, payload: dict[str, Any]) -> bool:
+        """Whether the model was an alias (rewritten to the served name)."""
+        model = validation.required(payload, "model")
+        if not isinstance(model, str):
+            validation.wrong_type("model", "a string", model)
+        if model == self.policy.served_model_name:
+            return False
+        if model in self.policy.model_aliases:
+            payload["model"] = self.policy.served_model_name
+            return True
+        raise RequestRejectedError(replies.model_not_found(model))
+
+    def _measure_chat(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
+        messages = validation.chat_messages(payload)
+        tools = validation.chat_tools(payload)
+        template_kwargs = validation.template_kwargs(payload)
+        continue_final = validation.optional_bool(payload, "continue_final_message")
+        try:
+            prepared, prefix = prepare_messages(
+                messages,
+                content_format=self._template.content_format,
+                continue_final_message=continue_final,
+            )
+            rendered = self._template.render(prepared, tools=tools, template_kwargs=template_kwargs)
+        except ChatTemplateError as exc:
+            validation.reject(
+                f"The messages cannot be formatted with this model's chat template: {exc}",
+                param="messages",
+            )
+        if prefix:  # the engine encodes the continued assistant text separately
+            tokens = sum(
+                self._measure(text, special=False, exact_above=-1, param="messages").tokens
+                for text in (rendered, prefix)
+            )
+            return PromptSize(tokens, exact=True)
+        return self._measure(rendered, special=False, exact_above=exact_above, param="messages")
+
+    def _measure_completion(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
+        sizes = [
+            PromptSize(len(prompt), exact=True)
+            if isinstance(prompt, list)
+            else self._measure(prompt, special=True, exact_above=exact_above, param="prompt")
+            for prompt in validation.completion_prompts(payload)
+        ]
+        largest = max(sizes, key=lambda size: size.tokens)
+        return PromptSize(largest.tokens, exact=all(size.exact for size in sizes))
+
+    def _measure(self, text: str, *, special: bool, exact_above: int, param: str) -> PromptSize:
+        try:
+            return self._counter.measure(text, add_special_tokens=special, exact_above=exact_above)
+        except ValueError:
+            validation.reject(
+                f"'{param}' contains invalid Unicode (an unpaired surrogate).", param=param
+            )
+
+    def _too_long(self, tokens: int, *, param: str) -> ErrorReply:
+        cap, window = self.policy.max_input_tokens, self.policy.context_length
+        return replies.context_length_exceeded(
+            f"This request's input is {tokens} tokens, over this deployment's input limit "
+            f"of {cap} tokens (the context window is {window} tokens, input and output "
+            f"together). Please shorten the input.",
+            param=param,
+        )
+
+    def _fit_output(
+        self, payload: dict[str, Any], requested: dict[str, int], *, input_tokens: int, param: str
+    ) -> dict[str, int]:
+        """The output limits to forward, written into ``payload`` when they change."""
+        window = self.policy.context_length
+        budget = _budget(self.policy, input_tokens)
+        if budget < 1:  # only when max_input_tokens is context_length - 1
+            message = (
+                f"This request's input is {input_tokens} tokens: the context window of "
+                f"{window} tokens leaves no room for an answer. Please shorten the input."
+            )
+            raise RequestRejectedError(replies.context_length_exceeded(message, param=param))
+        if not requested:
+            default = self.policy.default_max_tokens
+            granted = budget if default is None else min(default, budget)
+            payload[_INJECTED_FIELD] = granted
+            return {_INJECTED_FIELD: granted}
+        fitted = dict(requested)
+        for field, value in requested.items():
+            if value <= budget:
+                continue
+            if self.policy.max_tokens_policy is MaxTokensPolicy.REJECT:
+                message = (
+                    f"'{field}' is {value}, but the input is {input_tokens} tokens and the "
+                    f"context window is {window} tokens: at most {budget} output tokens fit. "
+                    f"Lower '{field}' or shorten the input."
+                )
+                raise RequestRejectedError(replies.context_length_exceeded(message, param=field))
+            fitted[field] = payload[field] = budget
+        return fitted
+
+
+def _budget(policy: AdmissionPolicy, tokens: int) -> int:
+    """The most tokens that may accompany ``tokens`` in the engine's window."""
+    return policy.context_length - tokens - 1
+
+
+def _serialise(payload: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:  # unpaired surrogates outside the prompt: keep them escaped
+        return json.dumps(payload, separators=(",", ":")).encode("ascii")

@@ -1,0 +1,314 @@
+"""The gateway's ASGI application: routes, and the order in which a request is checked.
+
+Why this order, cheapest refusal first: route (404/405) -> API key (401, before the body
+is even read) -> body size (413, from Content-Length when declared) -> admission (400 /
+404, a pure decision, admission.py) -> a concurrency slot (429) -> the upstream
+(proxy.py). A request that fails a check costs the engine nothing.
+
+Routes: POST /v1/chat/completions and /v1/completions (admitted), GET /v1/models
+(authenticated pass-through), GET /health (the gateway itself is alive), GET /ready
+(the upstream answers its readiness probe), GET /metrics. /health, /ready and /metrics
+need no key: Kubernetes and Prometheus call them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from sparkllm.gateway import replies
+from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
+from sparkllm.gateway.asgi import (
+    JSON_HEADERS,
+    ClientDisconnectedError,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    declared_length,
+    header,
+    read_body,
+    send_bytes,
+    send_reply,
+    wait_for_disconnect,
+)
+from sparkllm.gateway.auth import ApiKeyStore
+from sparkllm.gateway.chat_template import ChatTemplate
+from sparkllm.gateway.config import GatewayConfig
+from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
+from sparkllm.gateway.metrics import GatewayMetrics, Outcome
+from sparkllm.gateway.proxy import UpstreamClient
+from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.tokens import TokenCounter
+
+logger = logging.getLogger(__name__)
+
+# Bodies larger than this (roughly 4K tokens of English) are decided on a worker thread:
+# tokenising takes milliseconds and tokenizers releases the GIL meanwhile, so the event
+# loop keeps streaming other answers. Smaller ones are cheaper than the thread hop.
+OFFLOAD_BODY_BYTES = 16 * 1024
+_GENERATION_ROUTES = {route.value: route for route in Route}
+_GET_ROUTES = frozenset({"/v1/models", "/health", "/ready", "/metrics"})
+_FORWARDED_HEADERS = (b"accept", b"x-request-id")
+
+
+def _outcome_of(reply: ErrorReply) -> Outcome:
+    if reply.code == replies.CODE_CONTEXT_LENGTH:
+        return Outcome.REJECTED_TOO_LONG
+    if reply.status == 401:
+        return Outcome.UNAUTHORIZED
+    if reply.status == 429:
+        return Outcome.RATE_LIMITED
+    return Outcome.UPSTREAM_ERROR if reply.status >= 500 else Outcome.BAD_REQUEST
+
+
+class GatewayApp:
+    """The ASGI callable; build it with ``build_gateway_app`` (which does the I/O)."""
+
+    def __init__(
+        self,
+        *,
+        config: GatewayConfig,
+        admission: Admission,
+        keys: ApiKeyStore,
+        limiter: ConcurrencyLimiter,
+        upstream: UpstreamClient,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.config = config
+        self.admission = admission
+        self.keys = keys
+        self.limiter = limiter
+        self.upstream = upstream
+        self.metrics = metrics
+        metrics.watch_limiter(in_flight=lambda: limiter.in_flight, queued=lambda: limiter.queued)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._serve_http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._serve_lifespan(receive, send)
+
+    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.upstream.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _serve_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method, path = str(scope.get("method", "")), str(scope.get("path", ""))
+        route = _GENERATION_ROUTES.get(path)
+        response_started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal response_started
+            response_started = True
+            await send(message)
+
+        try:
+            if route is not None and method == "POST":
+                await self._serve_generation(route, scope, receive, tracking_send)
+            elif path in _GET_ROUTES and method == "GET":
+                await self._serve_get(path, scope, receive, tracking_send)
+            elif route is not None or path in _GET_ROUTES:
+                allow = "POST" if route is not None else "GET"
+                await send_reply(send, replies.method_not_allowed(method, path, allow=allow))
+            else:
+                await send_reply(send, replies.unknown_url(method, path))
+        except ClientDisconnectedError:
+            self.metrics.count_request(path, Outcome.CLIENT_CLOSED)
+        except Exception:
+            # A gateway bug: log it, and answer in OpenAI's format if nothing was sent yet.
+            logger.exception("request failed inside the gateway method=%s path=%s", method, path)
+            self.metrics.count_request(path, Outcome.UPSTREAM_ERROR)
+            if response_started:
+                raise
+            await send_reply(send, replies.internal_error())
+
+    async def _serve_get(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+        if path == "/health":
+            await send_bytes(send, status=200, body=b'{"status":"ok"}', headers=JSON_HEADERS)
+        elif path == "/ready":
+            problem = await self.upstream.probe(self.config.upstream_ready_path)
+            body, status = (
+                (b'{"status":"ready"}', 200)
+                if problem is None
+                else (b'{"status":"unavailable"}', 503)
+            )
+            if problem is not None:
+                logger.warning("not ready: upstream probe failed problem=%s", problem)
+            await send_bytes(send, status=status, body=body, headers=JSON_HEADERS)
+        elif path == "/metrics":
+            exposition, content_type = self.metrics.exposition()
+            headers = [(b"content-type", content_type.encode("ascii"))]
+            await send_bytes(send, status=200, body=exposition, headers=headers)
+        else:  # /v1/models: authenticated pass-through
+            user = self.keys.authenticate(header(scope, b"authorization"))
+            if isinstance(user, ErrorReply):
+                await send_reply(send, user)
+                self.metrics.count_request(path, Outcome.UNAUTHORIZED)
+                return
+            result = await self.upstream.relay(
+                method="GET",
+                path=path,
+                body=b"",
+                headers=self._forwarded(scope),
+                send=send,
+                receive=receive,
+            )
+            outcome = Outcome.OK if 200 <= result.status < 400 else Outcome.UPSTREAM_ERROR
+            self.metrics.count_request(
+                path, Outcome.CLIENT_CLOSED if result.client_closed else outcome
+            )
+
+    async def _serve_generation(
+        self, route: Route, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        arrived = time.perf_counter()
+        user = self.keys.authenticate(header(scope, b"authorization"))
+        if isinstance(user, ErrorReply):
+            await self._refuse(route, send, user, user_id=None)
+            return
+        decision = await self._admit(route, scope, receive)
+        if isinstance(decision, ErrorReply):
+            await self._refuse(route, send, decision, user_id=user)
+            return
+        slot = SlotResult.ACQUIRED if self.limiter.try_acquire() else await self._queue(receive)
+        if slot is None:  # the client gave up while queued
+            self.metrics.count_request(route.value, Outcome.CLIENT_CLOSED)
+            return
+        if slot is not SlotResult.ACQUIRED:
+            retry_after = self.config.retry_after_seconds
+            reply = replies.rate_limited(
+                retry_after_seconds=retry_after, queue_full=slot is SlotResult.QUEUE_FULL
+            )
+            await self._refuse(route, send, reply, user_id=user)
+            return
+        try:
+            result = await self.upstream.relay(
+                method="POST",
+                path=route.value,
+                body=decision.body,
+                headers=[(b"content-type", b"application/json"), *self._forwarded(scope)],
+                send=send,
+                receive=receive,
+            )
+        finally:
+            self.limiter.release()
+        finished = time.perf_counter()
+        if result.client_closed:
+            outcome = Outcome.CLIENT_CLOSED
+        elif result.upstream_answered and result.status < 400 and result.complete:
+            outcome = Outcome.OK
+        else:
+            outcome = Outcome.UPSTREAM_ERROR
+        self.metrics.count_request(route.value, outcome)
+        first_byte = None if result.first_byte_at is None else result.first_byte_at - arrived
+        self.metrics.observe_latency(route.value, first_byte=first_byte, total=finished - arrived)
+        logger.info(
+            "request done route=%s user=%s outcome=%s status=%d input_tokens=%d%s "
+            "max_output_tokens=%d stream=%s seconds=%.3f",
+            route.value,
+            user,
+            outcome.value,
+            result.status,
+            decision.input_tokens,
+            "" if decision.input_tokens_exact else "(bound)",
+            decision.max_output_tokens,
+            decision.stream,
+            finished - arrived,
+        )
+
+    async def _queue(self, receive: Receive) -> SlotResult | None:
+        """Wait for a slot, or None if the client disconnects first (it frees its place)."""
+        waiting = asyncio.ensure_future(self.limiter.acquire())
+        disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
+        try:
+            await asyncio.wait((waiting, disconnect), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            disconnect.cancel()
+            if not waiting.done():
+                waiting.cancel()  # the limiter passes a slot handed over meanwhile on
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+        return None if waiting.cancelled() else waiting.result()
+
+    async def _admit(self, route: Route, scope: Scope, receive: Receive) -> Admitted | ErrorReply:
+        limit = self.config.max_body_bytes
+        declared = declared_length(scope)
+        if declared is not None and declared > limit:
+            return replies.request_too_large(limit)
+        body = await read_body(receive, limit=limit)
+        if body is None:
+            return replies.request_too_large(limit)
+        started = time.perf_counter()
+        if len(body) > OFFLOAD_BODY_BYTES:
+            decision = await asyncio.to_thread(self.admission.decide, route, body)
+        else:
+            decision = self.admission.decide(route, body)
+        self.metrics.admission_seconds.observe(time.perf_counter() - started)
+        if isinstance(decision, Admitted):
+            self.metrics.observe_input_tokens(
+                decision.input_tokens, exact=decision.input_tokens_exact
+            )
+        return decision
+
+    async def _refuse(
+        self, route: Route, send: Send, reply: ErrorReply, *, user_id: str | None
+    ) -> None:
+        await send_reply(send, reply)
+        outcome = _outcome_of(reply)
+        self.metrics.count_request(route.value, outcome)
+        logger.info(
+            "request refused route=%s user=%s outcome=%s status=%d code=%s",
+            route.value,
+            user_id,
+            outcome.value,
+            reply.status,
+            reply.code,
+        )
+
+    @staticmethod
+    def _forwarded(scope: Scope) -> list[tuple[bytes, bytes]]:
+        return [
+            (name, value)
+            for name in _FORWARDED_HEADERS
+            if (value := header(scope, name)) is not None and len(value) <= 256
+        ]
+
+
+def build_gateway_app(config: GatewayConfig) -> GatewayApp:
+    """Load tokenizer, template and keys, and assemble the app; GatewayError if unusable."""
+    counter = TokenCounter.from_dir(config.tokenizer_dir)
+    template = ChatTemplate.load(
+        tokenizer_dir=config.tokenizer_dir, override_path=config.chat_template_path
+    )
+    if not counter.byte_level:
+        logger.warning("tokenizer is not a plain byte-level BPE: every prompt is tokenised")
+    key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else None
+    return GatewayApp(
+        config=config,
+        admission=Admission(
+            policy=AdmissionPolicy.from_config(config), counter=counter, template=template
+        ),
+        keys=ApiKeyStore(config.api_keys_dir),
+        limiter=ConcurrencyLimiter(
+            max_in_flight=config.max_concurrent_requests,
+            queue_size=config.queue_size,
+            timeout=config.queue_timeout_seconds,
+        ),
+        upstream=UpstreamClient(
+            base_url=config.upstream_url,
+            api_key=key,
+            connect_timeout=config.upstream_connect_timeout_seconds,
+            read_timeout=config.upstream_read_timeout_seconds,
+            max_connections=config.max_concurrent_requests + 8,
+        ),
+        metrics=GatewayMetrics(),
+    )

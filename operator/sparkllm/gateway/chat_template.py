@@ -1,0 +1,289 @@
+"""The model's chat template, rendered the way the engine renders it before tokenising.
+
+Why: the input cap counts the tokens the engine will actually process, and for chat
+requests that is the rendered template (system prompt, tool definitions, role markers,
+generation prompt), not the raw message text. Two layers are reproduced here:
+
+* Hugging Face transformers' Jinja environment (``apply_chat_template``): an
+  ``ImmutableSandboxedEnvironment`` with ``trim_blocks``/``lstrip_blocks``, the
+  ``loopcontrols`` extension, a ``{% generation %}`` block, ``raise_exception``,
+  ``strftime_now``, a ``tojson`` that does not HTML-escape, the special tokens from
+  ``tokenizer_config.json`` and ``add_generation_prompt=True``;
+* SGLang's message preparation before it calls the template
+  (``serving_chat._apply_jinja_template``): null fields dropped, ``content: null``
+  rendered as "", text parts joined with a space for templates that take string content,
+  tool-call ``arguments`` parsed from JSON, and a trailing assistant message either
+  continued (``continue_final_message``) or turned into a user turn.
+
+Rendering runs user-controlled data through a sandbox: any failure is the request's
+fault and surfaces as ``ChatTemplateError`` (a 400), never as a crash.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from sparkllm.errors import GatewayError
+
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+RESERVED_TEMPLATE_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+_SPECIAL_TOKEN_KEYS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+_TEXT_PART_TYPES = frozenset({"text", "input_text"})
+_MESSAGE_VARIABLES = frozenset({"message", "msg", "m"})
+
+Message = dict[str, Any]
+
+
+class ContentFormat(enum.StrEnum):
+    """How a template expects ``message.content`` (SGLang's detection, same names)."""
+
+    STRING = "string"  # plain text; content parts are joined with a space
+    OPENAI = "openai"  # a list of {"type": "text", "text": ...} parts
+
+
+class ChatTemplateError(ValueError):
+    """The request's messages cannot be rendered by the template (the client's fault)."""
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(
+    value: object,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(date_format: str) -> str:
+    return datetime.now().strftime(date_format)
+
+
+class _GenerationBlock(Extension):
+    """``{% generation %}...{% endgeneration %}`` renders its body (transformers' tag)."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja2 declares it a mutable set)
+
+    def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_render_body")
+        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _render_body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, loopcontrols]
+    )
+    environment.filters["tojson"] = _tojson
+    environment.globals["raise_exception"] = _raise_exception
+    environment.globals["strftime_now"] = _strftime_now
+    return environment
+
+
+def _iterates_message_content(node: nodes.Node) -> bool:
+    while isinstance(node, nodes.Filter | nodes.Test) and node.node is not None:
+        node = node.node
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+        return _iterates_message_content(node.node)
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        key = node.arg.value
+    elif isinstance(node, nodes.Getattr):
+        key = node.attr
+    else:
+        return False
+    target = node.node
+    return key == "content" and isinstance(target, nodes.Name) and target.name in _MESSAGE_VARIABLES
+
+
+def detect_content_format(source: str) -> ContentFormat:
+    """OPENAI if the template loops over ``message.content`` (or is multimodal), else STRING."""
+    if any(word in source for word in ("image", "audio", "video", "vision")):
+        return ContentFormat.OPENAI
+    tree = _environment().parse(source)
+    loops = tree.find_all(nodes.For)
+    if any(_iterates_message_content(loop.iter) for loop in loops):
+        return ContentFormat.OPENAI
+    return ContentFormat.STRING
+
+
+def _token_text(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _special_tokens(config: Mapping[str, Any]) -> dict[str, Any]:
+    tokens: dict[str, Any] = {}
+    for key in _SPECIAL_TOKEN_KEYS:
+        text = _token_text(config.get(key))
+        if text is not None:
+            tokens[key] = text
+    extra = config.get("additional_special_tokens")
+    if isinstance(extra, list):
+        tokens["additional_special_tokens"] = [
+            text for text in map(_token_text, extra) if text is not None
+        ]
+    return tokens
+
+
+def _template_sources(config: Mapping[str, Any]) -> dict[str, str]:
+    template = config.get("chat_template")
+    if isinstance(template, str):
+        return {"default": template}
+    if isinstance(template, list):
+        return {
+            str(item["name"]): str(item["template"])
+            for item in template
+            if isinstance(item, Mapping) and "name" in item and "template" in item
+        }
+    return {}
+
+
+class ChatTemplate:
+    """A compiled chat template (plus its optional ``tool_use`` variant) and special tokens."""
+
+    def __init__(self, sources: Mapping[str, str], *, special_tokens: Mapping[str, Any]) -> None:
+        if "default" not in sources:
+            raise GatewayError("the chat template has no 'default' variant")
+        environment = _environment()
+        try:
+            self._templates = {name: environment.from_string(src) for name, src in sources.items()}
+        except jinja2.TemplateError as exc:
+            raise GatewayError(f"the chat template does not compile: {exc}") from exc
+        self.content_format = detect_content_format(sources["default"])
+        self._special_tokens = dict(special_tokens)
+
+    @classmethod
+    def load(cls, *, tokenizer_dir: Path, override_path: Path | None = None) -> ChatTemplate:
+        """Read the template as the engine would: override file, chat_template.jinja, config."""
+        config_path = tokenizer_dir / TOKENIZER_CONFIG_FILE
+        separate_file = tokenizer_dir / CHAT_TEMPLATE_FILE
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+            if not isinstance(config, dict):
+                raise GatewayError(f"{config_path} is not a JSON object")
+            sources = _template_sources(config)
+            if override_path is not None:
+                sources = {"default": override_path.read_text(encoding="utf-8")}
+            elif separate_file.is_file():
+                sources = {"default": separate_file.read_text(encoding="utf-8")}
+        except (OSError, ValueError) as exc:
+            raise GatewayError(f"cannot read the chat template: {exc}") from exc
+        if not sources:
+            raise GatewayError(
+                f"no chat template: {config_path} has no chat_template and no "
+                f"{CHAT_TEMPLATE_FILE} or chat_template_path was given"
+            )
+        return cls(sources, special_tokens=_special_tokens(config))
+
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        template_kwargs: Mapping[str, Any],
+    ) -> str:
+        """The prompt text for ``messages`` with the generation prompt appended."""
+        template = self._templates.get("tool_use") if tools else None
+        template = template or self._templates["default"]
+        variables = {**self._special_tokens, **template_kwargs}
+        try:
+            return template.render(
+                messages=messages,
+                tools=tools,
+                documents=None,
+                add_generation_prompt=True,
+                **variables,
+            )
+        except Exception as exc:  # anything the template raises is due to the input
+            raise ChatTemplateError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _joined_text(parts: Sequence[Any]) -> str:
+    return " ".join(str(part["text"]) for part in parts if part.get("type") in _TEXT_PART_TYPES)
+
+
+def prepare_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    content_format: ContentFormat,
+    continue_final_message: bool,
+) -> tuple[list[Message], str]:
+    """SGLang's message preparation; returns the messages and an assistant prefix.
+
+    Expects shapes already validated by admission (objects with a string role; content a
+    string, null or a list of text parts; reasoning parts are left out, as SGLang does).
+    Raises ChatTemplateError for tool-call arguments that are not a JSON object, as the
+    engine does.
+    """
+    prepared: list[Message] = []
+    for original in messages:
+        message = {key: value for key, value in original.items() if value is not None}
+        content = message.get("content", "")
+        if isinstance(content, list):
+            if content_format is ContentFormat.STRING or message.get("role") == "tool":
+                content = _joined_text(content)
+            else:
+                content = [
+                    {"type": "text", "text": part["text"]}
+                    for part in content
+                    if part.get("type") in _TEXT_PART_TYPES
+                ]
+        message["content"] = content
+        if message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list):
+            message["tool_calls"] = [_parsed_tool_call(call) for call in message["tool_calls"]]
+        prepared.append(message)
+    prefix = ""
+    if prepared and prepared[-1].get("role") == "assistant":
+        last_content = prepared[-1]["content"]
+        if isinstance(last_content, str):
+            if continue_final_message:
+                prefix = last_content
+                prepared.pop()
+            else:
+                prepared[-1] = {"role": "user", "content": last_content}
+    return prepared, prefix
+
+
+def _parsed_tool_call(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except (ValueError, RecursionError) as exc:
+        raise ChatTemplateError("tool call function.arguments must be valid JSON") from exc
+    if not isinstance(arguments, dict):
+        raise ChatTemplateError("tool call function.arguments must be a JSON object")
+    return {**call, "function": {**function, "arguments": arguments}}

@@ -1,0 +1,222 @@
+"""The gateway's configuration: one frozen model, read from environment and command line.
+
+Why this shape: the operator renders the gateway Deployment with environment variables
+(secrets arrive through ``secretKeyRef``, never as flags visible in ``ps``), while people
+running it by hand prefer flags. Both land in one validated, immutable ``GatewayConfig``,
+so the rest of the gateway never re-checks a number. Precedence: command line over
+environment (``SPARKLLM_GATEWAY_<FIELD>``) over defaults. An empty environment variable
+counts as unset, because Kubernetes manifests often template optional values as "".
+Every flag is derived from the model's fields, so a field, its variable and its flag can
+never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sparkllm.errors import GatewayError
+
+ENV_PREFIX = "SPARKLLM_GATEWAY_"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class MaxTokensPolicy(enum.StrEnum):
+    """What to do when a request asks for more output than the window has left."""
+
+    CLAMP = "clamp"  # lower max_tokens to what fits and forward
+    REJECT = "reject"  # answer 400 context_length_exceeded
+
+
+class GatewayConfig(BaseModel):
+    """Everything the admission gateway needs; see docs/gateway.md for the full table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    upstream_url: str = Field(
+        "http://127.0.0.1:30080",
+        description="Base URL of the SGLang model gateway router (smg) behind this gateway.",
+    )
+    listen_host: str = Field("0.0.0.0", description="Address to listen on.")
+    listen_port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
+    served_model_name: str = Field(
+        min_length=1, description="The one model name accepted in requests (404 otherwise)."
+    )
+    model_aliases: tuple[str, ...] = Field(
+        (),
+        description="Other accepted model names (comma-separated); rewritten to the served name.",
+    )
+    max_input_tokens: int = Field(
+        8192, ge=1, description="Input cap in tokens (rendered prompt, template included)."
+    )
+    context_length: int = Field(
+        12288, ge=2, description="The engine's hard window: input + output tokens."
+    )
+    max_tokens_policy: MaxTokensPolicy = Field(
+        MaxTokensPolicy.CLAMP,
+        description="clamp: lower max_tokens to what fits; reject: 400 instead.",
+    )
+    default_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="max_tokens when the client sends none (unset: the rest of the window).",
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, description="Requests in flight to the upstream at once."
+    )
+    queue_size: int = Field(
+        32, ge=0, description="Requests waiting for a slot beyond that; more get 429 at once."
+    )
+    queue_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest wait in the queue before 429 with Retry-After."
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 beyond)."
+    )
+    api_keys_dir: Path = Field(
+        description="Directory of user keys (a mounted Secret): one file per user, name = user id."
+    )
+    tokenizer_dir: Path = Field(
+        description="Directory with tokenizer.json and tokenizer_config.json (chat_template)."
+    )
+    chat_template_path: Path | None = Field(
+        None, description="A Jinja chat template file overriding the tokenizer config's."
+    )
+    upstream_api_key: SecretStr | None = Field(
+        None, description="Bearer key for the upstream (replaces the user's key). Prefer env."
+    )
+    upstream_connect_timeout_seconds: float = Field(
+        5.0, gt=0, description="Timeout to connect to the upstream."
+    )
+    upstream_read_timeout_seconds: float = Field(
+        900.0, gt=0, description="Longest silence from the upstream while waiting or streaming."
+    )
+    upstream_ready_path: str = Field(
+        "/readiness", description="Upstream path probed by /ready (2xx = ready)."
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Also serve /metrics on this port (unset: main port only).",
+    )
+    log_level: str = Field("info", description="Log level: " + ", ".join(LOG_LEVELS) + ".")
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _split_aliases(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(alias.strip() for alias in value.split(",") if alias.strip())
+        return value
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _check_upstream_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.query or parts.fragment:
+            raise ValueError("must not carry a query or fragment")
+        return value.rstrip("/")
+
+    @field_validator("upstream_ready_path")
+    @classmethod
+    def _check_ready_path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
+
+    @model_validator(mode="after")
+    def _check_windows(self) -> GatewayConfig:
+        if self.max_input_tokens >= self.context_length:
+            raise ValueError(
+                f"max_input_tokens ({self.max_input_tokens}) must be < context_length "
+                f"({self.context_length}): the window must leave room for the answer"
+            )
+        if self.default_max_tokens is not None and self.default_max_tokens >= self.context_length:
+            raise ValueError(
+                f"default_max_tokens ({self.default_max_tokens}) must be < context_length "
+                f"({self.context_length})"
+            )
+        if self.metrics_port is not None and self.metrics_port == self.listen_port:
+            raise ValueError(f"metrics_port must differ from listen_port ({self.listen_port})")
+        if self.served_model_name in self.model_aliases:
+            raise ValueError("model_aliases must not repeat served_model_name")
+        return self
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """Retry-After on 429: the queue timeout, rounded up, at least one second."""
+        return max(1, int(-(-self.queue_timeout_seconds // 1)))
+
+
+def env_var_name(field: str) -> str:
+    """The environment variable that sets ``field``."""
+    return ENV_PREFIX + field.upper()
+
+
+def build_argument_parser() -> argparse.ArgumentParser:
+    """One ``--field-name`` flag per config field; values are validated by the model."""
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkllm.gateway",
+        description="sparkllm admission gateway: auth, token cap and limits in front of smg.",
+        epilog=f"Every flag can also be set as {ENV_PREFIX}<FIELD_NAME> in the environment.",
+    )
+    for name, field in GatewayConfig.model_fields.items():
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=field.description,
+        )
+    return parser
+
+
+def load_gateway_config(
+    argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> GatewayConfig:
+    """Merge environment and command line into a validated config, or raise GatewayError.
+
+    A malformed command line exits like every argparse program (status 2); an unknown
+    ``SPARKLLM_GATEWAY_*`` variable is an error, so a typo cannot be silently ignored.
+    """
+    raw: dict[str, Any] = {}
+    for key, value in (environ or {}).items():
+        if not key.startswith(ENV_PREFIX) or value == "":
+            continue
+        field = key[len(ENV_PREFIX) :].lower()
+        if field not in GatewayConfig.model_fields:
+            raise GatewayError(f"unknown gateway setting in environment: {key}")
+        raw[field] = value
+    flags = build_argument_parser().parse_args(list(argv) if argv is not None else [])
+    raw.update(vars(flags))
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'config'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise GatewayError(f"invalid gateway configuration: {problems}") from exc

@@ -1,0 +1,138 @@
+"""Prometheus metrics of the admission gateway (``sparkllm_gateway_*``).
+
+Why these: they answer the operator's questions about the front door — how many requests
+are refused and why (outcome), how long prompts are (the cap's headroom), what admission
+itself costs (its budget is a millisecond), how long users wait for the first byte and
+for the whole answer, and how full the concurrency limit and its queue are. Labels are
+a small fixed set (route x outcome); user ids are deliberately not labels (unbounded).
+
+Each gateway owns its registry, so several can live in one process (tests) and the
+default registry's process metrics stay out of the way. Label children are created up
+front: every series exists from the first scrape, and the hot path skips the label
+lookup.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "sparkllm_gateway_"
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "other")
+GENERATION_ROUTES = ROUTES[:2]
+
+_TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192, 12288, 16384, 32768, 65536)
+_ADMISSION_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+)
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
+
+
+class Outcome(enum.StrEnum):
+    """How a request ended (the ``outcome`` label)."""
+
+    OK = "ok"
+    REJECTED_TOO_LONG = "rejected_too_long"
+    UNAUTHORIZED = "unauthorized"
+    RATE_LIMITED = "rate_limited"
+    BAD_REQUEST = "bad_request"
+    UPSTREAM_ERROR = "upstream_error"
+    CLIENT_CLOSED = "client_closed"
+
+
+class GatewayMetrics:
+    """The gateway's metric families in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        requests = Counter(
+            PREFIX + "requests",
+            "Requests by route and outcome.",
+            ["route", "outcome"],
+            registry=self.registry,
+        )
+        self._requests = {
+            (route, outcome): requests.labels(route, outcome.value)
+            for route in ROUTES
+            for outcome in Outcome
+        }
+        input_tokens = Histogram(
+            PREFIX + "input_tokens",
+            "Prompt tokens (template included) of admitted requests; "
+            "kind=upper_bound when the byte bound made the exact count unnecessary.",
+            ["kind"],
+            buckets=_TOKEN_BUCKETS,
+            registry=self.registry,
+        )
+        self._input_tokens = {exact: input_tokens.labels(kind) for exact, kind in _KINDS.items()}
+        self.admission_seconds = Histogram(
+            PREFIX + "admission_duration_seconds",
+            "Time to decide a generation request (parse, render, count), in seconds.",
+            buckets=_ADMISSION_BUCKETS,
+            registry=self.registry,
+        )
+        ttft = Histogram(
+            PREFIX + "time_to_first_byte_seconds",
+            "From request arrival to the upstream's response headers (TTFT for streams).",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._ttft = {route: ttft.labels(route) for route in GENERATION_ROUTES}
+        e2e = Histogram(
+            PREFIX + "request_duration_seconds",
+            "From request arrival to the last byte sent to the client (E2E).",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._e2e = {route: e2e.labels(route) for route in GENERATION_ROUTES}
+        self.in_flight = Gauge(
+            PREFIX + "in_flight_requests",
+            "Generation requests holding a slot (being served upstream).",
+            registry=self.registry,
+        )
+        self.queued = Gauge(
+            PREFIX + "queued_requests",
+            "Generation requests waiting for a slot.",
+            registry=self.registry,
+        )
+
+    def watch_limiter(self, *, in_flight: Callable[[], float], queued: Callable[[], float]) -> None:
+        """Read the gauges from the limiter at scrape time (no hot-path cost)."""
+        self.in_flight.set_function(in_flight)
+        self.queued.set_function(queued)
+
+    def count_request(self, route: str, outcome: Outcome) -> None:
+        """One finished request (``route`` outside ROUTES counts as "other")."""
+        child = self._requests.get((route, outcome)) or self._requests[("other", outcome)]
+        child.inc()
+
+    def observe_input_tokens(self, tokens: int, *, exact: bool) -> None:
+        self._input_tokens[exact].observe(tokens)
+
+    def observe_latency(self, route: str, *, first_byte: float | None, total: float) -> None:
+        """Seconds to the first upstream byte (if any came) and to the end."""
+        if first_byte is not None:
+            self._ttft[route].observe(first_byte)
+        self._e2e[route].observe(total)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+_KINDS = {True: "exact", False: "upper_bound"}

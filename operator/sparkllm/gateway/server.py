@@ -1,0 +1,76 @@
+"""Serving the gateway: configuration, logging, optional metrics port, uvicorn.
+
+Why separate from app.py: this is the only place with process-wide effects (argv, the
+environment, logging setup, a listening socket), so the app itself stays importable and
+testable without them. Exit status: 2 for a bad configuration, 1 when the tokenizer,
+template or key directory cannot be loaded. On SIGTERM/SIGINT uvicorn stops accepting,
+lets in-flight requests finish, runs the lifespan shutdown (closing the upstream pool),
+then re-raises the signal, so the process ends with the usual signal status (143/130).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+from prometheus_client import start_http_server
+
+from sparkllm.errors import GatewayError
+from sparkllm.gateway.app import build_gateway_app
+from sparkllm.gateway.config import load_gateway_config
+
+logger = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gateway until SIGTERM/SIGINT; ``argv`` defaults to ``sys.argv[1:]``.
+
+    Returns 2 for a bad configuration, 1 if the model files or keys cannot be loaded,
+    0 if the server stops without a signal.
+    """
+    try:
+        config = load_gateway_config(sys.argv[1:] if argv is None else argv, environ=os.environ)
+    except GatewayError as exc:
+        print(f"sparkllm gateway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        app = build_gateway_app(config)
+    except GatewayError as exc:
+        logger.error("gateway cannot start: %s", exc)
+        return 1
+    if config.metrics_port is not None:
+        registry = app.metrics.registry
+        start_http_server(config.metrics_port, addr=config.listen_host, registry=registry)
+    logger.info(
+        "gateway listening host=%s port=%d upstream=%s model=%s max_input_tokens=%d "
+        "context_length=%d max_concurrent_requests=%d",
+        config.listen_host,
+        config.listen_port,
+        config.upstream_url,
+        config.served_model_name,
+        config.max_input_tokens,
+        config.context_length,
+        config.max_concurrent_requests,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.listen_host,
+            port=config.listen_port,
+            http="h11",
+            loop="asyncio",
+            lifespan="on",
+            access_log=False,
+            server_header=False,
+            log_level=config.log_level,
+            log_config=None,
+        )
+    )
+    server.run()
+    return 0

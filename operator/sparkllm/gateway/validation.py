@@ -1,0 +1,226 @@
+"""Shape checks for OpenAI request bodies: each failure is a 400 that names the field.
+
+Why here and not in the engine: a malformed request should cost the deployment nothing,
+and the client should learn exactly which field is wrong (``param`` in the error body),
+in OpenAI's vocabulary. Only what admission relies on is checked (model, output limits,
+the prompt and what the chat template reads); every other field passes through to the
+engine untouched, so new OpenAI or SGLang parameters need no gateway change.
+
+All functions are pure and raise ``RequestRejectedError`` carrying the reply.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from sparkllm.gateway import replies
+from sparkllm.gateway.chat_template import RESERVED_TEMPLATE_VARIABLES
+from sparkllm.gateway.replies import RequestRejectedError
+
+_TEXT_PART_TYPES = frozenset({"text", "input_text"})
+_REASONING_PART_TYPES = frozenset({"thinking", "reasoning"})
+_TOOL_CHOICE_WORDS = frozenset({"none", "auto", "required"})
+
+
+def reject(message: str, *, param: str | None, code: str = replies.CODE_INVALID_VALUE) -> NoReturn:
+    """Stop admission with a 400 naming ``param``."""
+    raise RequestRejectedError(replies.invalid_request(message, param=param, code=code))
+
+
+def _type_name(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+        type(value), "null" if value is None else "number"
+    )
+
+
+def wrong_type(param: str, expected: str, value: object) -> NoReturn:
+    """Stop admission with a 400 for a field of the wrong JSON type."""
+    reject(
+        f"'{param}' must be {expected}, got {_type_name(value)}.",
+        param=param,
+        code=replies.CODE_INVALID_TYPE,
+    )
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object (strict JSON: no NaN/Infinity)."""
+    try:
+        payload = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        reject(
+            f"We could not parse the JSON body of your request ({exc}).",
+            param=None,
+            code=replies.CODE_INVALID_JSON,
+        )
+    if not isinstance(payload, dict):
+        wrong_type("body", "a JSON object", payload)
+    return payload
+
+
+def required(payload: Mapping[str, Any], param: str) -> Any:
+    """The value of a required field (absent or null is a 400)."""
+    value = payload.get(param)
+    if value is None:
+        reject(
+            f"Missing required parameter: '{param}'.",
+            param=param,
+            code=replies.CODE_MISSING_PARAMETER,
+        )
+    return value
+
+
+def optional_bool(payload: Mapping[str, Any], param: str) -> bool:
+    """A boolean flag, False when absent or null."""
+    value = payload.get(param)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        wrong_type(param, "a boolean", value)
+    return value
+
+
+def optional_positive_int(payload: Mapping[str, Any], param: str) -> int | None:
+    """An integer >= 1, or None when absent or null."""
+    value = payload.get(param)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        wrong_type(param, "an integer", value)
+    if value < 1:
+        reject(f"'{param}' must be at least 1, got {value}.", param=param)
+    return value
+
+
+def _check_content(content: object, *, param: str) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        wrong_type(param, "a string, an array of content parts or null", content)
+    for index, part in enumerate(content):
+        part_param = f"{param}[{index}]"
+        if not isinstance(part, dict):
+            wrong_type(part_param, "a content part object", part)
+        if part.get("type") in _REASONING_PART_TYPES:
+            continue  # SGLang accepts them and leaves them out of the prompt
+        if part.get("type") not in _TEXT_PART_TYPES:
+            reject(
+                f"Only text content parts are supported; {part_param}.type is "
+                f"{json.dumps(part.get('type'))}.",
+                param=f"{part_param}.type",
+            )
+        if not isinstance(part.get("text"), str):
+            wrong_type(f"{part_param}.text", "a string", part.get("text"))
+
+
+def chat_messages(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``messages``: a non-empty array of objects with a string role and text content."""
+    messages = required(payload, "messages")
+    if not isinstance(messages, list):
+        wrong_type("messages", "an array", messages)
+    if not messages:
+        reject("'messages' must contain at least one message.", param="messages")
+    for index, message in enumerate(messages):
+        param = f"messages[{index}]"
+        if not isinstance(message, dict):
+            wrong_type(param, "an object", message)
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            if role is None:
+                reject(
+                    f"Missing required parameter: '{param}.role'.",
+                    param=f"{param}.role",
+                    code=replies.CODE_MISSING_PARAMETER,
+                )
+            wrong_type(f"{param}.role", "a non-empty string", role)
+        _check_content(message.get("content"), param=f"{param}.content")
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, list):
+            wrong_type(f"{param}.tool_calls", "an array", tool_calls)
+    return messages
+
+
+def chat_tools(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The tool definitions the template renders, honouring ``tool_choice`` like SGLang."""
+    tools = payload.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        wrong_type("tools", "an array", tools)
+    for index, tool in enumerate(tools):
+        param = f"tools[{index}]"
+        if not isinstance(tool, dict):
+            wrong_type(param, "an object", tool)
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            wrong_type(f"{param}.function", "an object", function)
+        if not isinstance(function.get("name"), str):
+            wrong_type(f"{param}.function.name", "a string", function.get("name"))
+    choice = payload.get("tool_choice")
+    if choice is None or (isinstance(choice, str) and choice in _TOOL_CHOICE_WORDS):
+        return tools if tools and choice != "none" else None
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if isinstance(name, str):
+            return [tool for tool in tools if tool["function"]["name"] == name] or None
+    reject(
+        "'tool_choice' must be 'none', 'auto', 'required' or "
+        '{"type": "function", "function": {"name": ...}}.',
+        param="tool_choice",
+    )
+
+
+def template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Extra template variables: ``reasoning_effort`` and ``chat_template_kwargs``."""
+    kwargs: dict[str, Any] = {}
+    effort = payload.get("reasoning_effort")
+    if effort is not None:
+        if not isinstance(effort, str):
+            wrong_type("reasoning_effort", "a string", effort)
+        kwargs["reasoning_effort"] = effort
+    extra = payload.get("chat_template_kwargs")
+    if extra is None:
+        return kwargs
+    if not isinstance(extra, dict):
+        wrong_type("chat_template_kwargs", "an object", extra)
+    for key in extra:
+        if key in RESERVED_TEMPLATE_VARIABLES or not key.isidentifier():
+            reject(
+                f"'chat_template_kwargs' may not set {json.dumps(key)}.",
+                param="chat_template_kwargs",
+            )
+    kwargs.update(extra)
+    return kwargs
+
+
+def completion_prompts(payload: Mapping[str, Any]) -> list[str | list[int]]:
+    """``prompt``: a string, an array of strings, token ids, or arrays of token ids."""
+    prompt = required(payload, "prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if not isinstance(prompt, list) or not prompt:
+        reject(
+            "'prompt' must be a string, a non-empty array of strings, an array of token "
+            "ids or an array of token-id arrays.",
+            param="prompt",
+            code=replies.CODE_INVALID_TYPE,
+        )
+    if all(_is_token_id(item) for item in prompt):
+        return [prompt]
+    prompts: list[str | list[int]] = []
+    for index, item in enumerate(prompt):
+        is_token_ids = isinstance(item, list) and item and all(map(_is_token_id, item))
+        if isinstance(item, str) or is_token_ids:
+            prompts.append(item)
+        else:
+            wrong_type(f"prompt[{index}]", "a string or a non-empty array of token ids", item)
+    return prompts
+
+
+def _is_token_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

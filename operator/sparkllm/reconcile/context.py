@@ -1,0 +1,108 @@
+"""The operator's runtime state, handed to every kopf handler as ``memo``.
+
+One KubeAPI client, one reconciler, one coalescer, and the small index that turns a
+node event into the InferenceClusters it concerns (those whose replicas run on the
+node, and those waiting for nodes to place a replica). Node events come with every
+heartbeat; only a change in what the operator reads (readiness, address, labels)
+triggers passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from sparkllm.reconcile.events import EventSink, KopfEvents
+from sparkllm.reconcile.kube import KubeAPI, load_configuration
+from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
+from sparkllm.reconcile.triggers import Coalescer
+from sparkllm.render.placement import NodeFacts
+
+
+@dataclass
+class OperatorContext:
+    """Shared by all handlers (kopf copies memo shallowly: the members are shared)."""
+
+    kubeconfig: str | None = None
+    events: EventSink = field(default_factory=KopfEvents)
+    _runtime: dict[str, object] = field(default_factory=dict)
+    _node_users: dict[str, set[Key]] = field(default_factory=dict)
+    _waiting: set[Key] = field(default_factory=set)
+    _node_facts: dict[str, NodeFacts] = field(default_factory=dict)
+    known: set[Key] = field(default_factory=set)
+    resync_seconds: float = 60.0
+
+    async def start(self) -> None:
+        api = KubeAPI(load_configuration(self.kubeconfig))
+        reconciler = ClusterReconciler(api, events=self.events)
+        self._runtime["api"] = api
+        self._runtime["reconciler"] = reconciler
+        self._runtime["coalescer"] = Coalescer(action=self._pass)
+        self._runtime["resync"] = asyncio.get_running_loop().create_task(self._resync())
+
+    async def _resync(self) -> None:
+        """Safety net: a pass per known cluster every ``resync_seconds`` (reads only)."""
+        while True:
+            await asyncio.sleep(self.resync_seconds)
+            for key in list(self.known):
+                self.trigger(key)
+
+    async def stop(self) -> None:
+        resync = self._runtime.get("resync")
+        if isinstance(resync, asyncio.Task):
+            resync.cancel()
+        api = self._runtime.get("api")
+        if isinstance(api, KubeAPI):
+            await api.aclose()
+
+    @property
+    def coalescer(self) -> Coalescer:
+        value = self._runtime["coalescer"]
+        assert isinstance(value, Coalescer)
+        return value
+
+    @property
+    def reconciler(self) -> ClusterReconciler:
+        value = self._runtime["reconciler"]
+        assert isinstance(value, ClusterReconciler)
+        return value
+
+    async def _pass(self, key: Key) -> None:
+        outcome: PassOutcome = await self.reconciler.reconcile(key)
+        for users in self._node_users.values():
+            users.discard(key)
+        for node in outcome.nodes:
+            self._node_users.setdefault(node, set()).add(key)
+        if outcome.waiting_for_nodes:
+            self._waiting.add(key)
+        else:
+            self._waiting.discard(key)
+        if outcome.retry_after is not None:
+            self.coalescer.trigger_later(key, max(outcome.retry_after, 0.05))
+
+    async def reconcile_now(self, key: Key) -> None:
+        await self.coalescer.run(key)
+
+    def trigger(self, key: Key) -> None:
+        if "coalescer" in self._runtime:
+            self.coalescer.trigger(key)
+
+    def forget(self, key: Key) -> None:
+        self.known.discard(key)
+        self._waiting.discard(key)
+        for users in self._node_users.values():
+            users.discard(key)
+        if "coalescer" in self._runtime:
+            self.coalescer.forget(key)
+
+    def node_changed(self, name: str, facts: NodeFacts | None) -> None:
+        """Trigger the clusters a node change concerns; ignore heartbeat-only updates."""
+        before = self._node_facts.get(name)
+        if facts is None:
+            self._node_facts.pop(name, None)
+        else:
+            self._node_facts[name] = facts
+        if before == facts:
+            return
+        for key in self._node_users.get(name, set()) | self._waiting:
+            self.trigger(key)

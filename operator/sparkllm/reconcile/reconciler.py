@@ -1,0 +1,459 @@
+"""One level-based reconcile pass of an InferenceCluster: read, decide, apply, report.
+
+The same pass runs for every trigger — operator start, create, spec change, a rank pod
+or node changing, a timer — and reads everything fresh, so it converges from any state,
+including a half-finished restart left by an operator that died. It reads as a list of
+steps: load and validate the object, observe nodes and owned objects, place replicas on
+node groups, decide per replica (run, gang-restart, wait, hold), render the desired
+objects, apply only those that differ, prune what is no longer desired, and write status
+only when it changed. A pass with nothing to do makes no write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sparkllm.api import (
+    API_VERSION,
+    KIND,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    InferenceCluster,
+    Phase,
+    Reason,
+    validate_inference_cluster,
+)
+from sparkllm.errors import SpecError
+from sparkllm.reconcile import metrics
+from sparkllm.reconcile.events import EventSink
+from sparkllm.reconcile.kube import JSON, KubeAPI, kind_of, lookup_kind
+from sparkllm.reconcile.observe import observe_replica
+from sparkllm.reconcile.restarts import Action, Decision, History, decide
+from sparkllm.reconcile.secrets import ensure_engine_key
+from sparkllm.reconcile.status import ClusterReport, ReplicaReport, derive_status
+from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
+from sparkllm.render.names import (
+    ANNOTATION_RESTART,
+    ANNOTATION_TEMPLATE_HASH,
+    LABEL_GENERATION,
+    LABEL_NODE_GROUP,
+    cluster_selector,
+)
+from sparkllm.render.objects import is_current
+from sparkllm.render.placement import NodeFacts, assign_groups, discover_groups, node_facts
+from sparkllm.render.ranks import pod_template_hash
+
+IC = lookup_kind(API_VERSION, KIND)
+STS = lookup_kind("apps/v1", "StatefulSet")
+SVC = lookup_kind("v1", "Service")
+POD = lookup_kind("v1", "Pod")
+NODE = lookup_kind("v1", "Node")
+PRUNABLE = (STS, SVC)
+
+Key = tuple[str, str]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@dataclass
+class Observed:
+    """Everything one pass reads from the API server."""
+
+    nodes: dict[str, NodeFacts]
+    statefulsets: list[JSON]
+    pods: list[JSON]
+    services: list[JSON]
+
+    def by_replica(self, items: Sequence[JSON], index: int) -> list[JSON]:
+        return [o for o in items if _label(o, LABEL_REPLICA) == str(index)]
+
+
+@dataclass
+class PassOutcome:
+    """What the pass wants from its caller: when to look again, which nodes it uses."""
+
+    retry_after: float | None = None
+    nodes: set[str] = field(default_factory=set)
+    waiting_for_nodes: bool = False
+
+
+def _label(obj: Mapping[str, Any], key: str) -> str | None:
+    value = (obj["metadata"].get("labels") or {}).get(key)
+    return None if value is None else str(value)
+
+
+def _template_generation(sts: Mapping[str, Any]) -> int:
+    labels = sts["spec"]["template"]["metadata"].get("labels") or {}
+    value = str(labels.get(LABEL_GENERATION, "0"))
+    return int(value) if value.isdigit() else 0
+
+
+def _parse_times(values: Sequence[str]) -> tuple[datetime, ...]:
+    return tuple(datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values)
+
+
+def _history(previous: Mapping[str, Any] | None, *, reset_budget: bool) -> History:
+    if not previous:
+        return History()
+    return History(
+        restarts=int(previous.get("restarts", 0)),
+        restart_times=() if reset_budget else _parse_times(previous.get("restartTimes") or []),
+        members=tuple(previous.get("members") or ()),
+        exhausted=False if reset_budget else bool(previous.get("budgetExhausted", False)),
+        node_down=bool(previous.get("nodeDown", False)),
+    )
+
+
+class ClusterReconciler:
+    """Reconcile InferenceClusters through one KubeAPI, posting Events to ``events``."""
+
+    def __init__(
+        self, api: KubeAPI, *, events: EventSink, clock: Callable[[], datetime] = utcnow
+    ) -> None:
+        self.api = api
+        self.events = events
+        self.clock = clock
+
+    async def reconcile(self, key: Key) -> PassOutcome:
+        namespace, name = key
+        obj = await self.api.get(IC, name, namespace)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return PassOutcome()  # garbage collection removes what it owned
+        previous_status: Mapping[str, Any] = obj.get("status") or {}
+        generation = int(obj["metadata"].get("generation") or 0)
+        try:
+            ic = validate_inference_cluster(obj)
+        except SpecError as exc:
+            await self._invalid_spec(obj, previous_status, generation, str(exc))
+            return PassOutcome()
+        observed = await self._observe(ic)
+        now = self.clock()
+        outcome, report, desired, keep = await self._plan(ic, obj, observed, previous_status, now)
+        await self._apply(desired, observed)
+        await self._prune(desired, keep, observed)
+        await self._write_status(obj, report, previous_status, now)
+        if (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now":
+            patch = {"metadata": {"annotations": {ANNOTATION_RESTART: None}}}
+            await self.api.merge_patch(IC, name, namespace, patch)
+            metrics.WRITES.labels(verb="patch", kind=KIND).inc()
+        metrics.record_replica_phases(namespace, name, [r.phase for r in report.replicas])
+        return outcome
+
+    # --- steps ----------------------------------------------------------------------
+
+    async def _observe(self, ic: InferenceCluster) -> Observed:
+        namespace = ic.metadata.namespace or "default"
+        selector = cluster_selector(ic.metadata.name)
+        nodes = {f.name: f for f in map(node_facts, await self.api.list(NODE))}
+        return Observed(
+            nodes=nodes,
+            statefulsets=await self.api.list(STS, namespace, selector=selector),
+            pods=await self.api.list(POD, namespace, selector=selector),
+            services=await self.api.list(SVC, namespace, selector=selector),
+        )
+
+    async def _plan(
+        self,
+        ic: InferenceCluster,
+        obj: JSON,
+        observed: Observed,
+        previous_status: Mapping[str, Any],
+        now: datetime,
+    ) -> tuple[PassOutcome, ClusterReport, list[JSON], set[str]]:
+        spec = ic.spec
+        current_groups = {
+            int(r): g
+            for sts in observed.statefulsets
+            if (r := _label(sts, LABEL_REPLICA)) is not None
+            and r.isdigit()
+            and (g := _label(sts, LABEL_NODE_GROUP)) is not None
+        }
+        discovery = discover_groups(spec, list(observed.nodes.values()))
+        assignment = assign_groups(
+            replicas=spec.replicas, groups=discovery.groups, current=current_groups
+        )
+        engine_key, key_present = await ensure_engine_key(self.api, ic)
+        if not key_present:
+            self._event(
+                obj,
+                warning=True,
+                reason=Reason.SECRET_MISSING,
+                message=f"Secret {engine_key.secret} has no key {engine_key.key}",
+            )
+        previous = {int(r["index"]): r for r in previous_status.get("replicaStatuses") or []}
+        reset_budget = int(obj["metadata"].get("generation") or 0) != previous_status.get(
+            "observedGeneration"
+        )
+        force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
+        outcome = PassOutcome(waiting_for_nodes=bool(assignment.unplaced))
+        reports: list[ReplicaReport] = []
+        desired: list[JSON] = []
+        keep: set[str] = set()
+        for index in range(spec.replicas):
+            group = assignment.replicas.get(index)
+            if group is None:
+                continue
+            outcome.nodes.update(group.nodes)
+            others_ready = all(
+                p.get("phase") == Phase.READY.value for i, p in previous.items() if i != index
+            )
+            replica_report, objects, retry = self._plan_replica(
+                ic,
+                obj,
+                observed,
+                index=index,
+                group_key=group.key,
+                nodes=group.nodes,
+                previous=previous.get(index),
+                reset_budget=reset_budget,
+                force=force,
+                others_ready=others_ready,
+                engine_key=engine_key,
+                now=now,
+            )
+            reports.append(replica_report)
+            if objects is None:  # cannot render (rank 0 node gone): keep what exists
+                keep.update(
+                    o["metadata"]["name"]
+                    for o in observed.by_replica(observed.statefulsets + observed.services, index)
+                )
+            else:
+                desired.extend(objects)
+            if retry is not None:
+                outcome.retry_after = min(outcome.retry_after or retry, retry)
+        report = ClusterReport(
+            generation=int(obj["metadata"].get("generation") or 0),
+            desired_replicas=spec.replicas,
+            selector=cluster_selector(ic.metadata.name),
+            replicas=tuple(reports),
+            unplaced=assignment.unplaced,
+            placement_problems=discovery.problems,
+        )
+        return outcome, report, desired, keep
+
+    def _plan_replica(
+        self,
+        ic: InferenceCluster,
+        obj: JSON,
+        observed: Observed,
+        *,
+        index: int,
+        group_key: str,
+        nodes: tuple[str, ...],
+        previous: Mapping[str, Any] | None,
+        reset_budget: bool,
+        force: bool,
+        others_ready: bool,
+        engine_key: EngineKeyRef,
+        now: datetime,
+    ) -> tuple[ReplicaReport, list[JSON] | None, float | None]:
+        live = observed.by_replica(observed.statefulsets, index)
+        generation = max((_template_generation(s) for s in live), default=0)
+        if generation == 0:
+            generation = int((previous or {}).get("generation", 0)) + 1
+        stopped = any(s["spec"].get("replicas", 1) == 0 for s in live) or (
+            bool(live) and len(live) < ic.spec.engine.pipeline_parallel
+        )
+        pods = observed.by_replica(observed.pods, index)
+        state = observe_replica(index=index, nodes=nodes, pods=pods, node_facts=observed.nodes)
+        history = _history(previous, reset_budget=reset_budget)
+        rank0 = observed.nodes.get(nodes[0])
+        rank0_ip = rank0.internal_ip if rank0 is not None else None
+        want: dict[int, str | None] = {}
+        if rank0_ip is not None:
+            probe = ReplicaPlan(
+                index=index,
+                group_key=group_key,
+                nodes=nodes,
+                rank0_ip=rank0_ip,
+                generation=generation,
+            )
+            for rank, sts in enumerate(render_replica(ic, plan=probe, engine_key=engine_key)):
+                if sts["kind"] == "StatefulSet":
+                    want[rank] = pod_template_hash(sts)
+        outdated = _outdated(pods, generation, want)
+        decision = decide(
+            state=state,
+            generation=generation,
+            stopped=stopped,
+            history=history,
+            policy=ic.spec.restart_policy,
+            now=now,
+            force_restart=force,
+            outdated=outdated,
+            others_ready=others_ready,
+        )
+        restarts = history.restarts
+        last_restart = (previous or {}).get("lastRestart")
+        if decision.action is Action.STOP:
+            generation += 1
+            restarts += 1
+            last_restart = {"time": _ts(now), "reason": decision.cause or ""}
+            self._event(
+                obj,
+                warning=True,
+                reason=Reason.GANG_RESTART,
+                message=f"replica {index}: {decision.cause}",
+            )
+            metrics.GANG_RESTARTS.labels(
+                namespace=ic.metadata.namespace or "default",
+                cluster=ic.metadata.name,
+                cause=_cause_class(decision.cause or ""),
+            ).inc()
+        self._transition_events(obj, index, previous, decision)
+        report = ReplicaReport(
+            index=index,
+            nodes=nodes,
+            phase=decision.phase,
+            ready_ranks=state.ready_ranks(generation),
+            generation=generation,
+            endpoint=f"http://{rank0_ip}:30000" if rank0_ip else None,
+            restarts=restarts,
+            last_restart=last_restart,
+            recent_restarts=tuple(_ts(t) for t in decision.restart_times),
+            members=decision.members,
+            budget_exhausted=decision.exhausted,
+            node_down=decision.node_down,
+            message=decision.message,
+        )
+        retry = (decision.retry_at - now).total_seconds() if decision.retry_at else None
+        if rank0_ip is None:
+            return report, None, retry
+        plan = ReplicaPlan(
+            index=index,
+            group_key=group_key,
+            nodes=nodes,
+            rank0_ip=rank0_ip,
+            generation=generation,
+            running=decision.action is Action.RUN,
+        )
+        return report, render_replica(ic, plan=plan, engine_key=engine_key), retry
+
+    def _transition_events(
+        self, obj: JSON, index: int, previous: Mapping[str, Any] | None, decision: Decision
+    ) -> None:
+        before = (previous or {}).get("phase")
+        if decision.phase.value == before:
+            return
+        if decision.phase is Phase.READY:
+            self._event(
+                obj, warning=False, reason=Reason.REPLICA_READY, message=f"replica {index} serving"
+            )
+        elif decision.exhausted and not (previous or {}).get("budgetExhausted"):
+            self._event(
+                obj,
+                warning=True,
+                reason=Reason.RESTART_BUDGET_EXHAUSTED,
+                message=f"replica {index}: {decision.message}",
+            )
+        elif decision.node_down and decision.action is not Action.STOP:
+            self._event(
+                obj,
+                warning=True,
+                reason=Reason.NODE_NOT_READY,
+                message=f"replica {index}: {decision.message}",
+            )
+
+    async def _apply(self, desired: Sequence[JSON], observed: Observed) -> None:
+        live = {
+            (o["kind"], o["metadata"]["name"]): o
+            for o in [
+                *(_with_kind(s, "StatefulSet") for s in observed.statefulsets),
+                *(_with_kind(s, "Service") for s in observed.services),
+            ]
+        }
+        for obj in desired:
+            if is_current(live.get((obj["kind"], obj["metadata"]["name"])), obj):
+                continue
+            await self.api.apply(obj)
+            metrics.WRITES.labels(verb="apply", kind=obj["kind"]).inc()
+
+    async def _prune(self, desired: Sequence[JSON], keep: set[str], observed: Observed) -> None:
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        for kind, items in ((STS, observed.statefulsets), (SVC, observed.services)):
+            for item in items:
+                name = item["metadata"]["name"]
+                if (kind.kind, name) in wanted or name in keep:
+                    continue
+                await self.api.delete(
+                    kind, name, item["metadata"]["namespace"], uid=item["metadata"].get("uid")
+                )
+                metrics.WRITES.labels(verb="delete", kind=kind.kind).inc()
+
+    async def _write_status(
+        self, obj: JSON, report: ClusterReport, previous: Mapping[str, Any], now: datetime
+    ) -> None:
+        status = derive_status(report, previous, now)
+        if all(previous.get(k) == v for k, v in status.items()):
+            return
+        meta = obj["metadata"]
+        await self.api.apply_status(IC, meta["name"], meta["namespace"], status)
+        metrics.WRITES.labels(verb="apply", kind="InferenceCluster/status").inc()
+
+    async def _invalid_spec(
+        self, obj: JSON, previous: Mapping[str, Any], generation: int, message: str
+    ) -> None:
+        if (
+            previous.get("phase") != Phase.FAILED.value
+            or previous.get("observedGeneration") != generation
+        ):
+            self._event(obj, warning=True, reason=Reason.INVALID_SPEC, message=message)
+        report = ClusterReport(
+            generation=generation,
+            desired_replicas=0,
+            selector=cluster_selector(obj["metadata"]["name"]),
+            replicas=(),
+            spec_error=message,
+        )
+        await self._write_status(obj, report, previous, self.clock())
+
+    def _event(self, obj: JSON, *, warning: bool, reason: Reason, message: str) -> None:
+        self.events.emit(obj, warning=warning, reason=reason, message=message)
+
+
+def _outdated(pods: Sequence[JSON], generation: int, want: Mapping[int, str | None]) -> bool:
+    """A rank pod of the running generation was made from an older spec."""
+    for pod in pods:
+        rank = _label(pod, LABEL_RANK)
+        if rank is None or not rank.isdigit() or want.get(int(rank)) is None:
+            continue
+        annotations = pod["metadata"].get("annotations") or {}
+        have = annotations.get(ANNOTATION_TEMPLATE_HASH)
+        if _label(pod, LABEL_GENERATION) == str(generation) and have != want[int(rank)]:
+            return True
+    return False
+
+
+def _with_kind(obj: JSON, kind: str) -> JSON:
+    """List items come without apiVersion/kind; add the kind for lookups."""
+    return {**obj, "kind": kind}
+
+
+def _ts(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cause_class(cause: str) -> str:
+    """A bounded metric label from a free-text cause."""
+    for word, label in (
+        ("container exited", "container_exit"),
+        ("init container", "init_failed"),
+        ("pod failed", "pod_failed"),
+        ("pod deleted", "pod_deleted"),
+        ("pod replaced", "pod_deleted"),
+        ("being deleted", "pod_deleted"),
+        ("node", "node_failure"),
+        ("spec changed", "update"),
+        ("requested", "manual"),
+    ):
+        if word in cause:
+            return label
+    return "other"
+
+
+__all__ = ["ClusterReconciler", "PassOutcome", "kind_of"]

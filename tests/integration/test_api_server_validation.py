@@ -1,0 +1,350 @@
+"""The generated CRD in a real kube-apiserver: it is accepted, and it validates as pydantic does.
+
+Unit tests prove the pydantic half of every rule; only a real API server can prove the
+CEL half, the structural schema, the defaults and the subresources. These tests install
+``crds/sparkllm.io_inferenceclusters.yaml`` (left installed: other suites use it too),
+then: every invalid manifest is refused by ``kubectl apply`` with an error naming the
+field; the samples are accepted and defaulted; updates hit the transition rules;
+``kubectl explain``, ``get`` and ``scale`` behave; and a differential property test checks
+that pydantic accepts a generated spec exactly when the API server does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sparkllm.api import validate_inference_cluster
+from sparkllm.devcluster import DevCluster, wait_until
+from sparkllm.errors import SpecError
+from tests.fixtures.invalid import (
+    REPO_ROOT,
+    InvalidCase,
+    apply_changes,
+    load_base_manifest,
+    load_invalid_cases,
+)
+
+pytestmark = pytest.mark.cluster
+
+CRD_FILE = REPO_ROOT / "crds" / "sparkllm.io_inferenceclusters.yaml"
+SAMPLES = sorted((REPO_ROOT / "manifests" / "samples").glob("*.yaml"))
+ONE_REPLICA_SAMPLE = REPO_ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"  # nodeGroups
+LABELLED_SAMPLE = REPO_ROOT / "manifests" / "samples" / "deepseek-v4-flash-2replicas.yaml"
+INVALID_CASES = load_invalid_cases()
+DIFFERENTIAL_EXAMPLES = 300
+
+
+@pytest.fixture(scope="module")
+def crd_installed(devcluster: DevCluster) -> DevCluster:
+    """The CRD applied and Established (idempotent: the CRD may already be there)."""
+    devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    devcluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/inferenceclusters.sparkllm.io",
+    )  # fmt: skip
+    # The API server's discovery and OpenAPI catch up shortly after Established.
+    wait_until(
+        lambda: devcluster.kubectl("get", "icl", "-A", check=False).returncode == 0,
+        timeout=60,
+        what="InferenceCluster resource served",
+    )
+    return devcluster
+
+
+def _apply(
+    cluster: DevCluster, manifest: dict[str, Any], *, namespace: str, dry_run: bool = False
+) -> subprocess.CompletedProcess[str]:
+    args = ["apply", "-n", namespace, "-f", "-"]
+    if dry_run:
+        args.append("--dry-run=server")
+    return cluster.kubectl(*args, input=yaml.safe_dump(manifest), check=False)
+
+
+def _get(cluster: DevCluster, name: str, *, namespace: str) -> dict[str, Any]:
+    result = cluster.kubectl("get", "icl", name, "-n", namespace, "-o", "json")
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+@pytest.mark.parametrize("case", INVALID_CASES, ids=[case.name for case in INVALID_CASES])
+def test_invalid_manifest_is_rejected_naming_the_field(
+    crd_installed: DevCluster, namespace: str, case: InvalidCase
+) -> None:
+    result = _apply(crd_installed, case.manifest, namespace=namespace)
+    assert result.returncode != 0, f"{case.name}: API server accepted it ({case.rule})"
+    assert case.field in result.stderr, result.stderr
+    assert case.apiserver in result.stderr, result.stderr
+    with pytest.raises(SpecError, match=None) as raised:
+        validate_inference_cluster(case.manifest)
+    assert case.field in str(raised.value)
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[path.name for path in SAMPLES])
+def test_samples_are_accepted_and_match_pydantic_defaults(
+    crd_installed: DevCluster, namespace: str, sample: Path
+) -> None:
+    manifest = yaml.safe_load(sample.read_text())
+    crd_installed.kubectl("apply", "-n", namespace, "-f", str(sample))
+    stored = _get(crd_installed, manifest["metadata"]["name"], namespace=namespace)
+    expected = validate_inference_cluster(manifest).to_manifest()["spec"]
+    assert stored["spec"] == expected
+
+
+def test_minimal_spec_is_defaulted_by_the_schema(crd_installed: DevCluster, namespace: str) -> None:
+    minimal = {
+        "apiVersion": "sparkllm.io/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": "minimal"},
+        "spec": {
+            "model": {"path": "/models/m", "servedName": "m"},
+            "engine": {"image": "nvcr.io/nvidia/sglang:26.07-py3"},
+            "admission": {"apiKeysSecretRef": {"name": "keys"}},
+        },
+    }
+    crd_installed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(minimal))
+    stored = _get(crd_installed, "minimal", namespace=namespace)["spec"]
+    assert stored == validate_inference_cluster(minimal).to_manifest()["spec"]
+    assert stored["placement"] == {"nodeGroupLabel": "sparkllm.io/node-group"}
+    assert stored["engine"]["memFractionStatic"] == 0.57
+    assert stored["restartPolicy"]["backoffSeconds"] == [10, 30, 60, 300]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (
+            {
+                "spec.engine.pipelineParallel": 2,
+                "spec.engine.layerPartition": [21, 22],
+                "spec.placement.nodeGroups": [["spark-a0", "spark-a1"]],
+            },
+            "spec.engine.pipelineParallel",
+            "pipelineParallel is immutable",
+        ),
+    ],
+    ids=["pipeline-parallel"],
+)
+def test_immutable_field_cannot_change(
+    crd_installed: DevCluster, namespace: str, change: dict[str, Any], field: str, message: str
+) -> None:
+    base = load_base_manifest()
+    crd_installed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base))
+    changed = apply_changes(base, set_values=change, delete=[])
+    validate_inference_cluster(changed)  # valid on its own: only the transition is refused
+    result = _apply(crd_installed, changed, namespace=namespace)
+    assert result.returncode != 0
+    assert field in result.stderr
+    assert message in result.stderr
+
+
+def test_mutable_fields_can_change(crd_installed: DevCluster, namespace: str) -> None:
+    base = load_base_manifest()
+    crd_installed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base))
+    changed = apply_changes(
+        base,
+        set_values={
+            "spec.engine.memFractionStatic": 0.5,
+            "spec.placement.nodeGroups": [["spark-b0", "spark-b1", "spark-b2"]],
+        },
+        delete=[],
+    )
+    result = _apply(crd_installed, changed, namespace=namespace)
+    assert result.returncode == 0, result.stderr
+
+
+def test_explain_shows_field_descriptions(crd_installed: DevCluster) -> None:
+    outputs: list[str] = []
+
+    def explained() -> bool:
+        result = crd_installed.kubectl("explain", "icl.spec.engine", check=False)
+        outputs.append(result.stdout)
+        return result.returncode == 0 and "pipelineParallel" in result.stdout
+
+    wait_until(explained, timeout=60, what="kubectl explain icl.spec.engine")
+    text = outputs[-1]
+    assert "memFractionStatic is the fraction of the node's memory" in " ".join(text.split())
+    assert "Default 0.57" in text
+
+
+def test_get_shows_printer_columns(crd_installed: DevCluster, namespace: str) -> None:
+    crd_installed.kubectl("apply", "-n", namespace, "-f", str(ONE_REPLICA_SAMPLE))
+    header = crd_installed.kubectl("get", "icl", "-n", namespace).stdout.splitlines()[0]
+    assert header.split() == ["NAME", "REPLICAS", "READY", "PHASE", "MODEL", "PP", "AGE"]
+    row = crd_installed.kubectl("get", "icl", "-n", namespace).stdout.splitlines()[1].split()
+    assert row[0] == "deepseek-v4-flash"
+    assert "deepseek-v4-flash" in row[1:]
+    assert "3" in row[1:]
+
+
+def test_scale_changes_spec_replicas(crd_installed: DevCluster, namespace: str) -> None:
+    manifest = apply_changes(
+        yaml.safe_load(LABELLED_SAMPLE.read_text()), set_values={"spec.replicas": 1}, delete=[]
+    )
+    crd_installed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    crd_installed.kubectl("scale", "-n", namespace, "icl/deepseek-v4-flash", "--replicas=2")
+    assert _get(crd_installed, "deepseek-v4-flash", namespace=namespace)["spec"]["replicas"] == 2
+
+
+def test_scale_beyond_explicit_groups_is_refused(crd_installed: DevCluster, namespace: str) -> None:
+    crd_installed.kubectl("apply", "-n", namespace, "-f", str(ONE_REPLICA_SAMPLE))
+    result = crd_installed.kubectl(
+        "scale", "-n", namespace, "icl/deepseek-v4-flash", "--replicas=2", check=False
+    )
+    assert result.returncode != 0
+    assert "replicas must not exceed the number of placement.nodeGroups" in result.stderr
+    assert _get(crd_installed, "deepseek-v4-flash", namespace=namespace)["spec"]["replicas"] == 1
+
+
+# --- differential: pydantic accepts exactly what the API server accepts ---------------------
+
+NODES = ["spark-a0", "spark-a1", "spark-a2", "spark-b0", "spark-b1", "spark-b2"]
+
+
+def _maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A value for an optional field, or the marker meaning "leave the sample's value"."""
+    return st.one_of(st.just(KEEP), strategy)
+
+
+KEEP = object()
+DELETE = object()
+
+FIELD_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
+    "spec.replicas": st.one_of(st.integers(-1, 3), st.sampled_from([16, 17, "1", 1.5, 2.0])),
+    "spec.model.numLayers": st.sampled_from([2, 42, 43, 44]),
+    "spec.engine.pipelineParallel": st.integers(0, 4),
+    "spec.engine.layerPartition": st.one_of(
+        st.just(DELETE), st.lists(st.integers(0, 30), min_size=0, max_size=4)
+    ),
+    "spec.engine.memFractionStatic": st.sampled_from([-0.1, 0, 0.01, 0.57, 0.95, 0.951, 1, 1.0]),
+    "spec.engine.contextLength": st.one_of(
+        st.sampled_from([0, 8192, 8193, 1_048_576, 1_048_577]), st.integers(1, 20_000)
+    ),
+    "spec.admission.maxInputTokens": st.one_of(
+        st.sampled_from([0, 8191, 12287, 12288]), st.integers(1, 20_000)
+    ),
+    "spec.engine.cudaGraphMaxBatchSize": st.integers(-1, 1025),
+    "spec.admission.maxTokensPolicy": st.sampled_from(["clamp", "reject", "truncate"]),
+    "spec.engine.tensorParallel": st.integers(0, 2),
+    "spec.model.servedName": st.sampled_from(["deepseek-v4-flash", "org/model.v2", "a:b", ""]),
+    "spec.model.path": st.sampled_from(["/models/x", "models/x", "/", "/a b"]),
+    "metadata.name": st.sampled_from(["a", "deepseek-v4-flash", "x" * 40, "x" * 41, "9lives"]),
+    "spec.engine.image": st.sampled_from(
+        [
+            "nvcr.io/nvidia/sglang:26.07-py3",
+            "nvcr.io/nvidia/sglang:latest",
+            "nvcr.io/nvidia/sglang",
+            "localhost:5000/sglang:v1",
+            "localhost:5000/sglang",
+            "lmsysorg/sglang@sha256:" + "a" * 64,
+            "",
+        ]
+    ),
+    "spec.engine.extraArgs": st.lists(
+        st.sampled_from(
+            [
+                "--log-level",
+                "debug",
+                "--pp-size",
+                "--port=1",
+                "--mem-frac=0.5",
+                "--model-impl",
+                "--pp",
+                "--portable",
+                "-",
+                "",
+            ]
+        ),
+        max_size=3,
+    ),
+    "spec.engine.env": st.lists(
+        st.fixed_dictionaries(
+            {
+                "name": st.sampled_from(["NCCL_DEBUG", "NCCL_IB_HCA", "X", "1X"]),
+                "value": st.just("v"),
+            }
+        ),
+        max_size=2,
+    ),
+    "spec.engine.toolCallParser": st.sampled_from(["deepseekv4", "deepseekv5"]),
+    "spec.placement": st.one_of(
+        st.fixed_dictionaries(
+            {
+                "nodeGroups": st.lists(
+                    st.lists(st.sampled_from(NODES), min_size=0, max_size=4), max_size=3
+                )
+            }
+        ),
+        st.just({"nodeGroupLabel": "sparkllm.io/node-group"}),
+        st.just({"nodeGroupLabel": "bad key!"}),
+        st.just({}),
+        st.just({"nodeGroups": [NODES[:3]], "nodeGroupLabel": "sparkllm.io/node-group"}),
+    ),
+    "spec.network.distInitPort": st.sampled_from([1023, 5000, 30000, 65535, 65536]),
+    "spec.network.topology": st.sampled_from(["ring", "switch", "mesh"]),
+    "spec.restartPolicy.backoffSeconds": st.lists(st.integers(0, 100), max_size=4),
+    "spec.monitoring.serviceMonitor": st.sampled_from([True, False, "true"]),
+    "spec.engine.unknownField": st.just(1),
+}
+
+
+@st.composite
+def generated_manifests(draw: st.DrawFn) -> dict[str, Any]:
+    """The sample with a few fields replaced by values that may or may not be valid."""
+    base = load_base_manifest()
+    chosen = draw(st.sets(st.sampled_from(sorted(FIELD_STRATEGIES)), min_size=1, max_size=4))
+    set_values: dict[str, Any] = {}
+    delete: list[str] = []
+    for path in sorted(chosen):
+        value = draw(FIELD_STRATEGIES[path])
+        if value is DELETE:
+            delete.append(path)
+        elif value is not KEEP:
+            set_values[path] = value
+    return apply_changes(base, set_values=set_values, delete=delete)
+
+
+def test_pydantic_agrees_with_the_api_server(
+    crd_installed: DevCluster, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    verdicts = {"accepted": 0, "rejected": 0}
+    disagreements: list[str] = []
+
+    @settings(
+        max_examples=DIFFERENTIAL_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(manifest=generated_manifests())
+    def check(manifest: dict[str, Any]) -> None:
+        try:
+            validate_inference_cluster(manifest)
+            pydantic_accepts, pydantic_says = True, ""
+        except SpecError as exc:
+            pydantic_accepts, pydantic_says = False, str(exc)
+        result = _apply(crd_installed, manifest, namespace=namespace, dry_run=True)
+        server_accepts = result.returncode == 0
+        verdicts["accepted" if server_accepts else "rejected"] += 1
+        if pydantic_accepts != server_accepts:
+            disagreements.append(
+                f"spec={json.dumps(manifest['spec'])}\n pydantic: {pydantic_says or 'accepts'}"
+                f"\n apiserver: {result.stderr.strip() or 'accepts'}"
+            )
+        assert pydantic_accepts == server_accepts, disagreements[-1]
+
+    check()
+    with capsys.disabled():
+        print(
+            f"\ndifferential: {sum(verdicts.values())} generated specs, "
+            f"{verdicts['accepted']} accepted and {verdicts['rejected']} rejected by both"
+        )
+    assert verdicts["accepted"] > 0
+    assert verdicts["rejected"] > 0
