@@ -9,7 +9,10 @@ FAILS the run: cluster tests never skip silently in CI.
 from __future__ import annotations
 
 import os
+import pathlib
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -19,6 +22,7 @@ from sparkllm.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm.errors import DevClusterError
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +72,61 @@ def faults(devcluster: DevCluster) -> Iterator[FaultInjector]:
     wait_until(
         lambda: devcluster.nodes_ready() == 6, timeout=60, what="all Spark nodes Ready again"
     )
+
+
+class OperatorProcess:
+    """The real operator (`sparkllm run`) as a child process, watching chosen namespaces."""
+
+    def __init__(self, cluster: DevCluster, namespaces: list[str], log_path: str) -> None:
+        self.cluster = cluster
+        self.namespaces = namespaces
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *extra: str) -> None:
+        args = [sys.executable, "-m", "sparkllm.cli", "run", "--metrics-port", "0"]
+        for ns in self.namespaces:
+            args += ["-n", ns]
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.paths.kubeconfig)}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*args, *extra], stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+
+@pytest.fixture
+def operator(
+    devcluster: DevCluster, namespace: str, tmp_path: pathlib.Path
+) -> Iterator[OperatorProcess]:
+    """The operator, running as its own process, watching this test's namespace.
+
+    The CRD is applied from crds/ first (server-side, idempotent).
+    """
+    devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    devcluster.kubectl(
+        "wait", "--for=condition=Established", "crd/inferenceclusters.sparkllm.io", "--timeout=60s"
+    )
+    proc = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
+    proc.start()
+    yield proc
+    # Delete the test's InferenceClusters while the operator still runs, then stop it.
+    devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
+    proc.stop()

@@ -56,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
         priority=args.priority,
         liveness_endpoint=args.liveness,
         verbose=args.verbose,
+        resync_seconds=args.resync_seconds,
     )
 
 
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--peering", help="kopf peering name: run several operators, one active")
     run.add_argument("--priority", type=int, default=0, help="peering priority (higher wins)")
     run.add_argument("--liveness", help="e.g. http://0.0.0.0:8081/healthz")
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="re-check every InferenceCluster this often (reads only; default 60)",
+    )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=_run)
 

@@ -165,6 +165,21 @@ class DevCluster:
             processes=tuple(name for name, _ in self._our_processes()),
         )
 
+    def audit_log(self) -> Path:
+        """The API server's audit log (writes only, Metadata level; see AUDIT_POLICY)."""
+        return self._cluster_dir() / "logs" / "audit.log"
+
+    def audit_writes(self, *, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Audit events of writes, optionally only those on objects in ``namespace``."""
+        events = []
+        with self.audit_log().open(encoding="utf-8") as fh:
+            for line in fh:
+                event = json.loads(line)
+                ref = event.get("objectRef") or {}
+                if namespace is None or ref.get("namespace") == namespace:
+                    events.append(event)
+        return events
+
     # --- nodes ----------------------------------------------------------------------
 
     def register_nodes(self) -> None:

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 WATCH_WINDOW_SECONDS = 10  # server-side watch timeout: bounds how long stop() can wait
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+USER_AGENT = "sparkllm-engine-harness"
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 
@@ -73,6 +74,7 @@ class KubeClient:
         except (ConfigException, OSError) as exc:
             raise DevClusterError(f"cannot load the dev cluster kubeconfig: {exc}") from exc
         self._client = kubernetes.client.ApiClient(config)
+        self._client.user_agent = USER_AGENT  # tells its writes apart in the audit log
         self.core = kubernetes.client.CoreV1Api(self._client)
 
     def close(self) -> None:
@@ -322,17 +324,22 @@ class HarnessLock:
         self._state_dir = state_dir
         self._namespace = namespace
         self._fds: list[int] = []
+        self._namespace_lock: Path | None = None
 
     def acquire(self) -> None:
-        self._state_dir.mkdir(parents=True, exist_ok=True)
-        wanted = [("engines.lock", fcntl.LOCK_EX if self._namespace is None else fcntl.LOCK_SH)]
+        locks = self._state_dir / "engine-locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        everywhere = fcntl.LOCK_EX if self._namespace is None else fcntl.LOCK_SH
+        wanted = [(locks / "all-namespaces.lock", everywhere)]
         if self._namespace is not None:
-            wanted.append((f"engines-{self._namespace}.lock", fcntl.LOCK_EX))
-        for name, mode in wanted:
-            fd = os.open(self._state_dir / name, os.O_RDWR | os.O_CREAT, 0o644)
+            wanted.append((locks / f"namespace-{self._namespace}.lock", fcntl.LOCK_EX))
+        for path, mode in wanted:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
+                if os.fstat(fd).st_ino != os.stat(path).st_ino:  # unlinked by a releaser
+                    raise BlockingIOError
+            except (BlockingIOError, FileNotFoundError) as exc:
                 os.close(fd)
                 self.release()
                 if mode == fcntl.LOCK_SH:
@@ -341,12 +348,14 @@ class HarnessLock:
                     holder = "another engine harness"
                 else:
                     holder = f"another engine harness for namespace {self._namespace}"
-                raise DevClusterError(
-                    f"{holder} is running (lock {self._state_dir / name}); stop it first"
-                ) from exc
+                raise DevClusterError(f"{holder} is running (lock {path}); stop it first") from exc
             self._fds.append(fd)
+        self._namespace_lock = wanted[1][0] if len(wanted) > 1 else None
 
     def release(self) -> None:
+        if self._namespace_lock is not None:  # one file per namespace: do not pile them up
+            self._namespace_lock.unlink(missing_ok=True)  # while still holding its lock
+            self._namespace_lock = None
         for fd in self._fds:
             os.close(fd)  # closing the descriptor drops its flock
         self._fds.clear()

@@ -10,13 +10,18 @@ triggers passes.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from dataclasses import dataclass, field
 
+from sparkllm.reconcile import metrics
 from sparkllm.reconcile.events import EventSink, KopfEvents
 from sparkllm.reconcile.kube import KubeAPI, load_configuration
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
 from sparkllm.render.placement import NodeFacts
+
+logger = logging.getLogger("sparkllm.reconcile")
 
 
 @dataclass
@@ -24,13 +29,13 @@ class OperatorContext:
     """Shared by all handlers (kopf copies memo shallowly: the members are shared)."""
 
     kubeconfig: str | None = None
+    resync_seconds: float = 60.0
     events: EventSink = field(default_factory=KopfEvents)
     _runtime: dict[str, object] = field(default_factory=dict)
     _node_users: dict[str, set[Key]] = field(default_factory=dict)
     _waiting: set[Key] = field(default_factory=set)
     _node_facts: dict[str, NodeFacts] = field(default_factory=dict)
     known: set[Key] = field(default_factory=set)
-    resync_seconds: float = 60.0
 
     async def start(self) -> None:
         api = KubeAPI(load_configuration(self.kubeconfig))
@@ -68,7 +73,16 @@ class OperatorContext:
         return value
 
     async def _pass(self, key: Key) -> None:
-        outcome: PassOutcome = await self.reconciler.reconcile(key)
+        started = time.monotonic()
+        try:
+            outcome: PassOutcome = await self.reconciler.reconcile(key)
+        except Exception as exc:
+            metrics.RECONCILE_SECONDS.labels(result="error").observe(time.monotonic() - started)
+            metrics.RECONCILE_ERRORS.labels(error=type(exc).__name__).inc()
+            raise
+        elapsed = time.monotonic() - started
+        metrics.RECONCILE_SECONDS.labels(result="ok").observe(elapsed)
+        logger.info("reconciled %s/%s in %.3f s", *key, elapsed)
         for users in self._node_users.values():
             users.discard(key)
         for node in outcome.nodes:

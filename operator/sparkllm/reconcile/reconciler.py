@@ -256,8 +256,10 @@ class ClusterReconciler:
         generation = max((_template_generation(s) for s in live), default=0)
         if generation == 0:
             generation = int((previous or {}).get("generation", 0)) + 1
-        stopped = any(s["spec"].get("replicas", 1) == 0 for s in live) or (
-            bool(live) and len(live) < ic.spec.engine.pipeline_parallel
+        # A replica with no (or not all) rank StatefulSets is not running: it starts
+        # through the same path as a restart, so two generations never mix.
+        stopped = len(live) < ic.spec.engine.pipeline_parallel or any(
+            s["spec"].get("replicas", 1) == 0 for s in live
         )
         pods = observed.by_replica(observed.pods, index)
         state = observe_replica(index=index, nodes=nodes, pods=pods, node_facts=observed.nodes)

@@ -28,6 +28,7 @@ def run_operator(
     priority: int = 0,
     liveness_endpoint: str | None = None,
     verbose: bool = False,
+    resync_seconds: float = 60.0,
 ) -> int:
     """Run until SIGINT/SIGTERM. Watches ``namespaces``, or all namespaces when empty."""
     if kubeconfig is not None:
@@ -39,7 +40,7 @@ def run_operator(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     if metrics_port:
         start_http_server(metrics_port)
-    memo = OperatorContext(kubeconfig=kubeconfig)
+    memo = OperatorContext(kubeconfig=kubeconfig, resync_seconds=resync_seconds)
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,
