@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from sparkllm.devcluster import DevCluster, FaultInjector, wait_until
+from sparkllm.devcluster.engines import EngineHarness
 from sparkllm.errors import DevClusterError
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -118,7 +119,8 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     """The operator, running as its own process, watching this test's namespace.
 
-    The CRD is applied from crds/ first (server-side, idempotent).
+    The CRD is applied from crds/ first (server-side, idempotent); an engine harness
+    scoped to the namespace runs the simulated SGLang engines.
     """
     devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     devcluster.kubectl(
@@ -126,7 +128,10 @@ def operator(
     )
     proc = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
     proc.start()
-    yield proc
-    # Delete the test's InferenceClusters while the operator still runs, then stop it.
-    devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
-    proc.stop()
+    # The engine harness plays the kubelet's part kwok does not: it runs an SGLang
+    # simulator per engine pod and is rank 0's readiness prober.
+    with EngineHarness(devcluster, namespace=namespace, log_dir=tmp_path / "engines"):
+        yield proc
+        # Delete the test's InferenceClusters while the operator still runs, then stop it.
+        devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
+        proc.stop()

@@ -32,6 +32,10 @@ def _devcluster(args: argparse.Namespace) -> int:
             end="",
         )
         return 0
+    if args.action == "engines":
+        from sparkllm.devcluster.engines import run_engine_harness
+
+        return run_engine_harness(cluster, sim_args=args.sim_args, namespace=args.namespace)
     if args.action == "down":
         cluster.down()
         print("[devcluster] down; no control-plane process left")
@@ -76,6 +80,12 @@ def _node_ip(text: str) -> tuple[str, str]:
     return name, ip
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from sparkllm.demo import demo_down, demo_up
+
+    return demo_down() if args.action == "down" else demo_up()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm", description=__doc__.splitlines()[0] if __doc__ else None
@@ -110,8 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.set_defaults(handler=_render)
 
+    demo = sub.add_parser("demo", help="dev cluster + operator + sample InferenceCluster, Ready")
+    demo.add_argument("action", nargs="?", choices=["up", "down"], default="up")
+    demo.set_defaults(handler=_demo)
+
     dev = sub.add_parser("devcluster", help="local control plane with simulated DGX Spark nodes")
-    dev.add_argument("action", choices=["up", "down", "status"])
+    dev.add_argument("action", choices=["up", "down", "status", "engines"])
+    dev.add_argument("-n", "--namespace", help="engines: only this namespace")
+    dev.add_argument(
+        "--sim-arg",
+        dest="sim_args",
+        action="append",
+        default=[],
+        help="engines: extra simulator option (repeatable), e.g. --sim-arg=--sim-tpot-ms=5",
+    )
     dev.set_defaults(handler=_devcluster)
     return parser
 
