@@ -35,7 +35,11 @@ def safetensors_bytes(
     offset = 0
     for name, (dtype, shape) in tensors.items():
         size = tensor_bytes(dtype, shape)
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)

@@ -58,7 +58,9 @@ def test_a_long_failure_is_truncated_under_the_limit() -> None:
     assert (parsed.error or "").endswith("...")
 
 
-@pytest.mark.parametrize("text", ["", "not json", "[]", '{"v": 2, "ok": true}', '{"v":1,"ok":true}'])
+@pytest.mark.parametrize(
+    "text", ["", "not json", "[]", '{"v": 2, "ok": true}', '{"v":1,"ok":true}']
+)
 def test_foreign_messages_are_refused(text: str) -> None:
     with pytest.raises(SummaryError):
         ModelSummary.from_message(text)
@@ -123,3 +125,10 @@ def test_agreeing_ranks_have_no_problems() -> None:
     summary = build_summary(entries=documents_like_entries(), shards=SHARDS)
     assert compare_rank_summaries({"a": summary, "b": summary, "c": summary}) == []
     assert compare_rank_summaries({}) == []
+
+
+def test_empty_tables_with_different_digests_fall_back_to_the_digests() -> None:
+    first = ModelSummary(ok=True, mode="sampled", digest="1" * 64, fingerprints={})
+    second = ModelSummary(ok=True, mode="sampled", digest="2" * 64, fingerprints={})
+    (problem,) = compare_rank_summaries({"a": first, "b": second})
+    assert problem.startswith("model directories differ between nodes (digest 111111111111 on a")

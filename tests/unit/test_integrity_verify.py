@@ -22,6 +22,7 @@ from sparkllm.integrity import (
     verify_model,
 )
 from sparkllm.integrity.checksums import ChecksumError, parse_manifest
+from sparkllm.integrity.verify import write_termination_message
 from tests.unit.test_integrity_fixtures import make_model_dir, shard_name, write_safetensors
 
 SHARD_2 = shard_name(1, 3)
@@ -282,3 +283,13 @@ def test_reader_refuses_a_header_longer_than_the_file(tmp_path: Path) -> None:
     path.write_bytes((1000).to_bytes(8, "little") + b"{}")
     with pytest.raises(SafetensorsError, match="truncated"):
         read_header(path)
+
+
+def test_the_default_termination_log_is_never_created(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = tmp_path / "termination-log"
+    monkeypatch.setattr("sparkllm.integrity.verify.DEFAULT_TERMINATION_LOG", str(absent))
+    write_termination_message(str(absent), "{}")
+    assert not absent.exists()
+    assert "absent (not in a pod)" in capsys.readouterr().out

@@ -44,6 +44,9 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "sparkllm.image" -}}
+{{- if eq .Values.image.tag "latest" -}}
+{{- fail "image.tag: use an exact tag (or leave it empty for the chart's appVersion), not latest" -}}
+{{- end -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 

@@ -75,9 +75,9 @@ class ModelSummary:
             "shards": self.shards,
             "digest": self.digest,
         }
-        for length in FINGERPRINT_LENGTHS if self.fingerprints else ():
-            assert self.fingerprints is not None
-            table = {name: fp[:length] for name, fp in sorted(self.fingerprints.items())}
+        fingerprints = sorted((self.fingerprints or {}).items())
+        for length in FINGERPRINT_LENGTHS if fingerprints else ():
+            table = {name: fp[:length] for name, fp in fingerprints}
             text = _compact({**base, "fp": table})
             if len(text.encode()) <= limit:
                 return text
@@ -160,7 +160,10 @@ def _file_differences(summaries: Mapping[str, ModelSummary]) -> list[str] | None
     tables = {node: s.fingerprints for node, s in summaries.items()}
     if any(table is None for table in tables.values()):
         return None
-    length = min(len(fp) for table in tables.values() if table for fp in table.values())
+    length = min(
+        (len(fp) for table in tables.values() if table for fp in table.values()),
+        default=FINGERPRINT_LENGTHS[0],
+    )
     names = sorted({name for table in tables.values() if table for name in table})
     problems = []
     for name in names:

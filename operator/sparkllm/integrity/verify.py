@@ -114,7 +114,14 @@ def verify_model(request: VerifyRequest, *, out: TextIO = sys.stdout) -> ModelSu
 
 
 def write_termination_message(path: str, message: str) -> None:
-    """Write the summary where Kubernetes picks it up; warn (do not fail) elsewhere."""
+    """Write the summary where Kubernetes picks it up; warn (do not fail) elsewhere.
+
+    The kubelet mounts ``/dev/termination-log`` into every container; outside Kubernetes
+    it is absent, and the default path is then skipped rather than created in ``/dev``.
+    """
+    if path == DEFAULT_TERMINATION_LOG and not Path(path).exists():
+        print(f"[verify-model] {path} absent (not in a pod): summary not written", flush=True)
+        return
     try:
         Path(path).write_text(message, encoding="utf-8")
     except OSError as exc:

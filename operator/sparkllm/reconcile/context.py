@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 
 from sparkllm.reconcile import metrics
-from sparkllm.reconcile.events import EventSink, KopfEvents
 from sparkllm.reconcile.kube import KubeAPI, load_configuration
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
@@ -30,7 +29,6 @@ class OperatorContext:
 
     kubeconfig: str | None = None
     resync_seconds: float = 60.0
-    events: EventSink = field(default_factory=KopfEvents)
     _runtime: dict[str, object] = field(default_factory=dict)
     _node_users: dict[str, set[Key]] = field(default_factory=dict)
     _waiting: set[Key] = field(default_factory=set)
@@ -39,7 +37,7 @@ class OperatorContext:
 
     async def start(self) -> None:
         api = KubeAPI(load_configuration(self.kubeconfig))
-        reconciler = ClusterReconciler(api, events=self.events)
+        reconciler = ClusterReconciler(api)
         self._runtime["api"] = api
         self._runtime["reconciler"] = reconciler
         self._runtime["coalescer"] = Coalescer(action=self._pass)

@@ -1,48 +1,55 @@
 """Kubernetes Events for InferenceClusters: only on transitions and failures.
 
-Posted through kopf's event queue (batched, non-blocking, attributed to the operator).
-Reasons come from ``api.Reason``; messages carry the specifics.
+A pass collects its Events and posts them at its end through ``KubeAPI`` (the one module
+that talks to the API server), so Events never depend on kopf's per-handler context and
+a pass that decided nothing posts nothing. Reasons come from ``api.Reason``; messages
+carry the specifics.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping
-from typing import Any, Protocol
-
-import kopf
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from sparkllm.api import Reason
 
-
-class EventSink(Protocol):
-    def emit(
-        self, obj: Mapping[str, Any], *, warning: bool, reason: Reason, message: str
-    ) -> None: ...
+COMPONENT = "sparkllm-operator"
 
 
-class KopfEvents:
-    """Post Events with kopf.event (requires a running kopf operator)."""
+@dataclass(frozen=True)
+class PendingEvent:
+    warning: bool
+    reason: Reason
+    message: str
 
-    def emit(self, obj: Mapping[str, Any], *, warning: bool, reason: Reason, message: str) -> None:
-        ref = {
+
+def event_manifest(obj: Mapping[str, Any], event: PendingEvent, *, now: datetime) -> dict[str, Any]:
+    """A core/v1 Event about ``obj`` (the kind kubectl describe and field selectors read)."""
+    meta = obj["metadata"]
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
             "apiVersion": obj["apiVersion"],
             "kind": obj["kind"],
-            "metadata": {
-                "name": obj["metadata"]["name"],
-                "namespace": obj["metadata"].get("namespace"),
-                "uid": obj["metadata"].get("uid"),
-            },
-        }
-        kind = "Warning" if warning else "Normal"
-        # kopf only reads apiVersion/kind/metadata from the body; a plain mapping will do.
-        kopf.event(ref, type=kind, reason=reason.value, message=message)  # type: ignore[arg-type]
-
-
-class RecordedEvents:
-    """Collects events in memory (CLI one-shot passes, unit tests)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def emit(self, obj: Mapping[str, Any], *, warning: bool, reason: Reason, message: str) -> None:
-        self.events.append(("Warning" if warning else "Normal", reason.value, message))
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": "Warning" if event.warning else "Normal",
+        "reason": event.reason.value,
+        "message": event.message[:1024],
+        "source": {"component": COMPONENT, "host": socket.gethostname()},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": os.environ.get("HOSTNAME", socket.gethostname()),
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }

@@ -4,7 +4,8 @@ Handlers stay thin. The InferenceCluster's resume/create/update handlers wait fo
 pass (so kopf retries it on error); pod, StatefulSet and node watch events and a slow
 resync loop (OperatorContext, not a kopf timer: kopf timers put a finalizer on every
 object) only request one. kopf's own bookkeeping goes to annotations (never ``.status``),
-and only Events we post explicitly are posted — no "handler succeeded" noise.
+and kopf posts no Events of its own — no "handler succeeded" noise; the reconciler posts
+ours.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> No
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    settings.posting.level = logging.INFO
-    settings.posting.loggers = False  # only explicit kopf.event() calls become Events
+    settings.posting.enabled = False  # our Events are posted by the reconciler itself
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60

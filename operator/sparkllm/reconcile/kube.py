@@ -65,6 +65,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "ConfigMap", "configmaps"),
         Kind("v1", "ServiceAccount", "serviceaccounts"),
         Kind("v1", "Node", "nodes", namespaced=False),
+        Kind("v1", "Event", "events"),
         Kind("apps/v1", "StatefulSet", "statefulsets"),
         Kind("apps/v1", "Deployment", "deployments"),
         Kind("batch/v1", "Job", "jobs"),
@@ -264,7 +265,8 @@ class KubeAPI:
         )
         if response.status_code == 409:
             return None
-        self._raise_for(response, f"create {kind.kind} {namespace}/{obj['metadata']['name']}")
+        name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+        self._raise_for(response, f"create {kind.kind} {namespace}/{name}")
         result: JSON = response.json()
         return result
 

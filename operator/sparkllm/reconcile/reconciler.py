@@ -11,6 +11,7 @@ only when it changed. A pass with nothing to do makes no write.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,9 +27,9 @@ from sparkllm.api import (
     Reason,
     validate_inference_cluster,
 )
-from sparkllm.errors import SpecError
+from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.reconcile import metrics
-from sparkllm.reconcile.events import EventSink
+from sparkllm.reconcile.events import PendingEvent, event_manifest
 from sparkllm.reconcile.kube import JSON, KubeAPI, kind_of, lookup_kind
 from sparkllm.reconcile.observe import observe_replica
 from sparkllm.reconcile.restarts import Action, Decision, History, decide
@@ -46,6 +47,7 @@ from sparkllm.render.objects import is_current
 from sparkllm.render.placement import NodeFacts, assign_groups, discover_groups, node_facts
 from sparkllm.render.ranks import pod_template_hash
 
+logger = logging.getLogger(__name__)
 IC = lookup_kind(API_VERSION, KIND)
 STS = lookup_kind("apps/v1", "StatefulSet")
 SVC = lookup_kind("v1", "Service")
@@ -112,12 +114,11 @@ def _history(previous: Mapping[str, Any] | None, *, reset_budget: bool) -> Histo
 class ClusterReconciler:
     """Reconcile InferenceClusters through one KubeAPI, posting Events to ``events``."""
 
-    def __init__(
-        self, api: KubeAPI, *, events: EventSink, clock: Callable[[], datetime] = utcnow
-    ) -> None:
+    def __init__(self, api: KubeAPI, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.api = api
-        self.events = events
         self.clock = clock
+        # Passes of different clusters run concurrently: Events are kept per cluster.
+        self._events: dict[Key, list[PendingEvent]] = {}
 
     async def reconcile(self, key: Key) -> PassOutcome:
         namespace, name = key
@@ -137,6 +138,7 @@ class ClusterReconciler:
         await self._apply(desired, observed)
         await self._prune(desired, keep, observed)
         await self._write_status(obj, report, previous_status, now)
+        await self._post_events(obj)
         if (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now":
             patch = {"metadata": {"annotations": {ANNOTATION_RESTART: None}}}
             await self.api.merge_patch(IC, name, namespace, patch)
@@ -192,6 +194,9 @@ class ClusterReconciler:
         force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
         outcome = PassOutcome(waiting_for_nodes=bool(assignment.unplaced))
         reports: list[ReplicaReport] = []
+        # A replica rolls for an update only while every other one serves; decisions made
+        # earlier in this pass count, so two replicas never stop in the same pass.
+        phases = {i: str(p.get("phase")) for i, p in previous.items()}
         desired: list[JSON] = []
         keep: set[str] = set()
         for index in range(spec.replicas):
@@ -200,7 +205,7 @@ class ClusterReconciler:
                 continue
             outcome.nodes.update(group.nodes)
             others_ready = all(
-                p.get("phase") == Phase.READY.value for i, p in previous.items() if i != index
+                phases.get(i) == Phase.READY.value for i in range(spec.replicas) if i != index
             )
             replica_report, objects, retry = self._plan_replica(
                 ic,
@@ -217,6 +222,7 @@ class ClusterReconciler:
                 now=now,
             )
             reports.append(replica_report)
+            phases[index] = replica_report.phase.value  # later replicas see this pass's view
             if objects is None:  # cannot render (rank 0 node gone): keep what exists
                 keep.update(
                     o["metadata"]["name"]
@@ -413,9 +419,22 @@ class ClusterReconciler:
             spec_error=message,
         )
         await self._write_status(obj, report, previous, self.clock())
+        await self._post_events(obj)
 
     def _event(self, obj: JSON, *, warning: bool, reason: Reason, message: str) -> None:
-        self.events.emit(obj, warning=warning, reason=reason, message=message)
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        event = PendingEvent(warning=warning, reason=reason, message=message)
+        self._events.setdefault(key, []).append(event)
+
+    async def _post_events(self, obj: JSON) -> None:
+        pending = self._events.pop((obj["metadata"]["namespace"], obj["metadata"]["name"]), [])
+        for event in pending:
+            try:
+                await self.api.create(event_manifest(obj, event, now=self.clock()))
+            except ClusterAPIError as exc:  # Events are best effort; status carries the facts
+                logger.warning("could not post Event %s: %s", event.reason.value, exc)
+                continue
+            metrics.WRITES.labels(verb="create", kind="Event").inc()
 
 
 def _outdated(pods: Sequence[JSON], generation: int, want: Mapping[int, str | None]) -> bool:

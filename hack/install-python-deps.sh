@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install sparkllm and its pinned dependencies into a Python environment. The ONE install
+# command: the Makefile's virtualenv (CI and developers) and the Dockerfile's builder stage
+# both run this script, so the image cannot drift from what the tests ran against.
+#
+#   hack/install-python-deps.sh PYTHON [--editable] [--extras NAME]
+#
+# PYTHON is the interpreter of the target environment (e.g. .venv/bin/python). No pip
+# cache is written (--no-cache-dir): nothing to clean up in an image layer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PIP_VERSION=25.3
+python=${1:?usage: hack/install-python-deps.sh PYTHON [--editable] [--extras NAME]}
+shift
+editable=()
+target=.
+while (($#)); do
+  case "$1" in
+    --editable) editable=(-e) ;;
+    --extras) target=".[${2:?--extras needs a name}]"; shift ;;
+    *) echo "install-python-deps: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+"$python" -m pip install --quiet --no-cache-dir --upgrade "pip==$PIP_VERSION"
+"$python" -m pip install --quiet --no-cache-dir "${editable[@]}" "$target"

@@ -1,0 +1,442 @@
+"""Gateway pods in the dev cluster: kwok runs the pod, this module runs its two containers.
+
+Why: kwok marks a gateway pod (``app.kubernetes.io/component=gateway``) Running but runs
+nothing. To exercise the front door for real, this does for it what ``engines.py`` does
+for engine pods: for every Running gateway pod on a simulated node it runs the pod's own
+``router`` (smg) and ``admission`` containers as local processes, from the pod spec
+(``$(VAR)`` and ``secretKeyRef`` resolved by the pure ``kubelet`` helpers), with what a
+kubelet would provide:
+
+- volumes: the users'-keys Secret volume is written in the kubelet's layout (``..data``
+  swapped atomically) and re-written when the Secret changes, so key reload is real; the
+  model volume (hostPath/PVC) is the local ``tokenizer_dir``; an emptyDir a temp dir.
+  Env values pointing into a mount are rewritten to the local directory.
+- the pod's loopback: its ports become free loopback ports (pods and engineers share
+  this machine); the admission layer's address is reported by ``endpoint``.
+- in-cluster credentials: smg's ``KUBECONFIG`` authenticates as the pod's
+  ServiceAccount (a TokenRequest token), so the gateway Role is what allows its watch.
+
+Level-based: a supervisor thread lists gateway pods every tick and starts, restarts
+(after a back-off) or stops processes. Not done: probes and pod status (kwok shows the
+pod Ready), resources, images.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparkllm.devcluster import engine_io, kubelet
+from sparkllm.devcluster.cluster import DevCluster
+from sparkllm.devcluster.kubelet import JSON
+from sparkllm.errors import ClusterAPIError, DevClusterError
+from sparkllm.gateway.config import ENV_PREFIX, env_var_name
+
+logger = logging.getLogger(__name__)
+
+SELECTOR = "app.kubernetes.io/component=gateway"
+ROUTER, ADMISSION = "router", "admission"
+TICK_SECONDS = 0.5
+STOP_GRACE_SECONDS = 8.0
+TOKEN_SECONDS = 2 * 3600
+RESTART_SECONDS = 2.0
+# Router flags whose values are the pod's own ports and addresses: rewritten to free
+# loopback ports (several gateway pods, and other engineers, share this machine).
+_ROUTER_PORT_FLAGS = ("--port", "--health-check-port", "--prometheus-port")
+_ROUTER_HOST_FLAGS = ("--host", "--prometheus-host")
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on at ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def localize_router_args(args: Sequence[str], *, ports: Mapping[str, int]) -> list[str]:
+    """The router's args with its listeners on 127.0.0.1 and the given ports.
+
+    ``ports`` maps each flag of ``_ROUTER_PORT_FLAGS`` present in ``args`` to a port.
+    """
+    out = list(args)
+    for index, word in enumerate(out[:-1]):
+        if word in _ROUTER_HOST_FLAGS:
+            out[index + 1] = "127.0.0.1"
+        elif word in _ROUTER_PORT_FLAGS:
+            if word not in ports:
+                raise DevClusterError(f"no local port for router flag {word}")
+            out[index + 1] = str(ports[word])
+    return out
+
+
+def write_secret_volume(directory: Path, data: Mapping[str, bytes]) -> None:
+    """Lay ``data`` out as the kubelet does: ``..data`` -> a timestamped dir, key -> ..data/key.
+
+    The swap of ``..data`` is one atomic rename, so a reader never sees a half-written set.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
+    payload = Path(tempfile.mkdtemp(prefix=stamp, dir=directory))
+    for key, value in data.items():
+        (payload / key).write_bytes(value)
+    link = directory / "..data_tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(payload.name)
+    previous = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    os.replace(link, directory / "..data")
+    for key in data:
+        if not (directory / key).is_symlink():
+            (directory / key).symlink_to(Path("..data") / key)
+    for entry in directory.iterdir():
+        if not entry.name.startswith("..") and entry.name not in data:
+            entry.unlink()  # a key removed from the Secret
+    if previous is not None:
+        shutil.rmtree(directory / previous, ignore_errors=True)
+
+
+def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str) -> JSON:
+    """A kubeconfig for the dev cluster's API server that authenticates with ``token``."""
+    contexts = {c["name"]: c["context"] for c in dev_kubeconfig.get("contexts") or []}
+    current = contexts.get(str(dev_kubeconfig.get("current-context")))
+    clusters = {c["name"]: c["cluster"] for c in dev_kubeconfig.get("clusters") or []}
+    if current is None or current.get("cluster") not in clusters:
+        raise DevClusterError("dev cluster kubeconfig has no usable current context")
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": "gateway",
+        "clusters": [{"name": "dev", "cluster": clusters[current["cluster"]]}],
+        "users": [{"name": "gateway", "user": {"token": token}}],
+        "contexts": [{"name": "gateway", "context": {"cluster": "dev", "user": "gateway"}}],
+    }  # fmt: skip
+
+
+class _GatewayKube(engine_io.KubeClient):
+    """The engine harness's API client, plus the calls a gateway pod needs."""
+
+    def list_gateway_pods(self, *, namespace: str | None) -> list[JSON]:
+        scope = () if namespace is None else (namespace,)
+        listing = self._json(self._list_function(namespace), *scope, label_selector=SELECTOR)
+        return list(listing.get("items") or [])
+
+    def secret_data(self, name: str, *, namespace: str) -> dict[str, bytes] | None:
+        try:
+            secret = self._json(self.core.read_namespaced_secret, name, namespace)
+        except ClusterAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+    def service_account_token(self, name: str, *, namespace: str) -> str:
+        body = {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}
+        create = self.core.create_namespaced_service_account_token
+        return str(self._json(create, name, namespace, body)["status"]["token"])
+
+
+@dataclass(frozen=True)
+class GatewayInfo:
+    """One gateway pod as run here (a snapshot, for tests and the benchmark)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    admission_url: str  # the pod's entry point, as the Service would reach it
+    router_url: str  # smg, on loopback as in the pod
+    router_metrics_url: str
+    log_dir: Path  # router.log and admission.log
+
+
+@dataclass
+class _Container:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    restart_at: float = 0.0
+
+
+@dataclass
+class _Gateway:
+    key: tuple[str, str]
+    workdir: Path
+    info: GatewayInfo
+    containers: list[_Container]
+    keys_secrets: dict[str, Path]  # Secret name -> its local volume directory
+    keys_seen: dict[str, dict[str, bytes] | None] = field(default_factory=dict)
+
+
+class GatewayPods:
+    """Run the router and admission containers of every Running gateway pod, like a kubelet."""
+
+    def __init__(
+        self,
+        cluster: DevCluster,
+        *,
+        tokenizer_dir: Path,
+        namespace: str | None = None,
+        host: str = "127.0.0.1",
+        log_dir: Path | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.tokenizer_dir = tokenizer_dir
+        self.namespace = namespace
+        self.host = host
+        self.log_dir = log_dir or cluster.paths.state_dir / "gateways"
+        self._gateways: dict[str, _Gateway] = {}
+        self._retry_at: dict[str, tuple[float, str]] = {}
+        self._snapshot: dict[tuple[str, str], GatewayInfo] = {}
+        self._stopped = threading.Event()
+        self._kube: _GatewayKube | None = None
+        self._workdir: Path | None = None
+        self._supervisor: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._supervisor is not None:
+            raise DevClusterError("gateway pods already started")
+        self._kube = _GatewayKube(self.cluster.paths.kubeconfig)
+        self._workdir = Path(tempfile.mkdtemp(prefix="sparkllm-gateways-"))
+        self._stopped.clear()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="gateway-pods", daemon=True
+        )
+        self._supervisor.start()
+
+    def stop(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL) and the supervisor. Idempotent."""
+        self._stopped.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=STOP_GRACE_SECONDS + 10)
+            self._supervisor = None
+        self._snapshot = {}
+        if self._kube is not None:
+            self._kube.close()
+            self._kube = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> GatewayPods:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def gateways(self) -> tuple[GatewayInfo, ...]:
+        """The gateway pods running here, as of the supervisor's last tick."""
+        return tuple(self._snapshot.values())
+
+    def endpoint(self, namespace: str, pod: str) -> str:
+        """The admission layer's base URL for ``namespace/pod``; DevClusterError if not run."""
+        info = self._snapshot.get((namespace, pod))
+        if info is None:
+            raise DevClusterError(f"gateway pod {namespace}/{pod} is not running here")
+        return info.admission_url
+
+    # --- the supervisor ----------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        try:
+            while not self._stopped.wait(TICK_SECONDS):
+                try:
+                    self._tick()
+                except (ClusterAPIError, DevClusterError) as exc:
+                    logger.warning("gateway pods tick failed (retrying): %s", exc)
+        finally:
+            for gateway in list(self._gateways.values()):
+                _stop_containers(gateway.containers)
+            self._gateways.clear()
+
+    def _tick(self) -> None:
+        assert self._kube is not None
+        pods = {
+            str(p["metadata"]["uid"]): p
+            for p in self._kube.list_gateway_pods(namespace=self.namespace)
+        }
+        for uid in list(self._gateways):
+            if uid not in pods or not kubelet.should_run(pods[uid]):
+                gateway = self._gateways.pop(uid)
+                logger.info("gateway %s/%s stopping: pod gone", *gateway.key)
+                _stop_containers(gateway.containers)
+                shutil.rmtree(gateway.workdir, ignore_errors=True)
+        self._retry_at = {u: v for u, v in self._retry_at.items() if u in pods}
+        for uid, pod in pods.items():
+            if uid not in self._gateways and kubelet.should_run(pod):
+                self._launch(pod)
+        for gateway in self._gateways.values():
+            self._sync_keys(gateway)
+            _keep_running(gateway)
+        self._snapshot = {g.key: g.info for g in self._gateways.values()}
+
+    def _launch(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        uid, key = str(meta["uid"]), (str(meta["namespace"]), str(meta["name"]))
+        if time.monotonic() < self._retry_at.get(uid, (0.0, ""))[0]:
+            return
+        try:
+            gateway = self._prepare(pod, uid=uid, key=key)
+        except (kubelet.ContainerConfigError, ClusterAPIError, DevClusterError) as exc:
+            if self._retry_at.get(uid, (0.0, ""))[1] != str(exc):
+                logger.warning("gateway %s/%s cannot start yet: %s", *key, exc)
+            self._retry_at[uid] = (time.monotonic() + 2.0, str(exc))
+            return
+        self._retry_at.pop(uid, None)
+        self._gateways[uid] = gateway
+        _keep_running(gateway)
+        logger.info("gateway %s/%s started: %s", *key, gateway.info.admission_url)
+
+    def _prepare(self, pod: JSON, *, uid: str, key: tuple[str, str]) -> _Gateway:
+        assert self._kube is not None
+        assert self._workdir is not None
+        containers = {c["name"]: c for c in pod["spec"].get("containers") or []}
+        if ROUTER not in containers or ADMISSION not in containers:
+            raise DevClusterError(f"pod has no {ROUTER!r} and {ADMISSION!r} containers")
+        workdir = self._workdir / f"{key[0]}_{key[1]}_{uid}"
+        paths, keys_secrets = _volume_paths(
+            pod, containers[ADMISSION], workdir=workdir, model_dir=self.tokenizer_dir
+        )
+        ports = {flag: free_port("127.0.0.1") for flag in _ROUTER_PORT_FLAGS}
+        admission_port = free_port(self.host)
+        router_env = self._env(pod, containers[ROUTER])
+        router_env["KUBECONFIG"] = str(self._kubeconfig(pod, workdir=workdir))
+        admission_env = {
+            name: _map_path(value, paths)
+            for name, value in self._env(pod, containers[ADMISSION]).items()
+        }
+        admission_env[env_var_name("listen_host")] = self.host
+        admission_env[env_var_name("listen_port")] = str(admission_port)
+        admission_env[env_var_name("upstream_url")] = f"http://127.0.0.1:{ports['--port']}"
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", ENV_PREFIX))}
+        logs = self.log_dir / f"{key[0]}_{key[1]}_{uid}"
+        router_words = kubelet.command_line(containers[ROUTER], router_env)
+        admission_words = kubelet.command_line(containers[ADMISSION], admission_env)
+        router_argv = localize_router_args(router_words[1:], ports=ports)
+        router = _Container(ROUTER, [_executable(router_words[0]), *router_argv],
+                            {**base, **router_env}, logs / "router.log")  # fmt: skip
+        admission = _Container(ADMISSION, [_executable(admission_words[0]), *admission_words[1:]],
+                               {**base, **admission_env}, logs / "admission.log")  # fmt: skip
+        info = GatewayInfo(
+            namespace=key[0], pod=key[1], uid=uid, log_dir=logs,
+            admission_url=f"http://{self.host}:{admission_port}",
+            router_url=f"http://127.0.0.1:{ports['--port']}",
+            router_metrics_url=f"http://127.0.0.1:{ports['--prometheus-port']}/metrics",
+        )  # fmt: skip
+        gateway = _Gateway(
+            key=key, workdir=workdir, info=info, containers=[router, admission],
+            keys_secrets=keys_secrets,
+        )  # fmt: skip
+        self._sync_keys(gateway)
+        missing = [secret for secret in keys_secrets if gateway.keys_seen.get(secret) is None]
+        if missing:  # the kubelet would keep the pod in ContainerCreating
+            raise DevClusterError(f"secret volume source {missing[0]!r} does not exist")
+        return gateway
+
+    def _kubeconfig(self, pod: JSON, *, workdir: Path) -> Path:
+        """A kubeconfig as the pod's ServiceAccount (what in-cluster config would give)."""
+        assert self._kube is not None
+        account = str(pod["spec"].get("serviceAccountName") or "default")
+        token = self._kube.service_account_token(account, namespace=pod["metadata"]["namespace"])
+        dev = yaml.safe_load(self.cluster.paths.kubeconfig.read_text(encoding="utf-8"))
+        path = workdir / "kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(service_account_kubeconfig(dev, token=token)))
+        path.chmod(0o600)
+        return path
+
+    def _env(self, pod: JSON, container: JSON) -> dict[str, str]:
+        assert self._kube is not None
+        namespace = str(pod["metadata"]["namespace"])
+        refs = kubelet.key_refs(container)
+        values = {ref: self._kube.read_key(ref, namespace=namespace) for ref in refs}
+        return kubelet.container_env(pod, container, values=values)
+
+    def _sync_keys(self, gateway: _Gateway) -> None:
+        """Rewrite a Secret volume when the Secret changed (the kubelet's periodic sync)."""
+        assert self._kube is not None
+        for secret, directory in gateway.keys_secrets.items():
+            data = self._kube.secret_data(secret, namespace=gateway.key[0])
+            if data is None or data == gateway.keys_seen.get(secret):
+                continue
+            write_secret_volume(directory, data)
+            gateway.keys_seen[secret] = data
+            logger.info("gateway %s/%s: secret %s synced", *gateway.key, secret)
+
+
+def _volume_paths(
+    pod: JSON, container: JSON, *, workdir: Path, model_dir: Path
+) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(mountPath -> local directory, Secret name -> local directory) for a container."""
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    paths: dict[str, Path] = {}
+    secrets: dict[str, Path] = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"]) or {}
+        local = workdir / "volumes" / str(mount["name"])
+        if "secret" in volume:
+            secrets[str(volume["secret"]["secretName"])] = local
+        elif "hostPath" in volume or "persistentVolumeClaim" in volume:
+            local = model_dir
+        else:
+            local.mkdir(parents=True, exist_ok=True)
+        paths[str(mount["mountPath"])] = local
+    return paths, secrets
+
+
+def _map_path(value: str, paths: Mapping[str, Path]) -> str:
+    for mount, local in paths.items():
+        if value == mount or value.startswith(mount.rstrip("/") + "/"):
+            return str(local) + value[len(mount.rstrip("/")) :]
+    return value
+
+
+def _executable(word: str) -> str:
+    """The image's ``python``/``smg`` as this environment's (exec needs absolute paths)."""
+    if word in ("python", "python3"):
+        return sys.executable
+    local = Path(sys.executable).parent / word
+    return str(local) if local.exists() else word
+
+
+def _keep_running(gateway: _Gateway) -> None:
+    """Start what is not running; restart an exited container after a short back-off."""
+    for container in gateway.containers:
+        process = container.process
+        if process is not None and process.poll() is not None:
+            container.process, container.restart_at = None, time.monotonic() + RESTART_SECONDS
+            logger.warning("gateway %s/%s: %s exited with %d", *gateway.key, container.name,
+                           process.returncode)  # fmt: skip
+        if container.process is None and time.monotonic() >= container.restart_at:
+            header = f"--- {datetime.now(UTC).isoformat()} gateway pods: {container.name}"
+            container.process = engine_io.spawn_simulator(
+                container.argv, env=container.env, log_path=container.log_path, header=header
+            )
+
+
+def _stop_containers(containers: Sequence[_Container]) -> None:
+    running = [c.process for c in containers if c.process is not None and c.process.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for process in running:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for container in containers:
+        container.process = None

@@ -1,0 +1,381 @@
+"""The front door of one InferenceCluster ``N``: RBAC, Deployment and Service ``N``.
+
+One pod, two containers. ``admission`` (``python -m sparkllm.gateway``) is the only thing
+exposed: auth, the token cap, the window, the queue. Behind it on the pod's loopback,
+``router`` (``smg launch``, the SGLang model gateway) routes over the replicas' rank-0
+pods with the cache-aware policy, finding them by Kubernetes service discovery; ranks
+> 0 never match its selector, so nothing routes to them. smg watches pods with its own
+ServiceAccount ``N-gateway``, allowed get/list/watch on pods in this namespace only.
+
+Why these numbers: every smg knob set here, and why, is in docs/gateway.md ("The router
+behind it"); the behaviour it relies on (kubeconfig/in-cluster auth, Ready pods only, the
+pod IP as address, which statuses are retried, what trips the breaker) was verified
+against smg 1.13.0 and is recorded there too. In short: requests take tens of seconds,
+replicas are few (one to three) and each runs at most a handful of requests, so the
+router's defaults — sized for large GPU fleets — would never spill load off a replica
+and would leave a dead one in rotation too long.
+
+Why the model directory is mounted: the admission layer counts tokens with the model's
+own ``tokenizer.json`` and chat template, which live beside the weights. It is mounted
+read-only exactly as the ranks mount it; with a hostPath, the pod is therefore kept on
+nodes that hold the model (the placement's nodes).
+
+Pure: no I/O, no clock. Keys never appear in the output: ``$(VAR)`` in args, VAR from a
+``secretKeyRef``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from sparkllm.api import ENGINE_HTTP_PORT, LABEL_CLUSTER, LABEL_RANK, InferenceCluster
+from sparkllm.gateway.config import env_var_name
+from sparkllm.render.engine import ENGINE_API_KEY_ENV
+from sparkllm.render.names import (
+    COMPONENT_ENGINE,
+    COMPONENT_GATEWAY,
+    LABEL_COMPONENT,
+    cluster_labels,
+    gateway_name,
+    owner_reference,
+)
+from sparkllm.render.objects import JSON, render_template, stamp_hash
+from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS, EngineKeyRef
+
+DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
+GATEWAY_IMAGE_ENV: Final = "SPARKLLM_GATEWAY_IMAGE"  # the operator's env, not the gateway's
+
+GATEWAY_HTTP_PORT: Final = 8000  # the admission layer: Service port and container port
+ROUTER_HOST: Final = "127.0.0.1"  # smg is reachable only from inside the pod
+ROUTER_PORT: Final = 30080  # GatewayConfig.upstream_url's default
+ROUTER_HEALTH_PORT: Final = 30081  # smg's isolated probe listener (loopback too)
+ROUTER_METRICS_PORT: Final = 29000  # smg's Prometheus exporter, on the pod IP
+USER_KEYS_DIR: Final = "/etc/sparkllm/user-keys"
+ROUTER_COMMAND: Final = ("smg", "launch")
+ADMISSION_COMMAND: Final = ("python", "-m", "sparkllm.gateway")
+# One instance: spec.admission limits concurrency "across all replicas", which holds
+# only with one admission queue, and smg's cache-aware view is per process.
+GATEWAY_REPLICAS: Final = 1
+RUN_AS_ID: Final = 65532  # the image's non-root user
+# A rollout waits this long after the new pod is Ready: smg lists the rank-0 pods and
+# registers them in about a second; the old pod keeps serving meanwhile.
+MIN_READY_SECONDS: Final = 5
+# smg and uvicorn let in-flight streams finish on SIGTERM; longer answers are cut.
+SHUTDOWN_GRACE_SECONDS: Final = 290
+TERMINATION_GRACE_SECONDS: Final = 300
+PRE_STOP_SLEEP_SECONDS: Final = 5  # let the Service drop the pod before it stops accepting
+
+# --- smg knobs (docs/gateway.md, "The router behind it") ---------------------------------
+ROUTER_POLICY: Final = "cache_aware"
+# The engines' own readiness check: /health runs a one-token generation (20 s budget).
+ROUTER_HEALTH_INTERVAL_SECONDS: Final = 10
+ROUTER_HEALTH_FAILURES: Final = 3
+ROUTER_HEALTH_SUCCESSES: Final = 1
+# Attempts in total (smg counts the first). Retried: 408, 429, 502, 503, 504 and
+# connection failures — on another replica when one is down.
+ROUTER_RETRY_ATTEMPTS: Final = 3
+ROUTER_RETRY_INITIAL_BACKOFF_MS: Final = 100
+ROUTER_RETRY_MAX_BACKOFF_MS: Final = 2000
+ROUTER_RETRY_MULTIPLIER: Final = 2
+ROUTER_RETRY_JITTER: Final = 0.2
+# 5xx and transport failures count, 4xx do not. A dead engine fails every request at
+# once; a healthy one's rare 500 for a bad request should not take it out.
+ROUTER_CB_FAILURES: Final = 5
+ROUTER_CB_WINDOW_SECONDS: Final = 30
+ROUTER_CB_OPEN_SECONDS: Final = 15
+ROUTER_CB_SUCCESSES: Final = 2
+# 8K prompt: 44 s to the first token (SEEDS.md); a whole-window answer at 78 ms/token
+# is ~16 min. 30 min bounds a request including time queued in the engine.
+ROUTER_REQUEST_TIMEOUT_SECONDS: Final = 1800
+# Radix tree of prompt text: 4 chars/token x the 1.58M-token KV pool of one replica is
+# ~6.3M chars; 16M covers two to three replicas (a prefix no engine holds cannot hit).
+ROUTER_MAX_TREE_CHARS: Final = 16 * 1024 * 1024
+BODY_REWRITE_MARGIN_BYTES: Final = 64 * 1024  # admission may add max_tokens to a body
+
+ROUTER_LIVENESS_COMMAND: Final = (
+    "python",
+    "-c",
+    "import urllib.request; "
+    f"urllib.request.urlopen('http://{ROUTER_HOST}:{ROUTER_HEALTH_PORT}/liveness', timeout=4)",
+)
+
+
+def gateway_image_from(environ: Mapping[str, str]) -> str:
+    """The gateway image: ``SPARKLLM_GATEWAY_IMAGE`` from the operator's env, else the default."""
+    return environ.get(GATEWAY_IMAGE_ENV) or DEFAULT_GATEWAY_IMAGE
+
+
+def gateway_rbac_name(cluster: str) -> str:
+    """ServiceAccount, Role and RoleBinding of the gateway."""
+    return f"{cluster}-gateway"
+
+
+def gateway_selector_labels(cluster: str) -> dict[str, str]:
+    """The gateway Deployment's (immutable) selector and its Service's."""
+    return {LABEL_CLUSTER: cluster, LABEL_COMPONENT: COMPONENT_GATEWAY}
+
+
+def engine_discovery_selector(cluster: str) -> dict[str, str]:
+    """What smg discovers: rank-0 engine pods of this cluster, never ranks > 0."""
+    return {LABEL_CLUSTER: cluster, LABEL_RANK: "0", LABEL_COMPONENT: COMPONENT_ENGINE}
+
+
+def router_args(ic: InferenceCluster) -> list[str]:
+    """``smg launch`` arguments; the engine key stays ``$(SPARKLLM_ENGINE_API_KEY)``."""
+    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
+    admission, engine = ic.spec.admission, ic.spec.engine
+    selector = [f"{key}={value}" for key, value in engine_discovery_selector(name).items()]
+    return [
+        "--host", ROUTER_HOST,
+        "--port", str(ROUTER_PORT),
+        "--health-check-port", str(ROUTER_HEALTH_PORT),
+        "--prometheus-host", "0.0.0.0",
+        "--prometheus-port", str(ROUTER_METRICS_PORT),
+        "--service-discovery",
+        "--selector", *selector,
+        "--service-discovery-namespace", namespace,
+        "--service-discovery-port", str(ENGINE_HTTP_PORT),
+        "--policy", ROUTER_POLICY,
+        # smg's default gap of 64 requests never spills off an engine that runs 8.
+        "--balance-abs-threshold", str(max(1, engine.max_running_requests // 4)),
+        "--max-tree-size", str(ROUTER_MAX_TREE_CHARS),
+        "--disable-tokenizer-autoload",
+        "--api-key", f"$({ENGINE_API_KEY_ENV})",
+        "--health-check-endpoint", HEALTH_PATH,
+        "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_SECONDS),
+        "--health-check-timeout-secs", str(HEALTH_TIMEOUT_SECONDS),
+        "--health-failure-threshold", str(ROUTER_HEALTH_FAILURES),
+        "--health-success-threshold", str(ROUTER_HEALTH_SUCCESSES),
+        "--retry-max-retries", str(ROUTER_RETRY_ATTEMPTS),
+        "--retry-initial-backoff-ms", str(ROUTER_RETRY_INITIAL_BACKOFF_MS),
+        "--retry-max-backoff-ms", str(ROUTER_RETRY_MAX_BACKOFF_MS),
+        "--retry-backoff-multiplier", str(ROUTER_RETRY_MULTIPLIER),
+        "--retry-jitter-factor", str(ROUTER_RETRY_JITTER),
+        "--cb-failure-threshold", str(ROUTER_CB_FAILURES),
+        "--cb-success-threshold", str(ROUTER_CB_SUCCESSES),
+        "--cb-timeout-duration-secs", str(ROUTER_CB_OPEN_SECONDS),
+        "--cb-window-duration-secs", str(ROUTER_CB_WINDOW_SECONDS),
+        "--request-timeout-secs", str(ROUTER_REQUEST_TIMEOUT_SECONDS),
+        "--shutdown-grace-period-secs", str(SHUTDOWN_GRACE_SECONDS),
+        # Every admitted body stays retryable (smg streams larger ones unbuffered).
+        "--max-buffered-request-bytes", str(admission.max_body_bytes + BODY_REWRITE_MARGIN_BYTES),
+        # A backstop mirroring the admission limits; admission is the queue users see.
+        "--max-concurrent-requests", str(admission.max_concurrent_requests),
+        "--queue-size", str(admission.queue_size),
+        "--queue-timeout-secs", str(admission.queue_timeout_seconds),
+        "--log-level", "info",
+        "--log-json",  # one JSON object per line; without it smg writes ANSI colours
+    ]  # fmt: skip
+
+
+def _secret_env(name: str, ref: EngineKeyRef) -> JSON:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+
+
+def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSON]:
+    """``SPARKLLM_GATEWAY_*`` for the admission layer (names from GatewayConfig's fields).
+
+    The router enforces its ``--api-key`` on its own clients too, so the admission layer
+    presents the engine key upstream (``upstream_api_key``); users' keys never leave it.
+    """
+    spec = ic.spec
+    admission = spec.admission
+    settings = {
+        "upstream_url": f"http://{ROUTER_HOST}:{ROUTER_PORT}",
+        "listen_host": "0.0.0.0",
+        "listen_port": GATEWAY_HTTP_PORT,
+        "served_model_name": spec.model.served_name,
+        "max_input_tokens": admission.max_input_tokens,
+        "context_length": spec.engine.context_length,
+        "max_tokens_policy": admission.max_tokens_policy,
+        "max_concurrent_requests": admission.max_concurrent_requests,
+        "queue_size": admission.queue_size,
+        "queue_timeout_seconds": admission.queue_timeout_seconds,
+        "max_body_bytes": admission.max_body_bytes,
+        "api_keys_dir": USER_KEYS_DIR,
+        "tokenizer_dir": spec.model.path,
+        # Silence before the admission layer gives up: longer than the router's own
+        # request timeout, so the router's (clearer) timeout is the one that fires.
+        "upstream_read_timeout_seconds": ROUTER_REQUEST_TIMEOUT_SECONDS + 60,
+    }
+    env: list[JSON] = [{"name": env_var_name(k), "value": str(v)} for k, v in settings.items()]
+    env.append(_secret_env(env_var_name("upstream_api_key"), engine_key))
+    return env
+
+
+def _model_volume(ic: InferenceCluster) -> JSON:
+    model = ic.spec.model
+    if model.persistent_volume_claim is not None:
+        claim = {"claimName": model.persistent_volume_claim.claim_name, "readOnly": True}
+        return {"name": "model", "persistentVolumeClaim": claim}
+    return {"name": "model", "hostPath": {"path": model.path, "type": "Directory"}}
+
+
+def _model_node_affinity(ic: InferenceCluster) -> JSON | None:
+    """With a hostPath model, only the placement's nodes are known to hold the files."""
+    spec = ic.spec
+    if spec.model.persistent_volume_claim is not None:
+        return None
+    placement = spec.placement
+    if placement.node_groups is not None:
+        # A node-name field selector takes one value per term; terms are ORed.
+        nodes = sorted({node for group in placement.node_groups for node in group})
+        terms: list[JSON] = [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            for node in nodes
+        ]
+    else:
+        label = str(placement.node_group_label)
+        terms = [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]
+    required = {"nodeSelectorTerms": terms}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+
+
+def _http_probe(path: str, *, period: int, timeout: int, failures: int) -> JSON:
+    return {
+        "httpGet": {"path": path, "port": "http", "scheme": "HTTP"},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+        "failureThreshold": failures,
+    }
+
+
+def _admission(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
+    model_path = ic.spec.model.path
+    return {
+        "command": list(ADMISSION_COMMAND),
+        "env": admission_env(ic, engine_key=engine_key),
+        "port": GATEWAY_HTTP_PORT,
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"memory": "2Gi"},
+        },
+        # /health answers once config, tokenizer, template and keys are loaded. Readiness
+        # does not follow the engines: with none up, users get the router's clear 503.
+        "probes": {
+            "startup": _http_probe("/health", period=2, timeout=2, failures=90),
+            "readiness": _http_probe("/health", period=5, timeout=2, failures=2),
+            "liveness": _http_probe("/health", period=10, timeout=5, failures=6),
+        },
+        "volume_mounts": [
+            {"name": "user-keys", "mountPath": USER_KEYS_DIR, "readOnly": True},
+            {"name": "model", "mountPath": model_path, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _router(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
+    return {
+        "command": list(ROUTER_COMMAND),
+        "args": router_args(ic),
+        "env": [_secret_env(ENGINE_API_KEY_ENV, engine_key)],
+        "metrics_port": ROUTER_METRICS_PORT,
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"memory": "2Gi"},
+        },
+        # smg listens on loopback only, where the kubelet's httpGet cannot reach: exec.
+        "probes": {
+            "liveness": {
+                "exec": {"command": list(ROUTER_LIVENESS_COMMAND)},
+                "initialDelaySeconds": 10,
+                "periodSeconds": 10,
+                "timeoutSeconds": 5,
+                "failureThreshold": 3,
+            }
+        },
+        "volume_mounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def render_gateway(
+    ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: str
+) -> list[JSON]:
+    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped."""
+    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
+    labels = cluster_labels(name, COMPONENT_GATEWAY)
+    owner = owner_reference(name=name, uid=ic.metadata.uid or "")
+    rbac = gateway_rbac_name(name)
+    common = {"namespace": namespace, "labels": labels, "owner": owner}
+    service_account = render_template("gateway_serviceaccount.yaml.j2", name=rbac, **common)
+    role = render_template(
+        "gateway_role.yaml.j2",
+        name=rbac,
+        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        **common,
+    )
+    binding = render_template(
+        "gateway_rolebinding.yaml.j2", name=rbac, role=rbac, service_account=rbac, **common
+    )
+    deployment = render_template(
+        "gateway_deployment.yaml.j2",
+        name=gateway_name(name),
+        replicas=GATEWAY_REPLICAS,
+        min_ready_seconds=MIN_READY_SECONDS,
+        selector=gateway_selector_labels(name),
+        pod_labels=labels,
+        service_account=rbac,
+        termination_grace_seconds=TERMINATION_GRACE_SECONDS,
+        pod_security={
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_ID,
+            "runAsGroup": RUN_AS_ID,
+            "fsGroup": RUN_AS_ID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        container_security={
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        affinity=_model_node_affinity(ic),
+        # Spark nodes may carry the GPU taint; a dead node should not hold the front door
+        # for the default five minutes.
+        tolerations=[
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            *(
+                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+                for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+            ),
+        ],
+        image=gateway_image,
+        admission=_admission(ic, engine_key=engine_key),
+        router=_router(ic, engine_key=engine_key),
+        pre_stop={"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
+        **common,
+        volumes=[
+            {
+                "name": "user-keys",
+                "secret": {
+                    "secretName": ic.spec.admission.api_keys_secret_ref.name,
+                    "defaultMode": 0o440,
+                },
+            },
+            _model_volume(ic),
+            {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+        ],
+    )
+    service = render_template(
+        "gateway_service.yaml.j2",
+        name=gateway_name(name),
+        selector=gateway_selector_labels(name),
+        port=GATEWAY_HTTP_PORT,
+        **common,
+    )
+    return [stamp_hash(obj) for obj in (service_account, role, binding, deployment, service)]
+
+
+__all__ = [
+    "DEFAULT_GATEWAY_IMAGE",
+    "GATEWAY_HTTP_PORT",
+    "GATEWAY_IMAGE_ENV",
+    "admission_env",
+    "engine_discovery_selector",
+    "gateway_image_from",
+    "gateway_rbac_name",
+    "gateway_selector_labels",
+    "render_gateway",
+    "router_args",
+]

@@ -1,0 +1,270 @@
+"""The fault matrix: a replica always restarts as a whole and ends Ready, nothing orphaned.
+
+Faults are injected with the dev cluster's helpers (kwok stages driven by labels, pod
+and node deletion); the operator and the engine harness run as real processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkllm.devcluster import DevCluster, FaultInjector, wait_until
+from tests.conftest import OperatorProcess
+from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
+
+pytestmark = pytest.mark.cluster
+GROUP_A = ["spark-a0", "spark-a1", "spark-a2"]
+GROUP_B = ["spark-b0", "spark-b1", "spark-b2"]
+
+
+def replica_status(obj: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    for replica in (obj.get("status") or {}).get("replicaStatuses") or []:
+        if replica["index"] == index:
+            return dict(replica)
+    return {}
+
+
+def ready_at(cluster: DevCluster, namespace: str, generation: int, replicas: int = 1):  # type: ignore[no-untyped-def]
+    """Predicate: Ready, every replica at ``generation`` with exactly its ranks' pods."""
+
+    def check() -> dict[str, Any] | None:
+        obj = icl(cluster, namespace)
+        cond = condition(obj, "Ready")
+        if not cond or cond["status"] != "True":
+            return None
+        statuses = obj["status"].get("replicaStatuses") or []
+        if len(statuses) != replicas or any(r["generation"] != generation for r in statuses):
+            return None
+        current = pods(cluster, namespace)
+        if len(current) != 3 * replicas:
+            return None
+        gens = {p["metadata"]["labels"]["sparkllm.io/restart-generation"] for p in current}
+        return obj if gens == {str(generation)} else None
+
+    return check
+
+
+def start(cluster: DevCluster, namespace: str, doc: dict[str, Any] | None = None) -> None:
+    user_keys(cluster, namespace)
+    apply(cluster, namespace, doc or sample(GROUP_A))
+    wait_until(ready_at(cluster, namespace, 1), timeout=90, what="Ready at generation 1")
+
+
+def rank_pod(cluster: DevCluster, namespace: str, rank: int, replica: int = 0) -> str:
+    return f"{NAME}-r{replica}-rank{rank}-0"
+
+
+def gang_restart_events(cluster: DevCluster, namespace: str) -> list[str]:
+    events = cluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=GangRestart"
+    )["items"]
+    return [str(e["message"]) for e in events]
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_rank_container_exit_restarts_the_whole_replica(
+    devcluster: DevCluster,
+    namespace: str,
+    operator: OperatorProcess,
+    faults: FaultInjector,
+    rank: int,
+) -> None:
+    start(devcluster, namespace)
+    before = {p["metadata"]["uid"] for p in pods(devcluster, namespace)}
+    faults.fail_container(
+        namespace=namespace,
+        pod=rank_pod(devcluster, namespace, rank),
+        exit_code=137,
+        reason="OOMKilled",
+    )
+    obj = wait_until(ready_at(devcluster, namespace, 2), timeout=90, what="Ready at generation 2")
+    after = {p["metadata"]["uid"] for p in pods(devcluster, namespace)}
+    assert not before & after, "all ranks were replaced, not only the failed one"
+    replica = replica_status(obj)
+    assert replica["restarts"] == 1
+    assert replica["lastRestart"]["reason"] == f"rank {rank} container exited (code 137, OOMKilled)"
+    assert any(
+        f"rank {rank} container exited" in m for m in gang_restart_events(devcluster, namespace)
+    )
+
+
+def test_rank_pod_deleted_restarts_the_whole_replica(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    start(devcluster, namespace)
+    faults.delete_pod(namespace=namespace, pod=rank_pod(devcluster, namespace, 1))
+    obj = wait_until(ready_at(devcluster, namespace, 2), timeout=90, what="Ready at generation 2")
+    reason = replica_status(obj)["lastRestart"]["reason"]
+    assert reason.startswith("rank 1 pod"), reason
+
+
+def test_node_not_ready_degrades_then_restarts_when_back(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    start(devcluster, namespace)
+    faults.node_not_ready("spark-a1")
+
+    def degraded_and_stopped() -> dict[str, Any] | None:
+        obj = icl(devcluster, namespace)
+        sts = devcluster.kubectl_json("get", "sts", "-n", namespace)["items"]
+        stopped = sts and all(s["spec"]["replicas"] == 0 for s in sts)
+        return obj if obj["status"]["phase"] == "Degraded" and stopped else None
+
+    obj = wait_until(degraded_and_stopped, timeout=60, what="Degraded, ranks stopped")
+    assert "spark-a1 NotReady" in condition(obj, "Degraded")["message"]  # type: ignore[index]
+    faults.node_ready("spark-a1")
+    obj = wait_until(ready_at(devcluster, namespace, 2), timeout=90, what="Ready after node back")
+    assert condition(obj, "Degraded")["status"] == "False"  # type: ignore[index]
+
+
+def test_node_deleted_degrades_then_recovers(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    start(devcluster, namespace)
+    faults.delete_node("spark-a2")
+    obj = wait_until(
+        lambda: (o := icl(devcluster, namespace))["status"]["phase"] == "Degraded" and o,
+        timeout=60,
+        what="Degraded",
+    )
+    assert "spark-a2 missing" in condition(obj, "Degraded")["message"]  # type: ignore[index]
+    faults.restore_nodes()
+    wait_until(ready_at(devcluster, namespace, 2), timeout=90, what="Ready after node restored")
+
+
+def test_restart_budget_exhausted_then_resumed_by_annotation(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    doc = sample(GROUP_A)
+    doc["spec"]["restartPolicy"] = {"maxRestartsPerHour": 2, "backoffSeconds": [1]}
+    start(devcluster, namespace, doc)
+    for generation in (2, 3):
+        faults.fail_container(namespace=namespace, pod=rank_pod(devcluster, namespace, 2))
+        wait_until(
+            ready_at(devcluster, namespace, generation),
+            timeout=90,
+            what=f"Ready at generation {generation}",
+        )
+    faults.fail_container(namespace=namespace, pod=rank_pod(devcluster, namespace, 2))
+
+    def exhausted() -> dict[str, Any] | None:
+        obj = icl(devcluster, namespace)
+        replica = replica_status(obj)
+        return (
+            obj if replica.get("budgetExhausted") and obj["status"]["phase"] == "Degraded" else None
+        )
+
+    obj = wait_until(exhausted, timeout=60, what="restart budget exhausted")
+    assert "budget exhausted" in condition(obj, "Degraded")["message"]  # type: ignore[index]
+    budget_events = devcluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=RestartBudgetExhausted"
+    )["items"]
+    assert budget_events
+    devcluster.kubectl("annotate", "icl", NAME, "-n", namespace, "sparkllm.io/restart=now")
+    obj = wait_until(ready_at(devcluster, namespace, 4), timeout=90, what="Ready after resume")
+    assert "sparkllm.io/restart" not in (obj["metadata"].get("annotations") or {})
+
+
+def test_operator_killed_mid_restart_converges(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    doc = sample(GROUP_A)
+    doc["spec"]["restartPolicy"] = {"backoffSeconds": [10]}
+    start(devcluster, namespace, doc)
+    # Two failures: the second restart waits 10 s of backoff with the ranks stopped.
+    faults.fail_container(namespace=namespace, pod=rank_pod(devcluster, namespace, 0))
+    wait_until(ready_at(devcluster, namespace, 2), timeout=90, what="Ready at generation 2")
+    faults.fail_container(namespace=namespace, pod=rank_pod(devcluster, namespace, 0))
+    wait_until(
+        lambda: all(
+            s["spec"]["replicas"] == 0
+            for s in devcluster.kubectl_json("get", "sts", "-n", namespace)["items"]
+        ),
+        timeout=60,
+        what="ranks stopped (restart in progress)",
+    )
+    operator.stop(kill=True)
+    operator.start()
+    obj = wait_until(ready_at(devcluster, namespace, 3), timeout=120, what="Ready at generation 3")
+    assert replica_status(obj)["restarts"] == 2
+
+
+def test_scale_by_whole_replicas_with_insufficient_groups(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    label = f"test.sparkllm.io/{namespace[-5:]}"
+    devcluster.kubectl("label", "nodes", *GROUP_A, f"{label}=a")
+    try:
+        doc = sample()
+        doc["spec"]["placement"] = {"nodeGroupLabel": label}
+        start(devcluster, namespace, doc)
+        devcluster.kubectl("scale", "icl", NAME, "-n", namespace, "--replicas=2")
+
+        def insufficient() -> dict[str, Any] | None:
+            obj = icl(devcluster, namespace)
+            cond = condition(obj, "Progressing")
+            ok = cond and cond["reason"] == "InsufficientNodeGroups" and cond["status"] == "False"
+            return obj if ok and obj["status"]["observedGeneration"] == 2 else None
+
+        wait_until(insufficient, timeout=60, what="InsufficientNodeGroups")
+        names = [
+            s["metadata"]["name"]
+            for s in devcluster.kubectl_json("get", "sts", "-n", namespace)["items"]
+        ]
+        assert not any("-r1-" in n for n in names), "nothing of replica 1 was made"
+        devcluster.kubectl("label", "nodes", *GROUP_B, f"{label}=b")
+        obj = wait_until(
+            ready_at(devcluster, namespace, 1, replicas=2), timeout=90, what="two replicas Ready"
+        )
+        assert replica_status(obj, 1)["nodes"] == GROUP_B
+        devcluster.kubectl("scale", "icl", NAME, "-n", namespace, "--replicas=1")
+        wait_until(ready_at(devcluster, namespace, 1, replicas=1), timeout=90, what="back to one")
+        names = [
+            s["metadata"]["name"]
+            for s in devcluster.kubectl_json("get", "sts,svc", "-n", namespace)["items"]
+        ]
+        assert not any("-r1" in n for n in names), names
+    finally:
+        devcluster.kubectl("label", "nodes", *GROUP_A, *GROUP_B, f"{label}-", check=False)
+
+
+def test_rolling_update_keeps_one_replica_serving(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    doc = sample()
+    doc["spec"]["replicas"] = 2
+    doc["spec"]["placement"] = {"nodeGroups": [GROUP_A, GROUP_B]}
+    user_keys(devcluster, namespace)
+    apply(devcluster, namespace, doc)
+    wait_until(
+        ready_at(devcluster, namespace, 1, replicas=2), timeout=90, what="two replicas Ready"
+    )
+    devcluster.kubectl(
+        "patch",
+        "icl",
+        NAME,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"engine":{"maxRunningRequests":4}}}',
+    )
+    lowest = 2
+
+    def rolled() -> dict[str, Any] | None:
+        nonlocal lowest
+        obj = icl(devcluster, namespace)
+        serving = sum(
+            1 for r in obj["status"].get("replicaStatuses") or [] if r["phase"] == "Ready"
+        )
+        lowest = min(lowest, serving)
+        return ready_at(devcluster, namespace, 2, replicas=2)()
+
+    wait_until(rolled, timeout=180, interval=0.05, what="both replicas rolled to generation 2")
+    print(f"fewest replicas serving during the roll: {lowest}")
+    assert lowest >= 1
+    for pod in pods(devcluster, namespace):
+        args = pod["spec"]["containers"][0]["args"]
+        assert args[args.index("--max-running-requests") + 1] == "4"

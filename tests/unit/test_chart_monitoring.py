@@ -1,0 +1,192 @@
+"""The chart's alerts and dashboard read series that really exist, with labels that do.
+
+Metric names are checked against the exporters themselves: the operator's registry
+(``sparkllm.reconcile.metrics``) and the SGLang simulator's (``sparkllm.sim.metrics``,
+which mirrors SGLang 0.5.23's names). A renamed metric or a typo in a PromQL expression
+fails here instead of silently never firing. The label contract — the engine PodMonitor
+turns the rank pods' ``sparkllm.io/*`` labels into ``sparkllm_io_*`` target labels — is
+checked against what the operator actually renders for a sample.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import Counter, Gauge, Histogram
+
+from sparkllm.offline import render_file
+from sparkllm.reconcile import metrics as operator_metrics
+from sparkllm.sim.metrics import EngineMetrics
+from tests.unit.test_chart_render import (
+    ALL_MONITORING,
+    CHART,
+    MONITORING_API,
+    ROOT,
+    one,
+    render_chart,
+)
+
+METRIC_TOKEN = re.compile(r"\b(sparkllm_[a-z0-9_]+|sglang:[a-z0-9_:]+|up)\b(?!\s*\()")
+LABEL_PARTS = re.compile(r"\{[^}]*\}|\b(?:by|without)\s*\([^)]*\)")
+Obj = dict[str, Any]
+
+
+def operator_series() -> set[str]:
+    names: set[str] = set()
+    for value in vars(operator_metrics).values():
+        if isinstance(value, Histogram):
+            names |= {f"{value._name}_bucket", f"{value._name}_sum", f"{value._name}_count"}
+        elif isinstance(value, Counter):
+            names.add(f"{value._name}_total")
+        elif isinstance(value, Gauge):
+            names.add(value._name)
+    return names
+
+
+def engine_series() -> set[str]:
+    engine = EngineMetrics(model_name="m", pp_rank=0, max_total_num_tokens=100)
+    engine.observe_request(
+        streaming=True,
+        prompt_tokens=3,
+        completion_tokens=2,
+        ttft_seconds=0.1,
+        e2e_seconds=0.2,
+        inter_token_seconds=0.05,
+    )
+    return {s.name for family in engine.registry.collect() for s in family.samples}
+
+
+KNOWN = operator_series() | engine_series() | {"up"}
+
+
+def rule_of(values: Obj | None = None) -> Obj:
+    objs = render_chart({**ALL_MONITORING, **(values or {})}, api_versions=MONITORING_API)
+    return one(objs, "PrometheusRule")
+
+
+def alerts(rule: Obj) -> dict[str, Obj]:
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def dashboard_exprs() -> Iterator[tuple[str, str]]:
+    dashboard = json.loads((CHART / "dashboards" / "sparkllm.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            yield panel["title"], target["expr"]
+
+
+def test_the_exporters_are_what_we_think() -> None:
+    """Sanity of the oracle itself: the series the issue names are exported."""
+    assert {
+        "sparkllm_gang_restarts_total",
+        "sparkllm_replicas",
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:token_usage",
+        "sglang:num_queue_reqs",
+    } <= KNOWN
+
+
+@pytest.mark.parametrize(
+    ("alert", "reads"),
+    [
+        ("SparkLLMRankDown", "up"),
+        ("SparkLLMRestartLoop", "sparkllm_gang_restarts_total"),
+        ("SparkLLMReplicaDegraded", 'sparkllm_replicas{phase="Degraded"}'),
+        ("SparkLLMTimeToFirstTokenHigh", "sglang:time_to_first_token_seconds_bucket"),
+        ("SparkLLMKVCacheNearlyFull", "sglang:token_usage"),
+        ("SparkLLMQueueGrowing", "sglang:num_queue_reqs"),
+    ],
+)
+def test_each_required_alert_reads_its_series(alert: str, reads: str) -> None:
+    rule = alerts(rule_of())[alert]
+    assert reads in rule["expr"]
+    assert rule["labels"]["severity"] in {"warning", "critical"}
+    assert rule["annotations"]["summary"]
+    assert rule["annotations"]["description"]
+
+
+def test_every_series_in_alerts_and_dashboard_exists() -> None:
+    exprs = [(name, r["expr"]) for name, r in alerts(rule_of()).items()]
+    exprs += list(dashboard_exprs())
+    assert len(exprs) > 10
+    for where, expr in exprs:
+        used = set(METRIC_TOKEN.findall(LABEL_PARTS.sub(" ", expr)))
+        assert used, f"{where}: no metric in {expr}"
+        assert used <= KNOWN, f"{where}: unknown series {used - KNOWN}"
+        assert expr.count("(") == expr.count(")"), f"{where}: unbalanced {expr}"
+        assert expr.count("{") == expr.count("}"), f"{where}: unbalanced {expr}"
+
+
+def test_thresholds_come_from_values() -> None:
+    values = {
+        "prometheusRule": {
+            "enabled": True,
+            "ttftP95Seconds": 7.5,
+            "kvUsageRatio": 0.8,
+            "queueLength": 12,
+            "restartsPerHour": 4,
+        }
+    }
+    rules = alerts(rule_of(values))
+    assert rules["SparkLLMTimeToFirstTokenHigh"]["expr"].endswith("> 7.5")
+    assert rules["SparkLLMKVCacheNearlyFull"]["expr"].endswith("> 0.8")
+    assert "> 12 and" in rules["SparkLLMQueueGrowing"]["expr"]
+    assert rules["SparkLLMRestartLoop"]["expr"].endswith(">= 4")
+
+
+def test_alert_templates_survive_helm() -> None:
+    """Prometheus' own {{ $labels.x }} must reach the object unexpanded by Helm."""
+    summary = alerts(rule_of())["SparkLLMRankDown"]["annotations"]["summary"]
+    assert "{{ $labels.sparkllm_io_rank }}" in summary
+
+
+def test_engine_pod_monitor_matches_what_the_operator_renders() -> None:
+    monitor = one(
+        render_chart({**ALL_MONITORING, "watchNamespaces": ["llm"]}, api_versions=MONITORING_API),
+        "PodMonitor",
+    )
+    rendered = yaml.safe_load_all(
+        render_file(
+            str(ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"),
+            node_ips={},
+            namespace="llm",
+        )
+    )
+    pods = [o["spec"]["template"] for o in rendered if o and o["kind"] == "StatefulSet"]
+    assert len(pods) == 3
+    selector = monitor["spec"]["selector"]
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        assert selector["matchLabels"].items() <= labels.items()
+        assert all(e["key"] in labels for e in selector["matchExpressions"])
+        assert set(monitor["spec"]["podTargetLabels"]) <= labels.keys()
+        ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["llm"]}
+    # Prometheus sanitises the label names: sparkllm.io/rank -> sparkllm_io_rank.
+    expr = alerts(rule_of())["SparkLLMRankDown"]["expr"]
+    assert "sparkllm_io_rank" in expr
+
+
+def test_operator_service_monitor_keeps_the_metrics_namespace_label() -> None:
+    monitor = one(render_chart(ALL_MONITORING, api_versions=MONITORING_API), "ServiceMonitor")
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["honorLabels"] is True  # sparkllm_* carry the InferenceCluster namespace
+
+
+def test_dashboard_is_a_grafana_dashboard_with_its_variables() -> None:
+    dashboard = json.loads((CHART / "dashboards" / "sparkllm.json").read_text())
+    assert dashboard["uid"] == "sparkllm-overview"
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert variables == {"datasource", "namespace", "cluster"}
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for title, expr in dashboard_exprs():
+        used = set(re.findall(r"\$(\w+)", expr))
+        assert used <= variables, f"{title}: undefined variable {used - variables}"

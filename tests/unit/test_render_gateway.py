@@ -1,0 +1,411 @@
+"""The gateway's objects, as rendered: RBAC, Deployment and Service of the front door.
+
+Golden-ish: instead of a frozen YAML file (which would be rewritten on every knob change
+and then prove nothing), each test pins one property a reviewer cares about — the
+router's selector reaches rank 0 only, no key value anywhere, the admission layer's
+environment is one the real config loader accepts with the spec's numbers, only the
+admission port is exposed, every flag exists in the pinned smg (parsed by smg's own
+argument parser).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from smg.launch_router import parse_router_args
+
+from sparkllm.api import InferenceCluster, validate_inference_cluster
+from sparkllm.gateway.config import MaxTokensPolicy, load_gateway_config
+from sparkllm.render import ReplicaPlan, render_replica
+from sparkllm.render.engine import ENGINE_API_KEY_ENV
+from sparkllm.render.gateway import (
+    DEFAULT_GATEWAY_IMAGE,
+    GATEWAY_HTTP_PORT,
+    GATEWAY_IMAGE_ENV,
+    ROUTER_PORT,
+    admission_env,
+    engine_discovery_selector,
+    gateway_image_from,
+    render_gateway,
+    router_args,
+)
+from sparkllm.render.names import ANNOTATION_HASH
+from sparkllm.render.objects import desired_hash
+from sparkllm.render.ranks import EngineKeyRef
+
+NAME, NAMESPACE, UID = "llm", "serving", "uid-123"
+ENGINE_KEY = EngineKeyRef(secret="llm-engine-key", key="token")
+IMAGE = "registry.example/sparkllm:9.9.9"
+KEY_PLACEHOLDER = f"$({ENGINE_API_KEY_ENV})"
+
+BASE: dict[str, Any] = {
+    "apiVersion": "sparkllm.io/v1alpha1",
+    "kind": "InferenceCluster",
+    "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID},
+    "spec": {
+        "replicas": 2,
+        "model": {"path": "/models/DeepSeek-V4-Flash-NVFP4", "servedName": "deepseek-v4-flash"},
+        "engine": {"image": "nvcr.io/nvidia/sglang:26.07-py3", "pipelineParallel": 3},
+        "admission": {"apiKeysSecretRef": {"name": "llm-user-keys"}},
+        "placement": {
+            "nodeGroups": [
+                ["spark-a0", "spark-a1", "spark-a2"],
+                ["spark-b0", "spark-b1", "spark-b2"],
+            ]
+        },
+    },
+}
+
+
+def cluster(**spec_changes: Any) -> InferenceCluster:
+    doc = copy.deepcopy(BASE)
+    for dotted, value in spec_changes.items():
+        section, _, field = dotted.partition("__")
+        if field:
+            doc["spec"].setdefault(section, {})[field] = value
+        else:
+            doc["spec"][section] = value
+    return validate_inference_cluster(doc)
+
+
+def render(ic: InferenceCluster | None = None) -> dict[str, dict[str, Any]]:
+    objects = render_gateway(ic or cluster(), engine_key=ENGINE_KEY, gateway_image=IMAGE)
+    return {obj["kind"]: obj for obj in objects}
+
+
+def pod_spec(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = objects["Deployment"]["spec"]["template"]["spec"]
+    return spec
+
+
+def container(objects: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(c for c in pod_spec(objects)["containers"] if c["name"] == name)
+
+
+def parsed_router(ic: InferenceCluster) -> Any:
+    """The router's args through smg 1.13.0's own parser (an unknown flag exits)."""
+    args = [arg.replace(KEY_PLACEHOLDER, "engine-key") for arg in router_args(ic)]
+    parsed = parse_router_args(args)
+    parsed._validate_router_args()
+    return parsed
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+# --- the objects ------------------------------------------------------------------------
+
+
+def test_objects_in_apply_order_with_their_names() -> None:
+    objects = render_gateway(cluster(), engine_key=ENGINE_KEY, gateway_image=IMAGE)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("ServiceAccount", f"{NAME}-gateway"),
+        ("Role", f"{NAME}-gateway"),
+        ("RoleBinding", f"{NAME}-gateway"),
+        ("Deployment", NAME),
+        ("Service", NAME),
+    ]
+
+
+def test_every_object_is_labelled_owned_and_stamped() -> None:
+    for obj in render().values():
+        meta = obj["metadata"]
+        assert meta["namespace"] == NAMESPACE
+        assert meta["labels"]["sparkllm.io/cluster"] == NAME
+        assert meta["labels"]["app.kubernetes.io/component"] == "gateway"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "sparkllm.io/v1alpha1",
+                "kind": "InferenceCluster",
+                "name": NAME,
+                "uid": UID,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        unstamped = copy.deepcopy(obj)
+        del unstamped["metadata"]["annotations"]  # the gateway's objects carry no others
+        assert meta["annotations"] == {ANNOTATION_HASH: desired_hash(unstamped)}
+
+
+def test_rendering_is_deterministic_and_the_image_changes_only_the_deployment() -> None:
+    first, again = render(), render()
+    assert first == again
+    other = {
+        o["kind"]: o
+        for o in render_gateway(cluster(), engine_key=ENGINE_KEY, gateway_image="other:1")
+    }
+    changed = sorted(
+        kind
+        for kind in first
+        if first[kind]["metadata"]["annotations"][ANNOTATION_HASH]
+        != other[kind]["metadata"]["annotations"][ANNOTATION_HASH]
+    )
+    assert changed == ["Deployment"]
+
+
+def test_rbac_allows_reading_pods_in_this_namespace_only() -> None:
+    objects = render()
+    assert objects["Role"]["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = objects["RoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": f"{NAME}-gateway",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{NAME}-gateway", "namespace": NAMESPACE}
+    ]
+    spec = pod_spec(objects)
+    assert spec["serviceAccountName"] == f"{NAME}-gateway"
+    assert spec["automountServiceAccountToken"] is True  # smg's in-cluster config
+    assert objects["ServiceAccount"]["automountServiceAccountToken"] is False  # opt-in per pod
+
+
+# --- what the router routes to ---------------------------------------------------------
+
+
+def test_router_discovers_rank_zero_engines_of_this_cluster_only() -> None:
+    ic = cluster()
+    router = parsed_router(ic)
+    assert router.selected_discovery_provider() == "kubernetes"
+    assert router.selector == engine_discovery_selector(NAME)
+    assert router.service_discovery_namespace == NAMESPACE
+    assert router.service_discovery_port == 30000
+    assert router.policy == "cache_aware"
+    plan = ReplicaPlan(
+        index=1, group_key="b", nodes=("spark-b0", "spark-b1", "spark-b2"), rank0_ip="127.0.0.21",
+        generation=1,
+    )  # fmt: skip
+    rank_pods = {
+        int(o["spec"]["template"]["metadata"]["labels"]["sparkllm.io/rank"]): o["spec"]["template"]
+        for o in render_replica(ic, plan=plan, engine_key=ENGINE_KEY)
+        if o["kind"] == "StatefulSet"
+    }
+    matched = [
+        rank
+        for rank, pod in rank_pods.items()
+        if matches(router.selector, pod["metadata"]["labels"])
+    ]
+    assert matched == [0]
+    gateway_pod_labels = render()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert not matches(router.selector, gateway_pod_labels)
+    other_cluster = {**rank_pods[0]["metadata"]["labels"], "sparkllm.io/cluster": "other"}
+    assert not matches(router.selector, other_cluster)
+
+
+def test_router_listens_on_loopback_and_authenticates_to_engines_from_the_secret() -> None:
+    router = parsed_router(cluster())
+    assert (router.host, router.port) == ("127.0.0.1", ROUTER_PORT)
+    assert router.health_check_port is not None
+    assert router.api_key == "engine-key"  # what the kubelet expands $(VAR) to
+    env = container(render(), "router")["env"]
+    assert env == [
+        {
+            "name": ENGINE_API_KEY_ENV,
+            "valueFrom": {"secretKeyRef": {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}},
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {},
+            {"max_concurrent_requests": 8, "queue_size": 32, "queue_timeout_secs": 60,
+             "max_buffered_request_bytes": 1_048_576 + 65_536, "balance_abs_threshold": 2},
+        ),
+        (
+            {"admission__maxConcurrentRequests": 3, "admission__queueSize": 0,
+             "admission__queueTimeoutSeconds": 5, "admission__maxBodyBytes": 8_388_608,
+             "engine__maxRunningRequests": 32},
+            {"max_concurrent_requests": 3, "queue_size": 0, "queue_timeout_secs": 5,
+             "max_buffered_request_bytes": 8_388_608 + 65_536, "balance_abs_threshold": 8},
+        ),
+        ({"engine__maxRunningRequests": 1}, {"balance_abs_threshold": 1}),
+    ],
+)  # fmt: skip
+def test_router_limits_follow_the_spec(changes: dict[str, Any], expected: dict[str, int]) -> None:
+    router = parsed_router(cluster(**changes))
+    assert {field: getattr(router, field) for field in expected} == expected
+
+
+def test_router_knobs_for_few_slow_replicas() -> None:
+    router = parsed_router(cluster())
+    assert router.retry_max_retries == 3  # attempts in total: another replica gets a try
+    assert not router.disable_retries
+    assert not router.disable_circuit_breaker
+    assert router.cb_failure_threshold == 5
+    assert router.health_check_endpoint == "/health"
+    assert router.health_check_timeout_secs == 25  # SGLang's /health generates a token
+    assert router.request_timeout_secs >= 1800  # 8K prompt: 44 s TTFT, long answers
+    assert router.disable_tokenizer_autoload
+
+
+# --- the admission layer ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"admission__maxInputTokens": 2048, "admission__maxTokensPolicy": "reject",
+         "admission__maxConcurrentRequests": 2, "admission__queueSize": 4,
+         "admission__queueTimeoutSeconds": 7, "admission__maxBodyBytes": 65_536,
+         "engine__contextLength": 4096},
+    ],
+)  # fmt: skip
+def test_admission_env_is_accepted_by_the_gateway_config_with_the_spec_numbers(
+    changes: dict[str, Any],
+) -> None:
+    ic = cluster(**changes)
+    env = admission_env(ic, engine_key=ENGINE_KEY)
+    environ = {e["name"]: e.get("value", "resolved-by-kubelet") for e in env}
+    config = load_gateway_config([], environ=environ)
+    admission = ic.spec.admission
+    assert config.served_model_name == "deepseek-v4-flash"
+    assert config.max_input_tokens == admission.max_input_tokens
+    assert config.context_length == ic.spec.engine.context_length
+    assert config.max_tokens_policy is MaxTokensPolicy(admission.max_tokens_policy)
+    assert config.max_concurrent_requests == admission.max_concurrent_requests
+    assert config.queue_size == admission.queue_size
+    assert config.queue_timeout_seconds == admission.queue_timeout_seconds
+    assert config.max_body_bytes == admission.max_body_bytes
+    assert str(config.tokenizer_dir) == ic.spec.model.path
+    assert config.upstream_url == f"http://127.0.0.1:{ROUTER_PORT}"
+    assert config.listen_port == GATEWAY_HTTP_PORT
+    assert config.upstream_read_timeout_seconds > parsed_router(ic).request_timeout_secs
+
+
+def test_admission_mounts_keys_and_model_read_only_and_presents_the_engine_key() -> None:
+    objects = render()
+    admission = container(objects, "admission")
+    mounts = {m["name"]: m for m in admission["volumeMounts"]}
+    env = {e["name"]: e for e in admission["env"]}
+    keys_dir = env["SPARKLLM_GATEWAY_API_KEYS_DIR"]["value"]
+    assert mounts["user-keys"] == {"name": "user-keys", "mountPath": keys_dir, "readOnly": True}
+    assert mounts["model"]["readOnly"] is True
+    assert mounts["model"]["mountPath"] == env["SPARKLLM_GATEWAY_TOKENIZER_DIR"]["value"]
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    assert volumes["user-keys"]["secret"]["secretName"] == "llm-user-keys"
+    assert env["SPARKLLM_GATEWAY_UPSTREAM_API_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}
+    }
+
+
+# --- where keys may and may not appear --------------------------------------------------
+
+
+def _walk(node: Any, key: str) -> list[Any]:
+    """Every value stored under ``key`` anywhere in ``node``."""
+    if isinstance(node, dict):
+        found = [node[key]] if key in node else []
+        return found + [v for child in node.values() for v in _walk(child, key)]
+    if isinstance(node, list):
+        return [v for child in node for v in _walk(child, key)]
+    return []
+
+
+def test_keys_are_only_referenced_never_written() -> None:
+    objects = list(render().values())
+    engine_ref = {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}
+    assert _walk(objects, "secretKeyRef") == [engine_ref, engine_ref]  # admission, router
+    assert _walk(objects, "secret") == [{"secretName": "llm-user-keys", "defaultMode": 0o440}]
+    for name in ("admission", "router"):
+        for env_var in container(render(), name)["env"]:
+            if "valueFrom" in env_var:
+                assert set(env_var) == {"name", "valueFrom"}
+            else:
+                assert isinstance(env_var["value"], str)  # Kubernetes wants strings
+                assert not env_var["name"].endswith("_KEY")  # a key is never a literal
+    args = container(render(), "router")["args"]
+    assert args[args.index("--api-key") + 1] == KEY_PLACEHOLDER
+    assert sum(KEY_PLACEHOLDER in arg for arg in args) == 1
+
+
+# --- exposure, placement, hardening ----------------------------------------------------
+
+
+def test_only_the_admission_layer_is_exposed() -> None:
+    objects = render()
+    service = objects["Service"]["spec"]
+    assert service["ports"] == [
+        {"name": "http", "port": GATEWAY_HTTP_PORT, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert service["selector"] == objects["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert matches(
+        service["selector"], objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    )
+    admission_ports = container(objects, "admission")["ports"]
+    assert admission_ports == [
+        {"name": "http", "containerPort": GATEWAY_HTTP_PORT, "protocol": "TCP"}
+    ]
+    router_ports = [p["name"] for p in container(objects, "router")["ports"]]
+    assert router_ports == ["router-metrics"]  # scraped by Prometheus, not in the Service
+    assert objects["Deployment"]["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected_terms"),
+    [
+        (
+            {},
+            [[("metadata.name", node)] for node in
+             ["spark-a0", "spark-a1", "spark-a2", "spark-b0", "spark-b1", "spark-b2"]],
+        ),
+        ({"placement": {"nodeGroupLabel": "example.com/group"}}, [[("example.com/group", None)]]),
+        ({"model__persistentVolumeClaim": {"claimName": "weights"}}, None),
+    ],
+)  # fmt: skip
+def test_hostpath_model_keeps_the_gateway_on_model_nodes(
+    changes: dict[str, Any], expected_terms: list[list[tuple[str, str | None]]] | None
+) -> None:
+    spec = pod_spec(render(cluster(**changes)))
+    model = next(v for v in spec["volumes"] if v["name"] == "model")
+    if expected_terms is None:
+        assert "affinity" not in spec
+        assert model["persistentVolumeClaim"] == {"claimName": "weights", "readOnly": True}
+        return
+    assert model["hostPath"] == {"path": "/models/DeepSeek-V4-Flash-NVFP4", "type": "Directory"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    seen = [
+        [(req["key"], (req.get("values") or [None])[0]) for req in term.get("matchFields", [])]
+        + [(req["key"], None) for req in term.get("matchExpressions", [])]
+        for term in terms
+    ]
+    assert seen == expected_terms
+
+
+def test_containers_run_non_root_with_read_only_root() -> None:
+    spec = pod_spec(render())
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    for item in spec["containers"]:
+        security = item["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert item["image"] == IMAGE
+        assert "livenessProbe" in item
+        assert item["resources"]["limits"]["memory"]
+        assert "nvidia.com/gpu" not in item["resources"]["requests"]
+    assert "hostNetwork" not in spec
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, DEFAULT_GATEWAY_IMAGE),
+        ({GATEWAY_IMAGE_ENV: ""}, DEFAULT_GATEWAY_IMAGE),
+        ({GATEWAY_IMAGE_ENV: "mirror.local/sparkllm:0.1.0"}, "mirror.local/sparkllm:0.1.0"),
+    ],
+)
+def test_gateway_image_default_and_override(environ: dict[str, str], expected: str) -> None:
+    assert gateway_image_from(environ) == expected
