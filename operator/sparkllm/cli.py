@@ -8,6 +8,7 @@ line and exit 1; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -86,6 +87,13 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_down() if args.action == "down" else demo_up()
 
 
+def _lazy_subcommand(parser: argparse.ArgumentParser, module_name: str) -> None:
+    """Let ``module_name`` define its own flags (configure_parser) and run (run)."""
+    module = importlib.import_module(module_name)
+    module.configure_parser(parser)
+    parser.set_defaults(handler=module.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm", description=__doc__.splitlines()[0] if __doc__ else None
@@ -123,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="dev cluster + operator + sample InferenceCluster, Ready")
     demo.add_argument("action", nargs="?", choices=["up", "down"], default="up")
     demo.set_defaults(handler=_demo)
+
+    for name, module, help_text in (
+        ("plan", "sparkllm.plan.planner", "per-rank memory plan of an InferenceCluster"),
+        ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
+        ("bench", "sparkllm.bench.cli", "acceptance benchmark against the gateway"),
+    ):
+        command = sub.add_parser(name, help=help_text)
+        _lazy_subcommand(command, module)
 
     dev = sub.add_parser("devcluster", help="local control plane with simulated DGX Spark nodes")
     dev.add_argument("action", choices=["up", "down", "status", "engines"])

@@ -30,7 +30,6 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkllm.api import validate_inference_cluster
 from sparkllm.devcluster import DevCluster, wait_until
 from sparkllm.devcluster.gateway_pods import (
     GatewayInfo,
@@ -40,8 +39,6 @@ from sparkllm.devcluster.gateway_pods import (
     write_secret_volume,
 )
 from sparkllm.errors import DevClusterError
-from sparkllm.reconcile.secrets import engine_key_ref
-from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
 from tests.conftest import OperatorProcess
 from tests.unit.gateway_fixtures import (
     MODEL,
@@ -145,16 +142,6 @@ def _engine_counters(ip: str) -> dict[str, float]:
     return totals
 
 
-def _apply_gateway(cluster: DevCluster, namespace: str) -> None:
-    # TODO(lead): once reconcile calls render_gateway, delete this helper: the operator
-    # creates these objects, and the test should only wait for Deployment `front`.
-    live = cluster.kubectl_json("get", "icl", NAME, "-n", namespace)
-    ic = validate_inference_cluster(live)
-    objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image=DEFAULT_GATEWAY_IMAGE)
-    document = {"apiVersion": "v1", "kind": "List", "items": objects}
-    cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(document))
-
-
 def _chat(content: str, *, stream: bool = False, max_tokens: int = 8) -> dict[str, Any]:
     return {
         "model": MODEL,
@@ -195,7 +182,7 @@ def front_door(
             timeout=DEADLINE,
             what="two ready replicas",
         )
-        _apply_gateway(devcluster, namespace)
+        # The operator created the front door (Deployment, Service, RBAC) with the ranks.
         gateway: GatewayInfo = wait_until(
             lambda: next(iter(gateways.gateways()), None), timeout=DEADLINE, what="gateway pod run"
         )

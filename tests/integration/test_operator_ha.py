@@ -54,6 +54,12 @@ def bump(cluster: DevCluster, namespace: str, value: int) -> int:
     return int(json.loads(out)["metadata"]["generation"])
 
 
+def peers(cluster: DevCluster, namespace: str) -> dict[str, int]:
+    """Live peers of the kopf peering object: identity -> priority."""
+    obj = cluster.kubectl_json("get", "kopfpeerings.kopf.dev", "sparkllm", "-n", namespace)
+    return {peer: info["priority"] for peer, info in (obj.get("status") or {}).items()}
+
+
 def handled(operator: OperatorProcess) -> int:
     return operator.log().count(HANDLED)
 
@@ -77,11 +83,13 @@ def test_one_operator_acts_and_the_other_takes_over(
                 what="the first operator reconciles generation 1",
             )
             standby.start(*peering, "--priority", "0")
+            # Both keep-alives in the peering object: the second operator started paused
+            # (mandatory peering) and stays so while a higher priority is alive.
             wait_until(
-                lambda: "Pausing operations in favour of" in standby.log(),
+                lambda: sorted(peers(devcluster, namespace).values()) == [0, 1],
                 timeout=90,
                 interval=0.5,
-                what="the second operator pauses for the higher priority",
+                what="both operators in the peering object",
             )
             generation = bump(devcluster, namespace, 5)
             wait_until(

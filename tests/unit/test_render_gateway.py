@@ -1,11 +1,9 @@
-"""The gateway's objects, as rendered: RBAC, Deployment and Service of the front door.
+"""The gateway's objects as rendered: each test pins one property a reviewer cares about.
 
-Golden-ish: instead of a frozen YAML file (which would be rewritten on every knob change
-and then prove nothing), each test pins one property a reviewer cares about — the
-router's selector reaches rank 0 only, no key value anywhere, the admission layer's
-environment is one the real config loader accepts with the spec's numbers, only the
-admission port is exposed, every flag exists in the pinned smg (parsed by smg's own
-argument parser).
+Rather than a frozen YAML file (rewritten on every knob change, then proving nothing):
+the router's selector reaches rank 0 only, no key value anywhere, the admission env is
+one the real config loader accepts with the spec's numbers, only the admission port is
+exposed, and every router flag parses with smg 1.13.0's own argument parser.
 """
 
 from __future__ import annotations
@@ -187,12 +185,8 @@ def test_router_discovers_rank_zero_engines_of_this_cluster_only() -> None:
         for o in render_replica(ic, plan=plan, engine_key=ENGINE_KEY)
         if o["kind"] == "StatefulSet"
     }
-    matched = [
-        rank
-        for rank, pod in rank_pods.items()
-        if matches(router.selector, pod["metadata"]["labels"])
-    ]
-    assert matched == [0]
+    labels = {rank: pod["metadata"]["labels"] for rank, pod in rank_pods.items()}
+    assert [rank for rank in labels if matches(router.selector, labels[rank])] == [0]
     gateway_pod_labels = render()["Deployment"]["spec"]["template"]["metadata"]["labels"]
     assert not matches(router.selector, gateway_pod_labels)
     other_cluster = {**rank_pods[0]["metadata"]["labels"], "sparkllm.io/cluster": "other"}
@@ -204,13 +198,8 @@ def test_router_listens_on_loopback_and_authenticates_to_engines_from_the_secret
     assert (router.host, router.port) == ("127.0.0.1", ROUTER_PORT)
     assert router.health_check_port is not None
     assert router.api_key == "engine-key"  # what the kubelet expands $(VAR) to
-    env = container(render(), "router")["env"]
-    assert env == [
-        {
-            "name": ENGINE_API_KEY_ENV,
-            "valueFrom": {"secretKeyRef": {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}},
-        }
-    ]
+    ref = {"secretKeyRef": {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}}
+    assert container(render(), "router")["env"] == [{"name": ENGINE_API_KEY_ENV, "valueFrom": ref}]
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,16 @@ class ModelSpec(ApiModel):
         description="checksums names a sha256 manifest of the model files. Optional; when "
         "absent the ranks' copies are only compared with each other.",
     )
+    weights_gb: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        alias="weightsGB",
+        description="weightsGB is the total size of the weights in GB (10^9 bytes), as the "
+        "safetensors index reports it (metadata.total_size), used by the capacity plan "
+        "(condition CapacityPlanned) before anything starts. Optional; when absent the plan "
+        "is Unknown. Example: 168.27 for DeepSeek V4 Flash NVFP4.",
+    )
     persistent_volume_claim: PersistentVolumeClaimSource | None = Field(
         default=None,
         description="persistentVolumeClaim mounts the model from a claim instead of a "

@@ -16,6 +16,7 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"  # the spec cannot work; the message names the field
     CAPACITY_FITS = "CapacityFits"  # CapacityPlanned=True: every rank fits in memory
     CAPACITY_EXCEEDED = "CapacityExceeded"  # CapacityPlanned=False: a rank would not fit
+    CAPACITY_UNKNOWN = "CapacityUnknown"  # CapacityPlanned=Unknown: spec.model.weightsGB unset
 
     # --- placement and scaling ----------------------------------------------------------
     INSUFFICIENT_NODE_GROUPS = "InsufficientNodeGroups"  # no free group for a replica

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from sparkllm.reconcile import metrics
 from sparkllm.reconcile.kube import KubeAPI, load_configuration
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
+from sparkllm.render.gateway import gateway_image_from
 from sparkllm.render.placement import NodeFacts
 
 logger = logging.getLogger("sparkllm.reconcile")
@@ -37,7 +39,7 @@ class OperatorContext:
 
     async def start(self) -> None:
         api = KubeAPI(load_configuration(self.kubeconfig))
-        reconciler = ClusterReconciler(api)
+        reconciler = ClusterReconciler(api, gateway_image=gateway_image_from(os.environ))
         self._runtime["api"] = api
         self._runtime["reconciler"] = reconciler
         self._runtime["coalescer"] = Coalescer(action=self._pass)

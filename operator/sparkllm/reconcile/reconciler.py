@@ -36,6 +36,7 @@ from sparkllm.reconcile.restarts import Action, Decision, History, decide
 from sparkllm.reconcile.secrets import ensure_engine_key
 from sparkllm.reconcile.status import ClusterReport, ReplicaReport, derive_status
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
+from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
 from sparkllm.render.names import (
     ANNOTATION_RESTART,
     ANNOTATION_TEMPLATE_HASH,
@@ -53,7 +54,12 @@ STS = lookup_kind("apps/v1", "StatefulSet")
 SVC = lookup_kind("v1", "Service")
 POD = lookup_kind("v1", "Pod")
 NODE = lookup_kind("v1", "Node")
-PRUNABLE = (STS, SVC)
+DEPLOY = lookup_kind("apps/v1", "Deployment")
+SA = lookup_kind("v1", "ServiceAccount")
+ROLE = lookup_kind("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDING = lookup_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+# Everything the operator applies for a cluster, in apply order; pruned by label.
+OWNED = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY)
 
 Key = tuple[str, str]
 
@@ -67,9 +73,16 @@ class Observed:
     """Everything one pass reads from the API server."""
 
     nodes: dict[str, NodeFacts]
-    statefulsets: list[JSON]
     pods: list[JSON]
-    services: list[JSON]
+    owned: dict[str, list[JSON]]  # kind -> live objects of that kind with our label
+
+    @property
+    def statefulsets(self) -> list[JSON]:
+        return self.owned["StatefulSet"]
+
+    @property
+    def services(self) -> list[JSON]:
+        return self.owned["Service"]
 
     def by_replica(self, items: Sequence[JSON], index: int) -> list[JSON]:
         return [o for o in items if _label(o, LABEL_REPLICA) == str(index)]
@@ -114,8 +127,15 @@ def _history(previous: Mapping[str, Any] | None, *, reset_budget: bool) -> Histo
 class ClusterReconciler:
     """Reconcile InferenceClusters through one KubeAPI, posting Events to ``events``."""
 
-    def __init__(self, api: KubeAPI, *, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self,
+        api: KubeAPI,
+        *,
+        gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.api = api
+        self.gateway_image = gateway_image
         self.clock = clock
         # Passes of different clusters run concurrently: Events are kept per cluster.
         self._events: dict[Key, list[PendingEvent]] = {}
@@ -152,12 +172,15 @@ class ClusterReconciler:
         namespace = ic.metadata.namespace or "default"
         selector = cluster_selector(ic.metadata.name)
         nodes = {f.name: f for f in map(node_facts, await self.api.list(NODE))}
-        return Observed(
-            nodes=nodes,
-            statefulsets=await self.api.list(STS, namespace, selector=selector),
-            pods=await self.api.list(POD, namespace, selector=selector),
-            services=await self.api.list(SVC, namespace, selector=selector),
-        )
+        owned = {
+            kind.kind: [
+                _with_kind(o, kind.kind)
+                for o in await self.api.list(kind, namespace, selector=selector)
+            ]
+            for kind in OWNED
+        }
+        pods = await self.api.list(POD, namespace, selector=selector)
+        return Observed(nodes=nodes, pods=pods, owned=owned)
 
     async def _plan(
         self,
@@ -232,6 +255,9 @@ class ClusterReconciler:
                 desired.extend(objects)
             if retry is not None:
                 outcome.retry_after = min(outcome.retry_after or retry, retry)
+        # The front door (admission layer + router) goes first in apply order, before
+        # the ranks: a Role must exist before the router's pod watch needs it.
+        desired[:0] = render_gateway(ic, engine_key=engine_key, gateway_image=self.gateway_image)
         report = ClusterReport(
             generation=int(obj["metadata"].get("generation") or 0),
             desired_replicas=spec.replicas,
@@ -370,10 +396,8 @@ class ClusterReconciler:
     async def _apply(self, desired: Sequence[JSON], observed: Observed) -> None:
         live = {
             (o["kind"], o["metadata"]["name"]): o
-            for o in [
-                *(_with_kind(s, "StatefulSet") for s in observed.statefulsets),
-                *(_with_kind(s, "Service") for s in observed.services),
-            ]
+            for items in observed.owned.values()
+            for o in items
         }
         for obj in desired:
             if is_current(live.get((obj["kind"], obj["metadata"]["name"])), obj):
@@ -383,8 +407,8 @@ class ClusterReconciler:
 
     async def _prune(self, desired: Sequence[JSON], keep: set[str], observed: Observed) -> None:
         wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-        for kind, items in ((STS, observed.statefulsets), (SVC, observed.services)):
-            for item in items:
+        for kind in reversed(OWNED):
+            for item in observed.owned[kind.kind]:
                 name = item["metadata"]["name"]
                 if (kind.kind, name) in wanted or name in keep:
                     continue

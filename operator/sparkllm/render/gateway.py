@@ -44,7 +44,7 @@ from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS, EngineKeyRef
 
 DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
-GATEWAY_IMAGE_ENV: Final = "SPARKLLM_GATEWAY_IMAGE"  # the operator's env, not the gateway's
+GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
 
 GATEWAY_HTTP_PORT: Final = 8000  # the admission layer: Service port and container port
 ROUTER_HOST: Final = "127.0.0.1"  # smg is reachable only from inside the pod
@@ -102,7 +102,7 @@ ROUTER_LIVENESS_COMMAND: Final = (
 
 
 def gateway_image_from(environ: Mapping[str, str]) -> str:
-    """The gateway image: ``SPARKLLM_GATEWAY_IMAGE`` from the operator's env, else the default."""
+    """The gateway image: ``SPARKLLM_IMAGE`` from the operator's env, else the default."""
     return environ.get(GATEWAY_IMAGE_ENV) or DEFAULT_GATEWAY_IMAGE
 
 
