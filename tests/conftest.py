@@ -115,7 +115,10 @@ class OperatorProcess:
 
 @pytest.fixture
 def operator(
-    devcluster: DevCluster, namespace: str, tmp_path: pathlib.Path
+    devcluster: DevCluster,
+    namespace: str,
+    tmp_path: pathlib.Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[OperatorProcess]:
     """The operator, running as its own process, watching this test's namespace.
 
@@ -130,7 +133,11 @@ def operator(
     proc.start()
     # The engine harness plays the kubelet's part kwok does not: it runs an SGLang
     # simulator per engine pod and is rank 0's readiness prober.
-    with EngineHarness(devcluster, namespace=namespace, log_dir=tmp_path / "engines"):
+    marker = request.node.get_closest_marker("sim_args")
+    sim_args = tuple(marker.args) if marker else ()
+    with EngineHarness(
+        devcluster, namespace=namespace, log_dir=tmp_path / "engines", sim_args=sim_args
+    ):
         yield proc
         # Delete the test's InferenceClusters while the operator still runs, then stop it.
         devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)

@@ -1,7 +1,7 @@
 """`helm install`, `helm upgrade`, `helm uninstall` of the chart on the real local API server.
 
-One release per test, in the test's namespace, watching that namespace, named after it
-(so its cluster-scoped objects are unique on the shared cluster). The operator pods are
+One release per test, in the test's namespace, watching that namespace, named after the
+namespace's random suffix (so its cluster-scoped objects are unique on the shared cluster). The operator pods are
 kwok-simulated: they are scheduled and "run" but execute nothing — what is checked is
 what Helm and the API server make of the chart: every object created, StatefulSet pods
 carrying the pod-index label the HA priority is read from, upgrades that add and remove
@@ -32,7 +32,7 @@ class Release:
     def __init__(self, cluster: DevCluster, namespace: str, tmp: Path) -> None:
         self.cluster = cluster
         self.namespace = namespace
-        self.name = namespace  # unique: cluster-scoped names derive from it
+        self.name = f"inst-{namespace[-5:]}"  # unique: cluster-scoped names derive from it
         self.tmp = tmp
 
     def helm(self, *args: str, values: dict[str, Any] | None = None, check: bool = True) -> Any:

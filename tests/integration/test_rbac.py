@@ -93,12 +93,13 @@ def chart_identity(
 ) -> Iterator[Identity]:
     """Install the chart's ServiceAccount + RBAC (+ peering objects) for ``namespace``.
 
-    The release is named after the namespace so its cluster-scoped objects are unique;
+    The release is named after the namespace's random suffix so its cluster-scoped
+    objects are unique;
     they are deleted afterwards (the namespace fixture removes the rest).
     """
     objs = render_chart(
         {"watchNamespaces": [namespace], **(values or {})},
-        release=namespace,
+        release=f"rbac-{namespace[-5:]}",
         namespace=namespace,
     )
     peering = [o for o in objs if o["kind"] == "KopfPeering"]

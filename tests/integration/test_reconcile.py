@@ -66,7 +66,12 @@ def ready(cluster: DevCluster, namespace: str) -> dict[str, Any] | None:
 
 def pods(cluster: DevCluster, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.kubectl_json(
-        "get", "pods", "-n", namespace, "-l", f"sparkllm.io/cluster={NAME}"
+        "get",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        f"sparkllm.io/cluster={NAME},app.kubernetes.io/component=engine",
     )["items"]
     return items
 
@@ -145,7 +150,12 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
 
     def all_gone() -> bool:
         leftovers = devcluster.kubectl_json(
-            "get", "sts,svc,secret,pods", "-n", namespace, "-l", f"sparkllm.io/cluster={NAME}"
+            "get",
+            "sts,svc,secret,pods,deploy,sa,role,rolebinding",
+            "-n",
+            namespace,
+            "-l",
+            f"sparkllm.io/cluster={NAME}",
         )["items"]
         return not leftovers
 

@@ -318,3 +318,12 @@ def test_wrong_values_fail_with_a_message_naming_them(flags: list[str], message:
     result = run_helm("template", "x", str(CHART), *flags, check=False)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+
+
+def test_long_release_names_still_make_valid_pods() -> None:
+    """The StatefulSet controller labels pods <sts>-<10-char hash>: at most 63 characters."""
+    release = "a-very-long-release-name-for-the-sparkllm-operator-x"
+    objs = render_chart(release=release)
+    sts = one(objs, "StatefulSet")
+    assert len(sts["metadata"]["name"]) + 11 <= 63
+    assert len({o["metadata"]["name"] for o in find(objs, "ClusterRole")}) == 2

@@ -7,11 +7,13 @@ Names, labels and the few decisions every template shares. A template asks these
 {{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* At most 43 characters: "<fullname>-operator" names a StatefulSet, whose pods carry
+the label controller-revision-hash=<name>-<10 chars>, itself limited to 63. */}}
 {{- define "sparkllm.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 43 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 43 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +32,12 @@ from sparkllm.reconcile import metrics
 from sparkllm.reconcile.events import PendingEvent, event_manifest
 from sparkllm.reconcile.kube import JSON, KubeAPI, kind_of, lookup_kind
 from sparkllm.reconcile.observe import observe_replica
+from sparkllm.reconcile.proofs import (
+    ConfigProbe,
+    capacity_condition,
+    config_condition,
+    model_condition,
+)
 from sparkllm.reconcile.restarts import Action, Decision, History, decide
 from sparkllm.reconcile.secrets import ensure_engine_key
 from sparkllm.reconcile.status import ClusterReport, ReplicaReport, derive_status
@@ -137,6 +143,8 @@ class ClusterReconciler:
         self.api = api
         self.gateway_image = gateway_image
         self.clock = clock
+        self._keys: dict[Key, str | None] = {}  # engine key per cluster, for ConfigApplied
+        self.config_probe = ConfigProbe()
         # Passes of different clusters run concurrently: Events are kept per cluster.
         self._events: dict[Key, list[PendingEvent]] = {}
 
@@ -150,11 +158,30 @@ class ClusterReconciler:
         try:
             ic = validate_inference_cluster(obj)
         except SpecError as exc:
-            await self._invalid_spec(obj, previous_status, generation, str(exc))
+            await self._blocked(obj, previous_status, generation, str(exc))
+            return PassOutcome()
+        capacity, fits = capacity_condition(ic.spec, generation=generation)
+        if not fits:
+            await self._blocked(
+                obj,
+                previous_status,
+                generation,
+                capacity["message"],
+                reason=Reason.CAPACITY_EXCEEDED,
+                extra=(capacity,),
+            )
             return PassOutcome()
         observed = await self._observe(ic)
         now = self.clock()
         outcome, report, desired, keep = await self._plan(ic, obj, observed, previous_status, now)
+        report = await self._with_proofs(
+            ic=ic,
+            obj=obj,
+            report=report,
+            observed=observed,
+            previous_status=previous_status,
+            capacity=capacity,
+        )
         await self._apply(desired, observed)
         await self._prune(desired, keep, observed)
         await self._write_status(obj, report, previous_status, now)
@@ -202,8 +229,9 @@ class ClusterReconciler:
         assignment = assign_groups(
             replicas=spec.replicas, groups=discovery.groups, current=current_groups
         )
-        engine_key, key_present = await ensure_engine_key(self.api, ic)
-        if not key_present:
+        engine_key, key_value = await ensure_engine_key(self.api, ic)
+        self._keys[(ic.metadata.namespace or "default", ic.metadata.name)] = key_value
+        if key_value is None:
             self._event(
                 obj,
                 warning=True,
@@ -307,7 +335,11 @@ class ClusterReconciler:
                 rank0_ip=rank0_ip,
                 generation=generation,
             )
-            for rank, sts in enumerate(render_replica(ic, plan=probe, engine_key=engine_key)):
+            for rank, sts in enumerate(
+                render_replica(
+                    ic, plan=probe, engine_key=engine_key, tools_image=self.gateway_image
+                )
+            ):
                 if sts["kind"] == "StatefulSet":
                     want[rank] = pod_template_hash(sts)
         outdated = _outdated(pods, generation, want)
@@ -366,7 +398,49 @@ class ClusterReconciler:
             generation=generation,
             running=decision.action is Action.RUN,
         )
-        return report, render_replica(ic, plan=plan, engine_key=engine_key), retry
+        return (
+            report,
+            render_replica(ic, plan=plan, engine_key=engine_key, tools_image=self.gateway_image),
+            retry,
+        )
+
+    async def _with_proofs(
+        self,
+        *,
+        ic: InferenceCluster,
+        obj: JSON,
+        report: ClusterReport,
+        observed: Observed,
+        previous_status: Mapping[str, Any],
+        capacity: JSON,
+    ) -> ClusterReport:
+        """Add CapacityPlanned, ModelVerified and ConfigApplied to the report."""
+        generation = report.generation
+        key = (ic.metadata.namespace or "default", ic.metadata.name)
+        engine_pods = [p for p in observed.pods if _label(p, LABEL_RANK) is not None]
+        model = model_condition(engine_pods, generation=generation)
+        results = {}
+        for replica in report.replicas:
+            if replica.phase is not Phase.READY or replica.endpoint is None:
+                continue
+            cache_key = (*key, str(replica.index), str(replica.generation), str(generation))
+            results[replica.index] = await self.config_probe.check(
+                ic.spec,
+                cache_key=cache_key,
+                endpoint=replica.endpoint,
+                api_key=self._keys.get(key),
+                rank0_ip=replica.endpoint.split("//")[1].split(":")[0],
+            )
+        config = config_condition(results, generation=generation)
+        before = {c["type"]: c for c in previous_status.get("conditions") or []}
+        for cond, reason in ((model, model["reason"]), (config, config["reason"])):
+            old = before.get(cond["type"], {})
+            if cond["status"] == "False" and (old.get("status"), old.get("message")) != (
+                "False",
+                cond["message"],
+            ):
+                self._event(obj, warning=True, reason=Reason(reason), message=cond["message"])
+        return replace(report, extra_conditions=(capacity, model, config))
 
     def _transition_events(
         self, obj: JSON, index: int, previous: Mapping[str, Any] | None, decision: Decision
@@ -427,20 +501,30 @@ class ClusterReconciler:
         await self.api.apply_status(IC, meta["name"], meta["namespace"], status)
         metrics.WRITES.labels(verb="apply", kind="InferenceCluster/status").inc()
 
-    async def _invalid_spec(
-        self, obj: JSON, previous: Mapping[str, Any], generation: int, message: str
+    async def _blocked(
+        self,
+        obj: JSON,
+        previous: Mapping[str, Any],
+        generation: int,
+        message: str,
+        *,
+        reason: Reason = Reason.INVALID_SPEC,
+        extra: tuple[JSON, ...] = (),
     ) -> None:
+        """The spec cannot be acted on (invalid, or the memory plan does not fit)."""
         if (
             previous.get("phase") != Phase.FAILED.value
             or previous.get("observedGeneration") != generation
         ):
-            self._event(obj, warning=True, reason=Reason.INVALID_SPEC, message=message)
+            self._event(obj, warning=True, reason=reason, message=message)
         report = ClusterReport(
             generation=generation,
             desired_replicas=0,
             selector=cluster_selector(obj["metadata"]["name"]),
             replicas=(),
             spec_error=message,
+            spec_error_reason=reason,
+            extra_conditions=extra,
         )
         await self._write_status(obj, report, previous, self.clock())
         await self._post_events(obj)

@@ -33,8 +33,8 @@ def engine_key_ref(ic: InferenceCluster) -> EngineKeyRef:
     return EngineKeyRef(secret=engine_key_secret_name(ic.metadata.name), key=GENERATED_KEY)
 
 
-async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineKeyRef, bool]:
-    """The key's reference, and whether its Secret (and key) exist.
+async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineKeyRef, str | None]:
+    """The key's reference and value (None when its Secret or key does not exist).
 
     Generates the Secret when the spec names none and it does not exist yet. A missing
     user-named Secret is reported, not created: the user owns it.
@@ -43,10 +43,12 @@ async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineK
     namespace = ic.metadata.namespace or "default"
     live = await api.get(SECRET, ref.secret, namespace)
     if live is not None:
-        return ref, ref.key in (live.get("data") or {})
+        encoded = (live.get("data") or {}).get(ref.key)
+        return ref, base64.b64decode(encoded).decode() if encoded else None
     if ic.spec.engine.api_key_secret_ref is not None:
-        return ref, False
-    token = base64.b64encode(secrets.token_urlsafe(32).encode()).decode()
+        return ref, None
+    value = secrets.token_urlsafe(32)
+    token = base64.b64encode(value.encode()).decode()
     await api.create(
         {
             "apiVersion": "v1",
@@ -63,4 +65,4 @@ async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineK
             "data": {GENERATED_KEY: token},
         }
     )
-    return ref, True
+    return ref, value

@@ -74,6 +74,7 @@ class ClusterReport:
     unplaced: tuple[int, ...] = ()
     placement_problems: tuple[str, ...] = ()
     spec_error: str | None = None
+    spec_error_reason: Reason = Reason.INVALID_SPEC
     extra_conditions: tuple[JSON, ...] = field(default_factory=tuple)
 
 
@@ -138,17 +139,18 @@ def _conditions(report: ClusterReport) -> list[JSON]:
             condition(
                 ConditionType.READY,
                 status=False,
-                reason=Reason.INVALID_SPEC,
+                reason=report.spec_error_reason,
                 message=report.spec_error,
                 generation=gen,
             ),
             condition(
                 ConditionType.PROGRESSING,
                 status=False,
-                reason=Reason.INVALID_SPEC,
+                reason=report.spec_error_reason,
                 message=report.spec_error,
                 generation=gen,
             ),
+            *report.extra_conditions,
         ]
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
     desired = report.desired_replicas

@@ -11,6 +11,7 @@ from __future__ import annotations
 from sparkllm.api import InferenceCluster
 from sparkllm.render.objects import JSON
 from sparkllm.render.ranks import (
+    DEFAULT_TOOLS_IMAGE,
     EngineKeyRef,
     ReplicaPlan,
     render_rank_statefulset,
@@ -19,15 +20,21 @@ from sparkllm.render.ranks import (
 
 
 def render_replica(
-    ic: InferenceCluster, *, plan: ReplicaPlan, engine_key: EngineKeyRef
+    ic: InferenceCluster,
+    *,
+    plan: ReplicaPlan,
+    engine_key: EngineKeyRef,
+    tools_image: str = DEFAULT_TOOLS_IMAGE,
 ) -> list[JSON]:
     """Every object of one replica: its rank StatefulSets (rank order) and its Service."""
     objects = [
-        render_rank_statefulset(ic, plan=plan, rank=rank, engine_key=engine_key)
+        render_rank_statefulset(
+            ic, plan=plan, rank=rank, engine_key=engine_key, tools_image=tools_image
+        )
         for rank in range(ic.spec.engine.pipeline_parallel)
     ]
     objects.append(render_replica_service(ic, replica=plan.index))
     return objects
 
 
-__all__ = ["EngineKeyRef", "ReplicaPlan", "render_replica"]
+__all__ = ["DEFAULT_TOOLS_IMAGE", "EngineKeyRef", "ReplicaPlan", "render_replica"]

@@ -34,6 +34,9 @@ from sparkllm.render.objects import JSON, render_template, stamp_hash, template_
 # replica is already broken and the operator restarts it as a whole when the node is back.
 NODE_FAILURE_TOLERATION_SECONDS: Final = 5
 SHM_SIZE: Final = "16Gi"
+# The operator's own image carries the CLI (`sparkllm verify-model`); SPARKLLM_IMAGE in the
+# operator's environment overrides it (reconcile passes it in; render stays pure).
+DEFAULT_TOOLS_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 HEALTH_PATH: Final = "/health"
 # SGLang's /health runs a one-token generation and waits up to 20 s for it.
 HEALTH_TIMEOUT_SECONDS: Final = 25
@@ -115,8 +118,51 @@ def _volumes(ic: InferenceCluster) -> tuple[list[JSON], list[JSON]]:
     return volumes, mounts
 
 
+VERIFY_CONTAINER: Final = "verify-model"
+CHECKSUMS_MOUNT: Final = "/etc/sparkllm/checksums"
+
+
+def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSON]) -> JSON:
+    """The integrity check that runs before SGLang on every rank (condition ModelVerified).
+
+    It reads the model directory read-only and writes a compact summary to its
+    termination message, which the operator compares across ranks.
+    """
+    model = ic.spec.model
+    args = [
+        "verify-model",
+        "--model-dir", model.path,
+        "--expected-shards", str(model.expected_shards),
+        "--expected-layers", str(model.num_layers),
+    ]  # fmt: skip
+    model_mounts = [m for m in mounts if m["name"] == "model"]
+    if model.checksums is not None:
+        key = model.checksums.config_map_ref.key
+        args += ["--checksums", f"{CHECKSUMS_MOUNT}/{key}"]
+        model_mounts.append({"name": "checksums", "mountPath": CHECKSUMS_MOUNT, "readOnly": True})
+    return {
+        "name": VERIFY_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sparkllm"],
+        "args": args,
+        "terminationMessagePolicy": "File",
+        "volumeMounts": model_mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
 def render_rank_statefulset(
-    ic: InferenceCluster, *, plan: ReplicaPlan, rank: int, engine_key: EngineKeyRef
+    ic: InferenceCluster,
+    *,
+    plan: ReplicaPlan,
+    rank: int,
+    engine_key: EngineKeyRef,
+    tools_image: str = DEFAULT_TOOLS_IMAGE,
 ) -> JSON:
     """The StatefulSet of ``rank`` in replica ``plan.index``."""
     name, namespace, uid = _identity(ic)
@@ -131,6 +177,14 @@ def render_rank_statefulset(
             }
         )
     volumes, mounts = _volumes(ic)
+    init_containers = [_verify_init_container(ic, image=tools_image, mounts=mounts)]
+    if ic.spec.model.checksums is not None:
+        volumes.append(
+            {
+                "name": "checksums",
+                "configMap": {"name": ic.spec.model.checksums.config_map_ref.name},
+            }
+        )
     host_network = ic.spec.network.host_network
     obj = render_template(
         "rank_statefulset.yaml.j2",
@@ -163,6 +217,7 @@ def render_rank_statefulset(
         probes=_probes(ic) if serves_api else None,
         volume_mounts=mounts,
         volumes=volumes,
+        init_containers=init_containers,
     )
     template = obj["spec"]["template"]
     template["metadata"]["annotations"] = {

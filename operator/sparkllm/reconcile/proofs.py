@@ -1,0 +1,181 @@
+"""Proof-of-service conditions: CapacityPlanned, ModelVerified, ConfigApplied.
+
+"Not just HTTP 200" (SEEDS.md, acceptance): a replica that answers may still run with a
+setting SGLang silently ignored, or with a model copy that differs from its peers'.
+These conditions say so. Capacity and model checks are pure functions of the spec and
+the pods' status; the config check reads rank 0's ``/get_server_info`` (network I/O,
+so it lives here in reconcile) once per replica generation and spec generation, and
+never copies the ``api_key`` it returns anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sparkllm.api import ConditionType, InferenceClusterSpec, Reason
+from sparkllm.configcheck import Mismatch, compare_server_info, describe_mismatches
+from sparkllm.integrity import ModelSummary, compare_rank_summaries
+from sparkllm.integrity.summary import SummaryError
+from sparkllm.plan import plan_capacity
+from sparkllm.reconcile.status import condition
+from sparkllm.render.ranks import VERIFY_CONTAINER
+
+JSON = dict[str, Any]
+
+
+def capacity_condition(spec: InferenceClusterSpec, *, generation: int) -> tuple[JSON, bool]:
+    """CapacityPlanned, and whether the plan lets the replicas start."""
+    if spec.model.weights_gb is None:
+        return condition(
+            ConditionType.CAPACITY_PLANNED,
+            status=None,
+            reason=Reason.CAPACITY_UNKNOWN,
+            message="spec.model.weightsGB is not set: no memory plan before start",
+            generation=generation,
+        ), True
+    plan = plan_capacity(spec, total_weight_gb=spec.model.weights_gb)
+    return condition(
+        ConditionType.CAPACITY_PLANNED,
+        status=plan.fits,
+        reason=plan.reason,
+        message=plan.condition_message(),
+        generation=generation,
+    ), plan.fits
+
+
+def _verify_message(pod: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """The verify-model init container's termination message and exit code, if it ended."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if status.get("name") != VERIFY_CONTAINER:
+            continue
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            term = state.get("terminated")
+            if term:
+                return term.get("message"), term.get("exitCode")
+    return None, None
+
+
+def model_condition(pods: Sequence[Mapping[str, Any]], *, generation: int) -> JSON:
+    """ModelVerified from every rank pod's integrity summary, compared across nodes."""
+    summaries: dict[str, ModelSummary] = {}
+    pending: list[str] = []
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
+        message, code = _verify_message(pod)
+        if not message:
+            pending.append(node)
+            continue
+        try:
+            summaries[node] = ModelSummary.from_message(message)
+        except SummaryError:
+            detail = f"exit code {code}: {message[:200]}"
+            summaries[node] = ModelSummary(ok=False, error=detail)
+    problems = compare_rank_summaries(summaries) if summaries else []
+    if problems:
+        incomplete = any(not s.ok for s in summaries.values())
+        return condition(
+            ConditionType.MODEL_VERIFIED,
+            status=False,
+            reason=Reason.MODEL_INCOMPLETE if incomplete else Reason.CHECKSUM_MISMATCH,
+            message="; ".join(problems),
+            generation=generation,
+        )
+    if pending or not summaries:
+        return condition(
+            ConditionType.MODEL_VERIFIED,
+            status=None,
+            reason=Reason.VERIFICATION_PENDING,
+            message=f"{len(summaries)} of {len(summaries) + len(pending)} ranks reported "
+            "their model check",
+            generation=generation,
+        )
+    first = next(iter(summaries.values()))
+    return condition(
+        ConditionType.MODEL_VERIFIED,
+        status=True,
+        reason=Reason.MODEL_FILES_VERIFIED,
+        message=f"{len(summaries)} ranks agree: {first.files} files, "
+        f"{first.total_bytes / 1e9:.2f} GB, {first.shards} shards ({first.mode})",
+        generation=generation,
+    )
+
+
+@dataclass
+class ConfigProbe:
+    """Reads rank 0's /get_server_info once per (replica, restart generation, spec)."""
+
+    timeout: float = 5.0
+    _cache: dict[tuple[str, ...], list[Mismatch] | str] = field(default_factory=dict)
+
+    async def check(
+        self,
+        spec: InferenceClusterSpec,
+        *,
+        cache_key: tuple[str, ...],
+        endpoint: str,
+        api_key: str | None,
+        rank0_ip: str,
+    ) -> list[Mismatch] | str:
+        """Mismatches, or a string saying why the check could not run (not cached)."""
+        cached = self._cache.get(cache_key)
+        if isinstance(cached, list):
+            return cached
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                response = await client.get(f"{endpoint}/get_server_info", headers=headers)
+            response.raise_for_status()
+            info = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return f"cannot read {endpoint}/get_server_info: {type(exc).__name__}"
+        mismatches = compare_server_info(spec, info, rank0_address=rank0_ip)
+        self._cache[cache_key] = mismatches
+        return mismatches
+
+    def forget(self, prefix: tuple[str, ...]) -> None:
+        for key in [k for k in self._cache if k[: len(prefix)] == prefix]:
+            del self._cache[key]
+
+
+def config_condition(results: Mapping[int, list[Mismatch] | str], *, generation: int) -> JSON:
+    """ConfigApplied from the per-replica checks of serving replicas."""
+    if not results:
+        return condition(
+            ConditionType.CONFIG_APPLIED,
+            status=None,
+            reason=Reason.VERIFICATION_PENDING,
+            message="no replica serves yet",
+            generation=generation,
+        )
+    mismatched = {i: r for i, r in results.items() if isinstance(r, list) and r}
+    if mismatched:
+        text = "; ".join(
+            f"replica {i}: {describe_mismatches(r)}" for i, r in sorted(mismatched.items())
+        )
+        return condition(
+            ConditionType.CONFIG_APPLIED,
+            status=False,
+            reason=Reason.CONFIG_MISMATCH,
+            message=text,
+            generation=generation,
+        )
+    failed = {i: r for i, r in results.items() if isinstance(r, str)}
+    if failed:
+        return condition(
+            ConditionType.CONFIG_APPLIED,
+            status=None,
+            reason=Reason.VERIFICATION_PENDING,
+            message="; ".join(f"replica {i}: {r}" for i, r in sorted(failed.items())),
+            generation=generation,
+        )
+    return condition(
+        ConditionType.CONFIG_APPLIED,
+        status=True,
+        reason=Reason.CONFIG_MATCHES,
+        message=f"rank 0 of {len(results)} replica(s) runs with every setting the spec asks for",
+        generation=generation,
+    )

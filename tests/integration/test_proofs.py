@@ -1,0 +1,88 @@
+"""Proof of service in status: capacity plan, config really applied, model check pending."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkllm.devcluster import DevCluster, wait_until
+from tests.conftest import OperatorProcess
+from tests.integration.test_reconcile import apply, condition, icl, ready, sample, user_keys
+
+pytestmark = pytest.mark.cluster
+GROUP_A = ["spark-a0", "spark-a1", "spark-a2"]
+
+
+def settled(cluster: DevCluster, namespace: str, kind: str) -> dict[str, Any] | None:
+    obj = icl(cluster, namespace)
+    cond = condition(obj, kind)
+    return obj if cond is not None and cond["status"] != "Unknown" else None
+
+
+def test_ready_cluster_proves_capacity_and_config(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    user_keys(devcluster, namespace)
+    apply(devcluster, namespace, sample(GROUP_A))
+    wait_until(lambda: ready(devcluster, namespace), timeout=90, what="Ready")
+    obj = wait_until(
+        lambda: settled(devcluster, namespace, "ConfigApplied"),
+        timeout=60,
+        what="ConfigApplied decided",
+    )
+    capacity = condition(obj, "CapacityPlanned")
+    assert capacity is not None
+    assert (capacity["status"], capacity["reason"]) == ("True", "CapacityFits")
+    config = condition(obj, "ConfigApplied")
+    assert config is not None
+    assert (config["status"], config["reason"]) == ("True", "ConfigMatches"), config["message"]
+    model = condition(obj, "ModelVerified")
+    assert model is not None
+    # kwok completes init containers without running them: no summary, so no verdict.
+    assert (model["status"], model["reason"]) == ("Unknown", "VerificationPending")
+
+
+@pytest.mark.sim_args("--sim-ignore-flag=--mem-fraction-static")
+def test_ignored_flag_is_a_config_mismatch(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    user_keys(devcluster, namespace)
+    apply(devcluster, namespace, sample(GROUP_A))
+    obj = wait_until(
+        lambda: settled(devcluster, namespace, "ConfigApplied"),
+        timeout=90,
+        what="ConfigApplied decided",
+    )
+    config = condition(obj, "ConfigApplied")
+    assert config is not None
+    assert (config["status"], config["reason"]) == ("False", "ConfigMismatch")
+    assert "mem_fraction_static" in config["message"]
+    assert "0.57" in config["message"]
+    events = devcluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=ConfigMismatch"
+    )["items"]
+    assert events
+    assert "mem_fraction_static" in events[0]["message"]
+
+
+def test_plan_that_cannot_fit_blocks_start(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    user_keys(devcluster, namespace)
+    doc = sample(GROUP_A)
+    doc["spec"]["model"]["weightsGB"] = 400.0
+    apply(devcluster, namespace, doc)
+    obj = wait_until(
+        lambda: settled(devcluster, namespace, "CapacityPlanned"),
+        timeout=60,
+        what="CapacityPlanned decided",
+    )
+    capacity = condition(obj, "CapacityPlanned")
+    assert capacity is not None
+    assert (capacity["status"], capacity["reason"]) == ("False", "CapacityExceeded")
+    assert "rank" in capacity["message"]
+    ready_cond = condition(obj, "Ready")
+    assert ready_cond is not None
+    assert ready_cond["reason"] == "CapacityExceeded"
+    assert devcluster.kubectl_json("get", "sts", "-n", namespace)["items"] == []
