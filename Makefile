@@ -9,12 +9,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit integration e2e bench binaries devcluster-up devcluster-down crds clean
+.PHONY: demo demo-down test lint unit bench binaries devcluster-up devcluster-down crds clean venv
 
-$(STAMP): pyproject.toml
+# The same install script the Dockerfile's builder stage runs: the image cannot drift
+# from what the tests ran against.
+$(STAMP): pyproject.toml hack/install-python-deps.sh
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -e '.[dev]'
+	bash hack/install-python-deps.sh $(BIN)/python --editable --extras dev
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -44,6 +45,9 @@ devcluster-up: $(STAMP) binaries
 
 devcluster-down: $(STAMP)
 	$(BIN)/sparkllm devcluster down
+
+demo-down: $(STAMP)
+	$(BIN)/sparkllm demo down
 
 crds: $(STAMP)
 	bash hack/gen-crd.sh

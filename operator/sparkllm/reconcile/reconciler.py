@@ -22,6 +22,7 @@ from sparkllm.api import (
     KIND,
     LABEL_RANK,
     LABEL_REPLICA,
+    ConditionType,
     InferenceCluster,
     Phase,
     Reason,
@@ -101,6 +102,10 @@ class PassOutcome:
     retry_after: float | None = None
     nodes: set[str] = field(default_factory=set)
     waiting_for_nodes: bool = False
+
+
+def obj_generation(obj: Mapping[str, Any]) -> int:
+    return int(obj["metadata"].get("generation") or 0)
 
 
 def _label(obj: Mapping[str, Any], key: str) -> str | None:
@@ -243,6 +248,10 @@ class ClusterReconciler:
             "observedGeneration"
         )
         force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
+        model = self._model_verdict(
+            observed, previous_status, generation=obj_generation(obj), force=force
+        )
+        blocked = model["message"] if model["status"] == "False" else None
         outcome = PassOutcome(waiting_for_nodes=bool(assignment.unplaced))
         reports: list[ReplicaReport] = []
         # A replica rolls for an update only while every other one serves; decisions made
@@ -271,6 +280,7 @@ class ClusterReconciler:
                 others_ready=others_ready,
                 engine_key=engine_key,
                 now=now,
+                blocked=blocked,
             )
             reports.append(replica_report)
             phases[index] = replica_report.phase.value  # later replicas see this pass's view
@@ -293,6 +303,7 @@ class ClusterReconciler:
             replicas=tuple(reports),
             unplaced=assignment.unplaced,
             placement_problems=discovery.problems,
+            extra_conditions=(model,),
         )
         return outcome, report, desired, keep
 
@@ -311,6 +322,7 @@ class ClusterReconciler:
         others_ready: bool,
         engine_key: EngineKeyRef,
         now: datetime,
+        blocked: str | None,
     ) -> tuple[ReplicaReport, list[JSON] | None, float | None]:
         live = observed.by_replica(observed.statefulsets, index)
         generation = max((_template_generation(s) for s in live), default=0)
@@ -353,6 +365,7 @@ class ClusterReconciler:
             force_restart=force,
             outdated=outdated,
             others_ready=others_ready,
+            blocked=blocked,
         )
         restarts = history.restarts
         last_restart = (previous or {}).get("lastRestart")
@@ -417,8 +430,7 @@ class ClusterReconciler:
         """Add CapacityPlanned, ModelVerified and ConfigApplied to the report."""
         generation = report.generation
         key = (ic.metadata.namespace or "default", ic.metadata.name)
-        engine_pods = [p for p in observed.pods if _label(p, LABEL_RANK) is not None]
-        model = model_condition(engine_pods, generation=generation)
+        (model,) = report.extra_conditions  # set by _plan, which acts on it
         results = {}
         for replica in report.replicas:
             if replica.phase is not Phase.READY or replica.endpoint is None:
@@ -441,6 +453,43 @@ class ClusterReconciler:
             ):
                 self._event(obj, warning=True, reason=Reason(reason), message=cond["message"])
         return replace(report, extra_conditions=(capacity, model, config))
+
+    def _model_verdict(
+        self,
+        observed: Observed,
+        previous_status: Mapping[str, Any],
+        *,
+        generation: int,
+        force: bool,
+    ) -> JSON:
+        """ModelVerified now; a failed verdict of this spec generation outlives its pods.
+
+        When the ranks' copies disagree the replica is stopped, and the init containers'
+        messages go with the pods; the verdict is kept until the spec changes or a
+        restart is requested, so the replica does not start again on bad files.
+        """
+        engine_pods = [p for p in observed.pods if _label(p, LABEL_RANK) is not None]
+        model = model_condition(engine_pods, generation=generation)
+        previous = next(
+            (
+                c
+                for c in previous_status.get("conditions") or []
+                if c.get("type") == ConditionType.MODEL_VERIFIED.value
+            ),
+            None,
+        )
+        if (
+            model["status"] == "Unknown"
+            and previous is not None
+            and previous.get("status") == "False"
+            and previous.get("observedGeneration") == generation
+            and not force
+        ):
+            return {
+                k: previous[k]
+                for k in ("type", "status", "reason", "message", "observedGeneration")
+            }
+        return model
 
     def _transition_events(
         self, obj: JSON, index: int, previous: Mapping[str, Any] | None, decision: Decision

@@ -118,8 +118,13 @@ def decide(
     force_restart: bool = False,
     outdated: bool = False,
     others_ready: bool = True,
+    blocked: str | None = None,
 ) -> Decision:
-    """What to do with one replica this pass."""
+    """What to do with one replica this pass.
+
+    ``blocked`` is a reason the replica must not run (the ranks' model copies disagree):
+    it is stopped and held, uncounted, until the spec changes or a restart is requested.
+    """
     times = recent(history.restart_times, now)
     node_down = bool(state.nodes_not_ready or state.nodes_missing)
     if node_down:
@@ -148,6 +153,16 @@ def decide(
         )
     if force_restart:
         return _stop(cause="restart requested (annotation sparkllm.io/restart)", times=(), now=now)
+    if blocked is not None:
+        if not stopped:
+            return _stop(cause=blocked, times=times, now=now, counted=False, phase=Phase.DEGRADED)
+        return Decision(
+            action=Action.HOLD,
+            phase=Phase.DEGRADED,
+            message=f"{blocked}; fix the files, then change the spec or annotate "
+            "sparkllm.io/restart=now",
+            restart_times=times,
+        )
     if outdated and not stopped:
         if not others_ready:
             return Decision(
