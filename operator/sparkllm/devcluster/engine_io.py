@@ -5,15 +5,15 @@ server (through the ``kubernetes`` client, errors translated to ``ClusterAPIErro
 and nowhere else) and the simulators' HTTP ports — each on a thread of its own, so the
 supervisor in ``engines.py`` only ever reads their latest results and never waits.
 
-- ``KubeClient``: list/watch engine pods, read a Secret or ConfigMap key, patch a pod's
-  status (strategic merge, subresource ``status``) — raw JSON in and out, since the
-  pure ``kubelet`` module works on plain dicts.
+- ``KubeClient``: list/watch engine pods, read a Secret or ConfigMap key or a whole
+  ConfigMap (a volume), patch a pod's status (strategic merge, subresource ``status``) —
+  raw JSON in and out, since the pure ``kubelet`` module works on plain dicts.
 - ``PodCache``: list, then watch from the list's resourceVersion; a watch that ends is
   resumed, an expired one (410) relisted, a failing API retried every second.
 - ``Prober``: one thread per engine doing what the kubelet's readiness worker does.
-- ``spawn_simulator``: a simulator in its own session, output appended to its log; on
-  Linux it first sets PR_SET_PDEATHSIG, so it dies with the harness thread that started
-  it even when the harness itself is killed.
+- ``spawn_process``: a simulator or an init container in its own session, output
+  appended to its log; on Linux it first sets PR_SET_PDEATHSIG, so it dies with the
+  harness thread that started it even when the harness itself is killed.
 - ``HarnessLock``: a ``flock`` that admits one all-namespaces harness XOR any number of
   namespaced ones, so two harnesses never run two simulators for one pod.
 """
@@ -133,6 +133,15 @@ class KubeClient:
             return base64.b64decode(data[ref.key], validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError) as exc:
             raise ClusterAPIError(f"secret {ref.name} key {ref.key}: not UTF-8 text") from exc
+
+    def read_config_map(self, name: str, *, namespace: str) -> JSON | None:
+        """The ConfigMap as JSON (``data``, ``binaryData``); None when it does not exist."""
+        try:
+            return self._json(self.core.read_namespaced_config_map, name, namespace)
+        except ClusterAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def patch_pod_status(self, namespace: str, name: str, *, body: JSON) -> None:
         """Strategic-merge patch of the pod's status subresource."""
@@ -293,10 +302,11 @@ _ORPHAN_GUARD = (
 )
 
 
-def spawn_simulator(
+def spawn_process(
     argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, header: str
 ) -> subprocess.Popen[bytes]:
-    """Start one simulator in its own session; stdout and stderr go to ``log_path``."""
+    """Start one container's process in its own session; stdout and stderr go to
+    ``log_path`` (appended, after ``header``)."""
     command = list(argv)
     if sys.platform == "linux":
         command = [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
@@ -314,7 +324,10 @@ def spawn_simulator(
                 start_new_session=True,
             )
     except OSError as exc:
-        raise DevClusterError(f"cannot start the simulator ({log_path}): {exc}") from exc
+        raise DevClusterError(f"cannot start {argv[:3]} ({log_path}): {exc}") from exc
+
+
+spawn_simulator = spawn_process  # the name gateway_pods.py uses
 
 
 class HarnessLock:

@@ -7,7 +7,10 @@ does the part of a kubelet that matters to the operator: for each Running engine
 ``python -m sparkllm.sim`` with the pod's own command line (``$(VAR)`` expanded from the
 container env and its Secrets), on the node's 127.0.0.x address; it is the readiness
 prober (the pod's Ready follows ``/health``); and it reports a simulator that dies the
-way a kubelet reports a container exit. What a kubelet would decide is ``kubelet.py``
+way a kubelet reports a container exit. Before the engine it runs the pod's init
+containers that are our own CLI (``sparkllm verify-model``: ``init_containers.py``),
+with each simulated node's files under ``<hosts root>/<node>/`` (``hostpaths.py``), so
+their termination messages are real. What a kubelet would decide is ``kubelet.py``
 (pure); this module owns the threads, the processes and the API calls.
 
 Threads: the pod cache (``engine_io.PodCache``); a supervisor that reconciles
@@ -16,11 +19,10 @@ so a missed event costs one tick, never a stray process; one prober per engine w
 HTTP readiness probe. Only the supervisor starts or stops processes and writes status.
 
 Safety: a lock file admits one all-namespaces harness XOR any number of namespaced ones;
-simulators run in their own session (terminal signals reach only the harness) and, on
-Linux, die with the thread that started them (PR_SET_PDEATHSIG), so even a killed
-harness leaves no engine behind. ``stop()`` sends SIGTERM, waits a few seconds (the
-simulator drains for up to 5 s) and SIGKILLs what is left. Not done, on purpose:
-liveness and startup probes, resource accounting, images, volumes (docs/devcluster.md).
+processes run in their own session and, on Linux, die with the thread that started them
+(PR_SET_PDEATHSIG), so even a killed harness leaves no engine behind. ``stop()`` sends
+SIGTERM, waits (the simulator drains for up to 5 s) and SIGKILLs what is left. Not done,
+on purpose: liveness and startup probes, resource accounting, images (docs/devcluster.md).
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sparkllm.devcluster import engine_io, kubelet
+from sparkllm.devcluster import engine_io, hostpaths, init_containers, kubelet
 from sparkllm.devcluster.cluster import DevCluster
+from sparkllm.devcluster.init_containers import InitRun, InitSequence, InitView
 from sparkllm.devcluster.kubelet import JSON, ContainerView
 from sparkllm.errors import ClusterAPIError, DevClusterError
 
@@ -58,10 +62,11 @@ class EngineInfo:
     pod: str
     uid: str
     node_ip: str
-    pid: int | None  # None while the container backs off after a crash
+    pid: int | None  # None while init containers run or the container backs off
     ready: bool
     restarts: int
     log_path: Path
+    initializing: bool = False  # init containers have not all passed yet
 
 
 @dataclass
@@ -77,6 +82,9 @@ class _Engine:
     probe: kubelet.ReadinessProbe | None
     view: ContainerView
     written: ContainerView | None
+    header: str
+    init: InitSequence | None = None
+    written_init: tuple[InitView, ...] | None = None
     process: subprocess.Popen[bytes] | None = None
     prober: engine_io.Prober | None = None
     restart_at: float = 0.0
@@ -95,10 +103,12 @@ class EngineHarness:
         namespace: str | None = None,
         probe_interval: float = 0.5,
         crash_backoff_seconds: float = kubelet.BACKOFF_INITIAL_SECONDS,
+        hosts_root: Path | None = None,
     ) -> None:
         self.cluster = cluster
         self.sim_args = tuple(sim_args)
         self.log_dir = log_dir or cluster.paths.state_dir / "engines"
+        self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
         self.namespace = namespace
         self.probe_interval = probe_interval
         self.crash_backoff_seconds = crash_backoff_seconds
@@ -106,6 +116,7 @@ class EngineHarness:
         self._stopping: list[_Engine] = []
         self._config_retry: dict[str, tuple[float, str]] = {}
         self._snapshot: tuple[EngineInfo, ...] = ()
+        self._init_runs: deque[InitRun] = deque(maxlen=1000)
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._lock = engine_io.HarnessLock(cluster.paths.state_dir, namespace=namespace)
@@ -148,6 +159,8 @@ class EngineHarness:
             self._supervisor = None
         for engine in [*self._engines.values(), *self._stopping]:  # only if the join failed
             _stop_prober(engine)
+            if engine.init is not None:
+                engine.init.close()
             if engine.process is not None and engine.process.poll() is None:
                 engine.process.kill()
                 engine.process.wait()
@@ -167,6 +180,10 @@ class EngineHarness:
     def engines(self) -> tuple[EngineInfo, ...]:
         """The engines as of the supervisor's last tick."""
         return self._snapshot
+
+    def init_runs(self) -> tuple[InitRun, ...]:
+        """Every init container run that ended (the last 1000), oldest first."""
+        return tuple(self._init_runs)
 
     def _shutdown_watch(self) -> None:
         if self._cache is not None:
@@ -219,11 +236,17 @@ class EngineHarness:
         retry_at, _ = self._config_retry.get(uid, (0.0, ""))
         if time.monotonic() < retry_at:
             return
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
         try:
             assert self._kube is not None
             refs = kubelet.key_refs(container)
             values = {ref: self._kube.read_key(ref, namespace=key[0]) for ref in refs}
             env = kubelet.container_env(pod, container, values=values)
+            init = init_containers.build_sequence(
+                pod, kube=self._kube, hosts_root=self.hosts_root, log_dir=self.log_dir,
+                python=sys.executable, base_env=base_env,
+                backoff_initial=self.crash_backoff_seconds, now=_now(),
+            )  # fmt: skip
         except (kubelet.ContainerConfigError, ClusterAPIError) as exc:
             if self._config_retry.get(uid, (0.0, ""))[1] != str(exc):
                 logger.warning("engine %s/%s cannot start yet: %s", *key, exc)
@@ -234,8 +257,15 @@ class EngineHarness:
         restarts, last = kubelet.observed_restarts(pod, str(container["name"]))
         probe = kubelet.readiness_probe(pod, container)
         view = ContainerView(
-            running_since=_now(), ready=probe is None, restart_count=restarts, last_terminated=last
+            running_since=None if init else _now(),
+            ready=probe is None and init is None,
+            restart_count=restarts,
+            last_terminated=last,
+            waiting_reason="PodInitializing",
         )
+        env |= hostpaths.model_dir_env(pod, container, command, hosts_root=self.hosts_root)
+        as_written = [*(container.get("command") or []), *(container.get("args") or [])]
+        sim = shlex.join(["--sim-host", node_ip, *self.sim_args])  # logged: no Secret values
         engine = _Engine(
             pod_key=key,
             uid=uid,
@@ -243,15 +273,17 @@ class EngineHarness:
             argv=kubelet.simulator_argv(
                 python=sys.executable, node_ip=node_ip, sim_args=self.sim_args, command=command
             ),
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}, **env},
+            env={**base_env, **env},
             log_path=self.log_dir / f"{key[0]}_{key[1]}_{uid}.log",
             probe=probe,
             view=view,
-            written=None if probe else view,  # no probe: kwok's Running+Ready already says it
+            # no probe, no init containers: kwok's Running+Ready already says it all
+            written=None if probe or init else view,
+            header=f"pod uid {uid}: {sim} -- {shlex.join(as_written)}",
+            init=init,
         )
-        as_written = [*(container.get("command") or []), *(container.get("args") or [])]
-        sim = shlex.join(["--sim-host", node_ip, *self.sim_args])  # logged: no Secret values
-        self._run(engine, header=f"pod uid {uid}: {sim} -- {shlex.join(as_written)}")
+        if init is None:
+            self._run(engine, header=engine.header)
         self._engines[uid] = engine
 
     def _run(self, engine: _Engine, *, header: str) -> None:
@@ -273,7 +305,14 @@ class EngineHarness:
     def _follow(self, engine: _Engine, pod: JSON) -> None:
         """Notice a crash, restart after back-off, follow the probe, write status."""
         now = time.monotonic()
-        if engine.process is not None and engine.process.poll() is not None:
+        if engine.init is not None and not engine.init.done:
+            finished = engine.init.poll(now=_now())
+            if finished is not None:
+                self._init_runs.append(finished)
+            if engine.init.done:  # the last init container passed: the engine starts
+                engine.view = replace(engine.view, running_since=_now(), ready=engine.probe is None)
+                self._run(engine, header=engine.header)
+        elif engine.process is not None and engine.process.poll() is not None:
             returncode, engine.process = engine.process.returncode, None
             _stop_prober(engine)
             backoff = kubelet.crash_backoff_seconds(
@@ -297,21 +336,26 @@ class EngineHarness:
         engine.view = kubelet.with_observed_restarts(engine.view, pod, name)
         if engine.written is not None:  # adopting a count the pod shows is not a change
             engine.written = kubelet.with_observed_restarts(engine.written, pod, name)
-        if engine.view == engine.written:
+        init_views = engine.init.views if engine.init is not None else None
+        if engine.view == engine.written and init_views == engine.written_init:
             return
         assert self._kube is not None
         body = kubelet.status_patch(pod, name, engine.view, now=_now())
+        if init_views is not None:
+            body = init_containers.with_init_status(body, pod, init_views, now=_now())
         try:
             self._kube.patch_pod_status(*engine.pod_key, body=body)
         except ClusterAPIError as exc:
             logger.warning("engine %s/%s: status write failed: %s", *engine.pod_key, exc)
             return
-        engine.written = engine.view
+        engine.written, engine.written_init = engine.view, init_views
 
     # --- stopping -------------------------------------------------------------------
 
     def _retire(self, engine: _Engine, *, why: str) -> None:
         _stop_prober(engine)
+        if engine.init is not None:
+            engine.init.close()
         if engine.process is not None and engine.process.poll() is None:
             engine.process.terminate()
             engine.kill_at = time.monotonic() + STOP_GRACE_SECONDS
@@ -363,6 +407,7 @@ def _info(engine: _Engine) -> EngineInfo:
         ready=engine.view.ready,
         restarts=engine.view.restart_count,
         log_path=engine.log_path,
+        initializing=engine.init is not None and not engine.init.done,
     )
 
 

@@ -264,6 +264,7 @@ class ContainerView:
     restart_count: int
     last_terminated: JSON | None = None
     waiting_message: str = ""
+    waiting_reason: str = "CrashLoopBackOff"  # PodInitializing while init containers run
 
 
 def observed_restarts(pod: Mapping[str, Any], container_name: str) -> tuple[int, JSON | None]:
@@ -332,7 +333,10 @@ def status_patch(
     if view.running_since is not None:
         state: JSON = {"running": {"startedAt": view.running_since}}
     else:
-        state = {"waiting": {"reason": "CrashLoopBackOff", "message": view.waiting_message}}
+        waiting = {"reason": view.waiting_reason}
+        state = {
+            "waiting": waiting | ({"message": view.waiting_message} if view.waiting_message else {})
+        }
     entry.update(
         ready=view.ready,
         started=view.running_since is not None,

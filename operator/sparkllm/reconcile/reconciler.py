@@ -20,9 +20,7 @@ from typing import Any
 from sparkllm.api import (
     API_VERSION,
     KIND,
-    LABEL_RANK,
     LABEL_REPLICA,
-    ConditionType,
     InferenceCluster,
     Phase,
     Reason,
@@ -32,28 +30,29 @@ from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.events import PendingEvent, event_manifest
 from sparkllm.reconcile.kube import JSON, KubeAPI, kind_of, lookup_kind
-from sparkllm.reconcile.observe import observe_replica
 from sparkllm.reconcile.proofs import (
     ConfigProbe,
     capacity_condition,
     config_condition,
-    model_condition,
 )
-from sparkllm.reconcile.restarts import Action, Decision, History, decide
+from sparkllm.reconcile.replicas import (
+    Observed,
+    ReplicaInputs,
+    cause_class,
+    label,
+    model_verdict,
+    plan_replica,
+)
 from sparkllm.reconcile.secrets import ensure_engine_key
 from sparkllm.reconcile.status import ClusterReport, ReplicaReport, derive_status
-from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
 from sparkllm.render.names import (
     ANNOTATION_RESTART,
-    ANNOTATION_TEMPLATE_HASH,
-    LABEL_GENERATION,
     LABEL_NODE_GROUP,
     cluster_selector,
 )
 from sparkllm.render.objects import is_current
-from sparkllm.render.placement import NodeFacts, assign_groups, discover_groups, node_facts
-from sparkllm.render.ranks import pod_template_hash
+from sparkllm.render.placement import assign_groups, discover_groups, node_facts
 
 logger = logging.getLogger(__name__)
 IC = lookup_kind(API_VERSION, KIND)
@@ -76,26 +75,6 @@ def utcnow() -> datetime:
 
 
 @dataclass
-class Observed:
-    """Everything one pass reads from the API server."""
-
-    nodes: dict[str, NodeFacts]
-    pods: list[JSON]
-    owned: dict[str, list[JSON]]  # kind -> live objects of that kind with our label
-
-    @property
-    def statefulsets(self) -> list[JSON]:
-        return self.owned["StatefulSet"]
-
-    @property
-    def services(self) -> list[JSON]:
-        return self.owned["Service"]
-
-    def by_replica(self, items: Sequence[JSON], index: int) -> list[JSON]:
-        return [o for o in items if _label(o, LABEL_REPLICA) == str(index)]
-
-
-@dataclass
 class PassOutcome:
     """What the pass wants from its caller: when to look again, which nodes it uses."""
 
@@ -106,33 +85,6 @@ class PassOutcome:
 
 def obj_generation(obj: Mapping[str, Any]) -> int:
     return int(obj["metadata"].get("generation") or 0)
-
-
-def _label(obj: Mapping[str, Any], key: str) -> str | None:
-    value = (obj["metadata"].get("labels") or {}).get(key)
-    return None if value is None else str(value)
-
-
-def _template_generation(sts: Mapping[str, Any]) -> int:
-    labels = sts["spec"]["template"]["metadata"].get("labels") or {}
-    value = str(labels.get(LABEL_GENERATION, "0"))
-    return int(value) if value.isdigit() else 0
-
-
-def _parse_times(values: Sequence[str]) -> tuple[datetime, ...]:
-    return tuple(datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values)
-
-
-def _history(previous: Mapping[str, Any] | None, *, reset_budget: bool) -> History:
-    if not previous:
-        return History()
-    return History(
-        restarts=int(previous.get("restarts", 0)),
-        restart_times=() if reset_budget else _parse_times(previous.get("restartTimes") or []),
-        members=tuple(previous.get("members") or ()),
-        exhausted=False if reset_budget else bool(previous.get("budgetExhausted", False)),
-        node_down=bool(previous.get("nodeDown", False)),
-    )
 
 
 class ClusterReconciler:
@@ -226,9 +178,9 @@ class ClusterReconciler:
         current_groups = {
             int(r): g
             for sts in observed.statefulsets
-            if (r := _label(sts, LABEL_REPLICA)) is not None
+            if (r := label(sts, LABEL_REPLICA)) is not None
             and r.isdigit()
-            and (g := _label(sts, LABEL_NODE_GROUP)) is not None
+            and (g := label(sts, LABEL_NODE_GROUP)) is not None
         }
         discovery = discover_groups(spec, list(observed.nodes.values()))
         assignment = assign_groups(
@@ -248,10 +200,12 @@ class ClusterReconciler:
             "observedGeneration"
         )
         force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
-        model = self._model_verdict(
+        model = model_verdict(
             observed, previous_status, generation=obj_generation(obj), force=force
         )
-        blocked = model["message"] if model["status"] == "False" else None
+        blocked = (
+            f"model copies disagree: {model['message']}" if model["status"] == "False" else None
+        )
         outcome = PassOutcome(waiting_for_nodes=bool(assignment.unplaced))
         reports: list[ReplicaReport] = []
         # A replica rolls for an update only while every other one serves; decisions made
@@ -267,21 +221,32 @@ class ClusterReconciler:
             others_ready = all(
                 phases.get(i) == Phase.READY.value for i in range(spec.replicas) if i != index
             )
-            replica_report, objects, retry = self._plan_replica(
+            result = plan_replica(
                 ic,
-                obj,
                 observed,
-                index=index,
-                group_key=group.key,
-                nodes=group.nodes,
-                previous=previous.get(index),
-                reset_budget=reset_budget,
-                force=force,
-                others_ready=others_ready,
-                engine_key=engine_key,
-                now=now,
-                blocked=blocked,
+                ReplicaInputs(
+                    index=index,
+                    group_key=group.key,
+                    nodes=group.nodes,
+                    previous=previous.get(index),
+                    reset_budget=reset_budget,
+                    force=force,
+                    others_ready=others_ready,
+                    blocked=blocked,
+                    engine_key=engine_key,
+                    tools_image=self.gateway_image,
+                    now=now,
+                ),
             )
+            replica_report, objects, retry = result.report, result.objects, result.retry_after
+            for event in result.events:
+                self._event(obj, warning=event.warning, reason=event.reason, message=event.message)
+            if result.restart_cause is not None:
+                metrics.GANG_RESTARTS.labels(
+                    namespace=ic.metadata.namespace or "default",
+                    cluster=ic.metadata.name,
+                    cause=cause_class(result.restart_cause),
+                ).inc()
             reports.append(replica_report)
             phases[index] = replica_report.phase.value  # later replicas see this pass's view
             if objects is None:  # cannot render (rank 0 node gone): keep what exists
@@ -306,116 +271,6 @@ class ClusterReconciler:
             extra_conditions=(model,),
         )
         return outcome, report, desired, keep
-
-    def _plan_replica(
-        self,
-        ic: InferenceCluster,
-        obj: JSON,
-        observed: Observed,
-        *,
-        index: int,
-        group_key: str,
-        nodes: tuple[str, ...],
-        previous: Mapping[str, Any] | None,
-        reset_budget: bool,
-        force: bool,
-        others_ready: bool,
-        engine_key: EngineKeyRef,
-        now: datetime,
-        blocked: str | None,
-    ) -> tuple[ReplicaReport, list[JSON] | None, float | None]:
-        live = observed.by_replica(observed.statefulsets, index)
-        generation = max((_template_generation(s) for s in live), default=0)
-        if generation == 0:
-            generation = int((previous or {}).get("generation", 0)) + 1
-        # A replica with no (or not all) rank StatefulSets is not running: it starts
-        # through the same path as a restart, so two generations never mix.
-        stopped = len(live) < ic.spec.engine.pipeline_parallel or any(
-            s["spec"].get("replicas", 1) == 0 for s in live
-        )
-        pods = observed.by_replica(observed.pods, index)
-        state = observe_replica(index=index, nodes=nodes, pods=pods, node_facts=observed.nodes)
-        history = _history(previous, reset_budget=reset_budget)
-        rank0 = observed.nodes.get(nodes[0])
-        rank0_ip = rank0.internal_ip if rank0 is not None else None
-        want: dict[int, str | None] = {}
-        if rank0_ip is not None:
-            probe = ReplicaPlan(
-                index=index,
-                group_key=group_key,
-                nodes=nodes,
-                rank0_ip=rank0_ip,
-                generation=generation,
-            )
-            for rank, sts in enumerate(
-                render_replica(
-                    ic, plan=probe, engine_key=engine_key, tools_image=self.gateway_image
-                )
-            ):
-                if sts["kind"] == "StatefulSet":
-                    want[rank] = pod_template_hash(sts)
-        outdated = _outdated(pods, generation, want)
-        decision = decide(
-            state=state,
-            generation=generation,
-            stopped=stopped,
-            history=history,
-            policy=ic.spec.restart_policy,
-            now=now,
-            force_restart=force,
-            outdated=outdated,
-            others_ready=others_ready,
-            blocked=blocked,
-        )
-        restarts = history.restarts
-        last_restart = (previous or {}).get("lastRestart")
-        if decision.action is Action.STOP:
-            generation += 1
-            restarts += 1
-            last_restart = {"time": _ts(now), "reason": decision.cause or ""}
-            self._event(
-                obj,
-                warning=True,
-                reason=Reason.GANG_RESTART,
-                message=f"replica {index}: {decision.cause}",
-            )
-            metrics.GANG_RESTARTS.labels(
-                namespace=ic.metadata.namespace or "default",
-                cluster=ic.metadata.name,
-                cause=_cause_class(decision.cause or ""),
-            ).inc()
-        self._transition_events(obj, index, previous, decision)
-        report = ReplicaReport(
-            index=index,
-            nodes=nodes,
-            phase=decision.phase,
-            ready_ranks=state.ready_ranks(generation),
-            generation=generation,
-            endpoint=f"http://{rank0_ip}:30000" if rank0_ip else None,
-            restarts=restarts,
-            last_restart=last_restart,
-            recent_restarts=tuple(_ts(t) for t in decision.restart_times),
-            members=decision.members,
-            budget_exhausted=decision.exhausted,
-            node_down=decision.node_down,
-            message=decision.message,
-        )
-        retry = (decision.retry_at - now).total_seconds() if decision.retry_at else None
-        if rank0_ip is None:
-            return report, None, retry
-        plan = ReplicaPlan(
-            index=index,
-            group_key=group_key,
-            nodes=nodes,
-            rank0_ip=rank0_ip,
-            generation=generation,
-            running=decision.action is Action.RUN,
-        )
-        return (
-            report,
-            render_replica(ic, plan=plan, engine_key=engine_key, tools_image=self.gateway_image),
-            retry,
-        )
 
     async def _with_proofs(
         self,
@@ -453,68 +308,6 @@ class ClusterReconciler:
             ):
                 self._event(obj, warning=True, reason=Reason(reason), message=cond["message"])
         return replace(report, extra_conditions=(capacity, model, config))
-
-    def _model_verdict(
-        self,
-        observed: Observed,
-        previous_status: Mapping[str, Any],
-        *,
-        generation: int,
-        force: bool,
-    ) -> JSON:
-        """ModelVerified now; a failed verdict of this spec generation outlives its pods.
-
-        When the ranks' copies disagree the replica is stopped, and the init containers'
-        messages go with the pods; the verdict is kept until the spec changes or a
-        restart is requested, so the replica does not start again on bad files.
-        """
-        engine_pods = [p for p in observed.pods if _label(p, LABEL_RANK) is not None]
-        model = model_condition(engine_pods, generation=generation)
-        previous = next(
-            (
-                c
-                for c in previous_status.get("conditions") or []
-                if c.get("type") == ConditionType.MODEL_VERIFIED.value
-            ),
-            None,
-        )
-        if (
-            model["status"] == "Unknown"
-            and previous is not None
-            and previous.get("status") == "False"
-            and previous.get("observedGeneration") == generation
-            and not force
-        ):
-            return {
-                k: previous[k]
-                for k in ("type", "status", "reason", "message", "observedGeneration")
-            }
-        return model
-
-    def _transition_events(
-        self, obj: JSON, index: int, previous: Mapping[str, Any] | None, decision: Decision
-    ) -> None:
-        before = (previous or {}).get("phase")
-        if decision.phase.value == before:
-            return
-        if decision.phase is Phase.READY:
-            self._event(
-                obj, warning=False, reason=Reason.REPLICA_READY, message=f"replica {index} serving"
-            )
-        elif decision.exhausted and not (previous or {}).get("budgetExhausted"):
-            self._event(
-                obj,
-                warning=True,
-                reason=Reason.RESTART_BUDGET_EXHAUSTED,
-                message=f"replica {index}: {decision.message}",
-            )
-        elif decision.node_down and decision.action is not Action.STOP:
-            self._event(
-                obj,
-                warning=True,
-                reason=Reason.NODE_NOT_READY,
-                message=f"replica {index}: {decision.message}",
-            )
 
     async def _apply(self, desired: Sequence[JSON], observed: Observed) -> None:
         live = {
@@ -594,44 +387,9 @@ class ClusterReconciler:
             metrics.WRITES.labels(verb="create", kind="Event").inc()
 
 
-def _outdated(pods: Sequence[JSON], generation: int, want: Mapping[int, str | None]) -> bool:
-    """A rank pod of the running generation was made from an older spec."""
-    for pod in pods:
-        rank = _label(pod, LABEL_RANK)
-        if rank is None or not rank.isdigit() or want.get(int(rank)) is None:
-            continue
-        annotations = pod["metadata"].get("annotations") or {}
-        have = annotations.get(ANNOTATION_TEMPLATE_HASH)
-        if _label(pod, LABEL_GENERATION) == str(generation) and have != want[int(rank)]:
-            return True
-    return False
-
-
 def _with_kind(obj: JSON, kind: str) -> JSON:
     """List items come without apiVersion/kind; add the kind for lookups."""
     return {**obj, "kind": kind}
-
-
-def _ts(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _cause_class(cause: str) -> str:
-    """A bounded metric label from a free-text cause."""
-    for word, label in (
-        ("container exited", "container_exit"),
-        ("init container", "init_failed"),
-        ("pod failed", "pod_failed"),
-        ("pod deleted", "pod_deleted"),
-        ("pod replaced", "pod_deleted"),
-        ("being deleted", "pod_deleted"),
-        ("node", "node_failure"),
-        ("spec changed", "update"),
-        ("requested", "manual"),
-    ):
-        if word in cause:
-            return label
-    return "other"
 
 
 __all__ = ["ClusterReconciler", "PassOutcome", "kind_of"]

@@ -1,0 +1,272 @@
+"""One replica's pass, pure: observed objects + history in, decision + objects + report out.
+
+Split from the reconciler so that everything a pass decides about a replica is a
+function of its inputs (no API, no clock, no metrics): the reconciler does the I/O and
+counts, this module reasons. It also holds ``Observed`` (what a pass read) and the
+ModelVerified verdict that must outlive the pods it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sparkllm.api import LABEL_RANK, LABEL_REPLICA, ConditionType, InferenceCluster, Phase, Reason
+from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.observe import observe_replica
+from sparkllm.reconcile.proofs import model_condition
+from sparkllm.reconcile.restarts import Action, Decision, History, decide
+from sparkllm.reconcile.status import ReplicaReport
+from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
+from sparkllm.render.names import ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
+from sparkllm.render.placement import NodeFacts
+from sparkllm.render.ranks import pod_template_hash
+
+JSON = dict[str, Any]
+
+
+def label(obj: Mapping[str, Any], key: str) -> str | None:
+    value = (obj["metadata"].get("labels") or {}).get(key)
+    return None if value is None else str(value)
+
+
+@dataclass
+class Observed:
+    """Everything one pass reads from the API server."""
+
+    nodes: dict[str, NodeFacts]
+    pods: list[JSON]
+    owned: dict[str, list[JSON]]  # kind -> live objects of that kind with our label
+
+    @property
+    def statefulsets(self) -> list[JSON]:
+        return self.owned["StatefulSet"]
+
+    @property
+    def services(self) -> list[JSON]:
+        return self.owned["Service"]
+
+    def by_replica(self, items: Sequence[JSON], index: int) -> list[JSON]:
+        return [o for o in items if label(o, LABEL_REPLICA) == str(index)]
+
+
+@dataclass(frozen=True)
+class ReplicaInputs:
+    """What the reconciler knows about one replica when it plans it."""
+
+    index: int
+    group_key: str
+    nodes: tuple[str, ...]
+    previous: Mapping[str, Any] | None  # the replica's last status entry
+    reset_budget: bool  # the spec changed since the last pass
+    force: bool  # sparkllm.io/restart=now
+    others_ready: bool  # every other replica serves (rolling updates)
+    blocked: str | None  # why the replica must not run (model copies disagree)
+    engine_key: EngineKeyRef
+    tools_image: str
+    now: datetime
+
+
+@dataclass(frozen=True)
+class ReplicaResult:
+    report: ReplicaReport
+    objects: list[JSON] | None  # None: cannot render (rank 0's node is gone); keep live ones
+    retry_after: float | None
+    events: tuple[PendingEvent, ...]
+    restart_cause: str | None  # set when this pass began a gang restart
+
+
+def _template_generation(sts: Mapping[str, Any]) -> int:
+    labels = sts["spec"]["template"]["metadata"].get("labels") or {}
+    value = str(labels.get(LABEL_GENERATION, "0"))
+    return int(value) if value.isdigit() else 0
+
+
+def _parse_times(values: Sequence[str]) -> tuple[datetime, ...]:
+    return tuple(datetime.fromisoformat(v.replace("Z", "+00:00")) for v in values)
+
+
+def history_from_status(previous: Mapping[str, Any] | None, *, reset_budget: bool) -> History:
+    if not previous:
+        return History()
+    return History(
+        restarts=int(previous.get("restarts", 0)),
+        restart_times=() if reset_budget else _parse_times(previous.get("restartTimes") or []),
+        members=tuple(previous.get("members") or ()),
+        exhausted=False if reset_budget else bool(previous.get("budgetExhausted", False)),
+        node_down=bool(previous.get("nodeDown", False)),
+    )
+
+
+def outdated(pods: Sequence[JSON], generation: int, want: Mapping[int, str | None]) -> bool:
+    """A rank pod of the running generation was made from an older spec."""
+    for pod in pods:
+        rank = label(pod, LABEL_RANK)
+        if rank is None or not rank.isdigit() or want.get(int(rank)) is None:
+            continue
+        annotations = pod["metadata"].get("annotations") or {}
+        have = annotations.get(ANNOTATION_TEMPLATE_HASH)
+        if label(pod, LABEL_GENERATION) == str(generation) and have != want[int(rank)]:
+            return True
+    return False
+
+
+def timestamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs) -> ReplicaResult:
+    """Observe, decide and render one replica."""
+    index, nodes, previous = inputs.index, inputs.nodes, inputs.previous
+    live = observed.by_replica(observed.statefulsets, index)
+    generation = max((_template_generation(s) for s in live), default=0)
+    if generation == 0:
+        generation = int((previous or {}).get("generation", 0)) + 1
+    # A replica with no (or not all) rank StatefulSets is not running: it starts
+    # through the same path as a restart, so two generations never mix.
+    stopped = len(live) < ic.spec.engine.pipeline_parallel or any(
+        s["spec"].get("replicas", 1) == 0 for s in live
+    )
+    pods = observed.by_replica(observed.pods, index)
+    state = observe_replica(index=index, nodes=nodes, pods=pods, node_facts=observed.nodes)
+    history = history_from_status(previous, reset_budget=inputs.reset_budget)
+    rank0 = observed.nodes.get(nodes[0])
+    rank0_ip = rank0.internal_ip if rank0 is not None else None
+
+    def render(generation: int, *, running: bool) -> list[JSON]:
+        assert rank0_ip is not None
+        plan = ReplicaPlan(
+            index=index,
+            group_key=inputs.group_key,
+            nodes=nodes,
+            rank0_ip=rank0_ip,
+            generation=generation,
+            running=running,
+        )
+        return render_replica(
+            ic, plan=plan, engine_key=inputs.engine_key, tools_image=inputs.tools_image
+        )
+
+    want: dict[int, str | None] = {}
+    if rank0_ip is not None:
+        for rank, sts in enumerate(render(generation, running=True)):
+            if sts["kind"] == "StatefulSet":
+                want[rank] = pod_template_hash(sts)
+    decision = decide(
+        state=state,
+        generation=generation,
+        stopped=stopped,
+        history=history,
+        policy=ic.spec.restart_policy,
+        now=inputs.now,
+        force_restart=inputs.force,
+        outdated=outdated(pods, generation, want),
+        others_ready=inputs.others_ready,
+        blocked=inputs.blocked,
+    )
+    restarts = history.restarts
+    last_restart = (previous or {}).get("lastRestart")
+    events = list(transition_events(index, previous, decision))
+    if decision.action is Action.STOP:
+        generation += 1
+        restarts += 1
+        last_restart = {"time": timestamp(inputs.now), "reason": decision.cause or ""}
+        events.insert(
+            0,
+            PendingEvent(
+                warning=True,
+                reason=Reason.GANG_RESTART,
+                message=f"replica {index}: {decision.cause}",
+            ),
+        )
+    report = ReplicaReport(
+        index=index,
+        nodes=nodes,
+        phase=decision.phase,
+        ready_ranks=state.ready_ranks(generation),
+        generation=generation,
+        endpoint=f"http://{rank0_ip}:30000" if rank0_ip else None,
+        restarts=restarts,
+        last_restart=last_restart,
+        recent_restarts=tuple(timestamp(t) for t in decision.restart_times),
+        members=decision.members,
+        budget_exhausted=decision.exhausted,
+        node_down=decision.node_down,
+        message=decision.message,
+    )
+    retry = (decision.retry_at - inputs.now).total_seconds() if decision.retry_at else None
+    objects = (
+        None if rank0_ip is None else render(generation, running=decision.action is Action.RUN)
+    )
+    cause = decision.cause if decision.action is Action.STOP else None
+    return ReplicaResult(
+        report=report, objects=objects, retry_after=retry, events=tuple(events), restart_cause=cause
+    )
+
+
+def transition_events(
+    index: int, previous: Mapping[str, Any] | None, decision: Decision
+) -> tuple[PendingEvent, ...]:
+    """Events for a replica's phase transition (none when the phase did not change)."""
+    if decision.phase.value == (previous or {}).get("phase"):
+        return ()
+    if decision.phase is Phase.READY:
+        return (PendingEvent(False, Reason.REPLICA_READY, f"replica {index} serving"),)
+    if decision.exhausted and not (previous or {}).get("budgetExhausted"):
+        message = f"replica {index}: {decision.message}"
+        return (PendingEvent(True, Reason.RESTART_BUDGET_EXHAUSTED, message),)
+    if decision.node_down and decision.action is not Action.STOP:
+        return (PendingEvent(True, Reason.NODE_NOT_READY, f"replica {index}: {decision.message}"),)
+    return ()
+
+
+def model_verdict(
+    observed: Observed, previous_status: Mapping[str, Any], *, generation: int, force: bool
+) -> JSON:
+    """ModelVerified now; a failed verdict of this spec generation outlives its pods.
+
+    When the ranks' copies disagree the replica is stopped, and the init containers'
+    messages go with the pods; the verdict is kept until the spec changes or a restart
+    is requested, so the replica does not start again on bad files.
+    """
+    engine_pods = [p for p in observed.pods if label(p, LABEL_RANK) is not None]
+    model = model_condition(engine_pods, generation=generation)
+    previous = next(
+        (
+            c
+            for c in previous_status.get("conditions") or []
+            if c.get("type") == ConditionType.MODEL_VERIFIED.value
+        ),
+        None,
+    )
+    if (
+        model["status"] == "Unknown"
+        and previous is not None
+        and previous.get("status") == "False"
+        and previous.get("observedGeneration") == generation
+        and not force
+    ):
+        keys = ("type", "status", "reason", "message", "observedGeneration")
+        return {k: previous[k] for k in keys}
+    return model
+
+
+def cause_class(cause: str) -> str:
+    """A bounded metric label from a free-text restart cause."""
+    for word, name in (
+        ("model copies", "model_mismatch"),
+        ("container exited", "container_exit"),
+        ("init container", "init_failed"),
+        ("pod failed", "pod_failed"),
+        ("pod deleted", "pod_deleted"),
+        ("pod replaced", "pod_deleted"),
+        ("being deleted", "pod_deleted"),
+        ("node", "node_failure"),
+        ("spec changed", "update"),
+        ("requested", "manual"),
+    ):
+        if word in cause:
+            return name
+    return "other"

@@ -1,0 +1,232 @@
+"""The acceptance benchmark on demand: the request annotations and the Job that runs it.
+
+A user asks for a benchmark with annotations on the InferenceCluster ``N``::
+
+    sparkllm.io/benchmark=<user>                   # a data key of the users' keys Secret
+    sparkllm.io/benchmark-scenarios=short-c1,niah  # optional; default: the whole matrix
+
+and the operator runs ``sparkllm bench`` once, as a Job ``N-bench-<hash>``, against the
+front door (Service ``N``, port 8000) — exactly where users send requests, with a user's
+own key, so admission, the router and every replica are measured as users meet them.
+The summary travels back in the pod's termination message (``--status-summary
+/dev/termination-log``; under 4 KiB, the kubelet's limit) and reconcile copies it into
+``status.benchmark``.
+
+Why the name is a hash of the request and the spec generation: a pass must find "the
+Job for this request" without remembering anything, and a spec change must not be
+measured by a benchmark started before it. Why one attempt (``backoffLimit: 0``): a
+failed benchmark is a result to report, and running the load twice would distort it.
+
+Why the model directory is mounted: the benchmark fits prompts to exact token counts
+with the model's ``tokenizer.json`` (``--tokenizer``), the documents' basis; without it
+lengths would be whitespace words, labelled approximate. It is mounted read-only, on
+the nodes that hold the model, as the gateway mounts it.
+
+Pure: no I/O, no clock. The user's key never appears in the output: the container reads
+it from ``SPARKLLM_BENCH_API_KEY``, set from a ``secretKeyRef``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sparkllm.api import LABEL_CLUSTER, InferenceCluster
+from sparkllm.bench.scenarios import SCENARIO_NAMES
+from sparkllm.errors import SpecError
+
+# The gateway's helpers for the model volume are shared on purpose: the benchmark must
+# mount the model exactly where (and on the nodes where) the front door finds it.
+from sparkllm.render.gateway import (
+    GATEWAY_HTTP_PORT,
+    RUN_AS_ID,
+    _model_node_affinity,
+    _model_volume,
+)
+from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, gateway_name, owner_reference
+from sparkllm.render.objects import JSON, render_template, stamp_hash
+
+ANNOTATION_BENCHMARK: Final = "sparkllm.io/benchmark"
+ANNOTATION_BENCHMARK_SCENARIOS: Final = "sparkllm.io/benchmark-scenarios"
+# On the Job: who asked and what, so a finished Job can be reported on its own.
+ANNOTATION_BENCHMARK_USER: Final = "sparkllm.io/benchmark-user"
+ANNOTATION_SPEC_GENERATION: Final = "sparkllm.io/spec-generation"
+COMPONENT_BENCHMARK: Final = "benchmark"
+BENCH_CONTAINER: Final = "bench"
+BENCH_API_KEY_ENV: Final = "SPARKLLM_BENCH_API_KEY"
+TERMINATION_LOG: Final = "/dev/termination-log"
+# The file when the summary was written; the log's tail when the run could not start
+# (exit 2, e.g. a refused key), so status says why instead of nothing.
+TERMINATION_POLICY: Final = "FallbackToLogsOnError"
+REPORT_PATH: Final = "/tmp/report.json"
+BACKOFF_LIMIT: Final = 0
+ACTIVE_DEADLINE_SECONDS: Final = 2 * 3600  # the full matrix at the documents' speeds: < 1 h
+TTL_SECONDS_AFTER_FINISHED: Final = 24 * 3600  # `kubectl logs` shows the Markdown report
+JOB_HASH_LENGTH: Final = 8
+# A Secret data key (what `kubectl create secret --from-literal=<key>=...` accepts).
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+@dataclass(frozen=True)
+class BenchmarkRequest:
+    """What the annotations ask for: who runs it, and which scenarios (None: all)."""
+
+    user: str
+    scenarios: tuple[str, ...] | None = None
+
+
+def parse_scenarios(text: str) -> tuple[str, ...] | None:
+    """Comma-separated scenario names in matrix order, each once; None when empty (all).
+
+    Raises SpecError naming the unknown names, before any Job exists.
+    """
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(SCENARIO_NAMES))
+    if unknown:
+        raise SpecError(
+            f"annotation {ANNOTATION_BENCHMARK_SCENARIOS}: unknown scenario(s) {unknown}; "
+            f"known: {', '.join(SCENARIO_NAMES)}"
+        )
+    return tuple(name for name in SCENARIO_NAMES if name in names) or None
+
+
+def parse_benchmark_request(annotations: Mapping[str, str]) -> BenchmarkRequest | None:
+    """The request the annotations make; None when there is none. SpecError when invalid."""
+    if ANNOTATION_BENCHMARK not in annotations:
+        return None
+    user = annotations[ANNOTATION_BENCHMARK].strip()
+    if not _SECRET_KEY.match(user):
+        raise SpecError(
+            f"annotation {ANNOTATION_BENCHMARK}={annotations[ANNOTATION_BENCHMARK]!r}: "
+            "must name a user, a data key of the Secret spec.admission.apiKeysSecretRef "
+            "(letters, digits, '-', '_', '.')"
+        )
+    scenarios = parse_scenarios(annotations.get(ANNOTATION_BENCHMARK_SCENARIOS, ""))
+    return BenchmarkRequest(user=user, scenarios=scenarios)
+
+
+def benchmark_job_name(cluster: str, *, request: BenchmarkRequest, generation: int) -> str:
+    """``N-bench-<8 hex>`` from the request and the spec generation (at most 55 chars)."""
+    basis = json.dumps([request.user, list(request.scenarios or ()), generation])
+    return f"{cluster}-bench-{hashlib.sha256(basis.encode()).hexdigest()[:JOB_HASH_LENGTH]}"
+
+
+def benchmark_labels(cluster: str) -> dict[str, str]:
+    return cluster_labels(cluster, COMPONENT_BENCHMARK)
+
+
+def benchmark_selector(cluster: str) -> str:
+    """Label selector of one cluster's benchmark Jobs and their pods."""
+    return f"{LABEL_CLUSTER}={cluster},{LABEL_COMPONENT}={COMPONENT_BENCHMARK}"
+
+
+def front_door_url(ic: InferenceCluster) -> str:
+    """The gateway Service as any client in the cluster reaches it."""
+    namespace = ic.metadata.namespace or "default"
+    return f"http://{gateway_name(ic.metadata.name)}.{namespace}.svc:{GATEWAY_HTTP_PORT}"
+
+
+def bench_args(ic: InferenceCluster, *, scenarios: Sequence[str] | None) -> list[str]:
+    """``sparkllm bench`` arguments (after the ``sparkllm`` command); no key value."""
+    args = [
+        "bench",
+        "--base-url", front_door_url(ic),
+        "--model", ic.spec.model.served_name,
+        "--api-key-env", BENCH_API_KEY_ENV,
+        "--tokenizer", ic.spec.model.path,
+        "--status-summary", TERMINATION_LOG,
+        "--output", REPORT_PATH,
+    ]  # fmt: skip
+    if scenarios:
+        args += ["--scenarios", ",".join(scenarios)]
+    return args
+
+
+def render_benchmark_job(
+    ic: InferenceCluster,
+    *,
+    user: str,
+    scenarios: Sequence[str] | None,
+    image: str,
+    generation: int,
+) -> JSON:
+    """The benchmark Job for ``user`` (a data key of the users' keys Secret), stamped."""
+    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
+    request = BenchmarkRequest(user=user, scenarios=tuple(scenarios) if scenarios else None)
+    annotations: dict[str, Any] = {
+        ANNOTATION_BENCHMARK_USER: user,
+        ANNOTATION_SPEC_GENERATION: str(generation),
+    }
+    if request.scenarios:
+        annotations[ANNOTATION_BENCHMARK_SCENARIOS] = ",".join(request.scenarios)
+    key_ref = {"name": ic.spec.admission.api_keys_secret_ref.name, "key": user}
+    job = render_template(
+        "benchmark_job.yaml.j2",
+        name=benchmark_job_name(name, request=request, generation=generation),
+        namespace=namespace,
+        labels=benchmark_labels(name),
+        annotations=annotations,
+        owner=owner_reference(name=name, uid=ic.metadata.uid or ""),
+        backoff_limit=BACKOFF_LIMIT,
+        active_deadline_seconds=ACTIVE_DEADLINE_SECONDS,
+        ttl_seconds_after_finished=TTL_SECONDS_AFTER_FINISHED,
+        pod_security={
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_ID,
+            "runAsGroup": RUN_AS_ID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        container_security={
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        affinity=_model_node_affinity(ic),
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        image=image,
+        container={
+            "name": BENCH_CONTAINER,
+            "command": ["sparkllm"],
+            "args": bench_args(ic, scenarios=request.scenarios),
+            "env": [{"name": BENCH_API_KEY_ENV, "valueFrom": {"secretKeyRef": key_ref}}],
+            # One asyncio process streaming at most 8 requests; the tokenizer is the
+            # largest thing it holds.
+            "resources": {
+                "requests": {"cpu": "100m", "memory": "256Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+            },
+            "termination_path": TERMINATION_LOG,
+            "termination_policy": TERMINATION_POLICY,
+            "volume_mounts": [
+                {"name": "model", "mountPath": ic.spec.model.path, "readOnly": True},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        },
+        volumes=[_model_volume(ic), {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+    )
+    return stamp_hash(job)
+
+
+__all__ = [
+    "ACTIVE_DEADLINE_SECONDS",
+    "ANNOTATION_BENCHMARK",
+    "ANNOTATION_BENCHMARK_SCENARIOS",
+    "ANNOTATION_BENCHMARK_USER",
+    "BENCH_API_KEY_ENV",
+    "BENCH_CONTAINER",
+    "COMPONENT_BENCHMARK",
+    "TTL_SECONDS_AFTER_FINISHED",
+    "BenchmarkRequest",
+    "bench_args",
+    "benchmark_job_name",
+    "benchmark_labels",
+    "benchmark_selector",
+    "front_door_url",
+    "parse_benchmark_request",
+    "parse_scenarios",
+    "render_benchmark_job",
+]

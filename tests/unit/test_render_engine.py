@@ -1,0 +1,339 @@
+"""Each rank's SGLang command line and environment, pure, against the pinned SGLang.
+
+The command is where a spec meets the engine: a flag the pinned SGLang does not know
+makes every rank exit at start, a flag with a float-noise value makes ConfigApplied
+disagree, and an ``extraArgs`` entry that re-sets an operator flag silently wins or
+loses by position. These tests pin the exact argv per rank, every flag against
+``known_flags()`` and the pinned argparse model, and the RoCE/NCCL environment.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import sparkllm.render.engine as engine_module
+from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
+from sparkllm.errors import SpecError
+from sparkllm.render.engine import (
+    CUDA_GRAPH_DECODE_FLAG,
+    ENGINE_API_KEY_ENV,
+    engine_args,
+    engine_env,
+)
+from sparkllm.render.sglang_flags import known_flags, parse_sglang_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
+KEY_PLACEHOLDER = f"$({ENGINE_API_KEY_ENV})"
+RANK0_IP = "10.0.0.10"
+
+
+def sample_doc() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())
+    return doc
+
+
+def spec_with(**sections: dict[str, Any]) -> InferenceClusterSpec:
+    """The sample's spec with keys of sections replaced (``None`` removes a key)."""
+    doc = copy.deepcopy(sample_doc())
+    for section, changes in sections.items():
+        target = doc["spec"].setdefault(section, {})
+        for key, value in changes.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
+    return validate_inference_cluster(doc).spec
+
+
+def with_extra_args(spec: InferenceClusterSpec, *args: str) -> InferenceClusterSpec:
+    """Bypass the API's own extraArgs rule: render must refuse on its own, too."""
+    engine = spec.engine.model_copy(update={"extra_args": tuple(args)})
+    return spec.model_copy(update={"engine": engine})
+
+
+def value_of(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def test_rank0_command_line_of_the_sample() -> None:
+    assert engine_args(spec_with(), rank=0, rank0_ip=RANK0_IP, api_key=True) == [
+        "--model-path", "/models/DeepSeek-V4-Flash-NVFP4",
+        "--served-model-name", "deepseek-v4-flash",
+        "--nnodes", "3",
+        "--node-rank", "0",
+        "--dist-init-addr", "10.0.0.10:5000",
+        "--pp-size", "3",
+        "--tp-size", "1",
+        "--mem-fraction-static", "0.57",
+        "--context-length", "12288",
+        "--chunked-prefill-size", "4096",
+        "--cuda-graph-max-bs-decode", "4",
+        "--max-running-requests", "8",
+        "--host", "0.0.0.0",
+        "--port", "30000",
+        "--enable-metrics",
+        "--tool-call-parser", "deepseekv4",
+        "--reasoning-parser", "deepseek-v4",
+        "--api-key", KEY_PLACEHOLDER,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_ranks_differ_only_in_node_rank(rank: int) -> None:
+    spec = spec_with()
+    rank0 = engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=False)
+    args = engine_args(spec, rank=rank, rank0_ip=RANK0_IP, api_key=False)
+    assert value_of(args, "--node-rank") == str(rank)
+    assert value_of(args, "--nnodes") == value_of(args, "--pp-size") == "3"
+    assert value_of(args, "--dist-init-addr") == "10.0.0.10:5000"  # rank 0's, on every rank
+    differing = [(a, b) for a, b in zip(rank0, args, strict=True) if a != b]
+    assert differing == ([] if rank == 0 else [("0", str(rank))])
+
+
+def test_dist_init_port_and_spec_numbers_reach_the_flags() -> None:
+    spec = spec_with(
+        engine={"contextLength": 16384, "chunkedPrefillSize": 2048, "cudaGraphMaxBatchSize": 8,
+                "maxRunningRequests": 16, "pipelineParallel": 2, "layerPartition": [21, 22]},
+        network={"distInitPort": 6123},
+        placement={"nodeGroups": [["n0", "n1"]]},
+        admission={"maxInputTokens": 8192},
+    )  # fmt: skip
+    args = engine_args(spec, rank=1, rank0_ip="192.168.7.1", api_key=False)
+    assert value_of(args, "--dist-init-addr") == "192.168.7.1:6123"
+    assert value_of(args, "--context-length") == "16384"
+    assert value_of(args, "--chunked-prefill-size") == "2048"
+    assert value_of(args, CUDA_GRAPH_DECODE_FLAG) == "8"
+    assert value_of(args, "--max-running-requests") == "16"
+    assert value_of(args, "--nnodes") == value_of(args, "--pp-size") == "2"
+
+
+@pytest.mark.parametrize(
+    ("engine", "present", "absent"),
+    [
+        ({}, ["--tool-call-parser", "--reasoning-parser"], []),
+        ({"toolCallParser": None}, ["--reasoning-parser"], ["--tool-call-parser"]),
+        ({"reasoningParser": None}, ["--tool-call-parser"], ["--reasoning-parser"]),
+        ({"toolCallParser": None, "reasoningParser": None}, [],
+         ["--tool-call-parser", "--reasoning-parser"]),
+        ({"toolCallParser": "qwen3_coder", "reasoningParser": "qwen3"},
+         ["--tool-call-parser", "--reasoning-parser"], []),
+    ],
+)  # fmt: skip
+def test_parsers_only_when_set(engine: dict[str, Any], present: list[str], absent: list[str]) -> None:
+    spec = spec_with(engine=engine)
+    args = engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=True)
+    for flag in present:
+        assert args.count(flag) == 1
+    for flag in absent:
+        assert flag not in args
+    if "--tool-call-parser" in present:
+        assert value_of(args, "--tool-call-parser") == spec.engine.tool_call_parser
+    if "--reasoning-parser" in present:
+        assert value_of(args, "--reasoning-parser") == spec.engine.reasoning_parser
+
+
+@pytest.mark.parametrize(("rank", "api_key"), [(0, True), (0, False), (1, True), (2, False)])
+def test_api_key_flag_only_when_asked_and_never_a_literal(rank: int, api_key: bool) -> None:
+    args = engine_args(spec_with(), rank=rank, rank0_ip=RANK0_IP, api_key=api_key)
+    if api_key:
+        assert value_of(args, "--api-key") == KEY_PLACEHOLDER
+        assert args.count("--api-key") == 1
+    else:
+        assert "--api-key" not in args
+        assert KEY_PLACEHOLDER not in args
+
+
+@pytest.mark.parametrize(
+    ("fraction", "rendered"),
+    [
+        (0.57, "0.57"),
+        (0.5, "0.5"),
+        (0.95, "0.95"),
+        (0.1, "0.1"),
+        (0.3, "0.3"),
+        (0.875, "0.875"),
+        (0.00001, "1e-05"),
+    ],
+)
+def test_mem_fraction_static_has_no_float_noise(fraction: float, rendered: str) -> None:
+    spec = spec_with(engine={"memFractionStatic": fraction})
+    text = value_of(engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=False), "--mem-fraction-static")
+    assert text == rendered
+    assert float(text) == fraction  # what argparse's float() reads back
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="render/engine.py _decimal formats with '.6g': 0.123456789 becomes 0.123457, so "
+    "SGLang runs with another value than the spec says (repr() would round-trip)",
+)
+def test_mem_fraction_static_round_trips_every_allowed_value() -> None:
+    spec = spec_with(engine={"memFractionStatic": 0.123456789})
+    text = value_of(engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=False), "--mem-fraction-static")
+    assert float(text) == 0.123456789
+
+
+# --- extraArgs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--watchdog-timeout", "600"],
+        ["--watchdog-timeout=600", "--log-level", "debug"],
+        ["--enable-metrics-for-all-schedulers"],
+    ],
+)
+def test_extra_args_are_appended_verbatim(extra: list[str]) -> None:
+    spec = spec_with(engine={"extraArgs": extra})
+    base = engine_args(spec_with(), rank=1, rank0_ip=RANK0_IP, api_key=False)
+    args = engine_args(spec, rank=1, rank0_ip=RANK0_IP, api_key=False)
+    assert args == base + extra
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--no-such-flag", "1"], "spec.engine.extraArgs: unknown SGLang 0.5.23 flag --no-such-flag"),
+        (["--watchdog", "600"], "--watchdog is an abbreviation of --watchdog-timeout"),
+        (["--watchdog-timeout", "soon"], "invalid float value: 'soon'"),
+        (["--log-level"], "expected one argument"),
+        (["stray"], "unrecognized arguments: stray"),
+    ],
+)  # fmt: skip
+def test_invalid_extra_args_are_refused(extra: list[str], message: str) -> None:
+    spec = spec_with(engine={"extraArgs": extra})  # the API cannot know SGLang's flags
+    with pytest.raises(SpecError, match="^spec.engine.extraArgs: ") as caught:
+        engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=True)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "written"),
+    [
+        (["--pp-size", "2"], "--pp-size"),
+        (["--pipeline-parallel-size=2"], "--pipeline-parallel-size"),
+        (["--nccl-init-addr", "1.2.3.4:5"], "--nccl-init-addr"),
+        (["--api-key", "literal"], "--api-key"),
+        (["--enable-metrics"], "--enable-metrics"),
+        (["--host", "127.0.0.1"], "--host"),
+        (["--cuda-graph-max-bs-decode", "16"], "--cuda-graph-max-bs-decode"),
+    ],
+)
+def test_operator_owned_flags_are_refused_by_render_and_by_the_api(
+    extra: list[str], written: str
+) -> None:
+    with pytest.raises(SpecError, match="extraArgs must not set a flag the operator owns"):
+        spec_with(engine={"extraArgs": extra})
+    spec = with_extra_args(spec_with(), *extra)
+    with pytest.raises(SpecError) as caught:
+        engine_args(spec, rank=1, rank0_ip=RANK0_IP, api_key=False)
+    assert f"{written} is set by the operator from the spec" in str(caught.value)
+
+
+def test_a_rendered_flag_unknown_to_sglang_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard against an operator bug: a pinned SGLang without --enable-metrics."""
+    without = frozenset(known_flags() - {"--enable-metrics"})
+    monkeypatch.setattr(engine_module, "known_flags", lambda: without)
+    with pytest.raises(SpecError, match=r"unknown to the pinned SGLang: \['--enable-metrics'\]"):
+        engine_args(spec_with(), rank=0, rank0_ip=RANK0_IP, api_key=True)
+
+
+SPEC_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
+    "sample": {},
+    "no-parsers": {"engine": {"toolCallParser": None, "reasoningParser": None}},
+    "extra-args": {"engine": {"extraArgs": ["--watchdog-timeout", "900", "--log-level=info"]}},
+    "switch": {"network": {"topology": "switch"}, "engine": {"layerPartition": None}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SPEC_VARIANTS))
+@pytest.mark.parametrize(("rank", "api_key"), [(0, True), (1, False), (2, False)])
+def test_every_emitted_flag_exists_and_parses_as_the_pinned_sglang(
+    variant: str, rank: int, api_key: bool
+) -> None:
+    spec = spec_with(**SPEC_VARIANTS[variant])
+    args = engine_args(spec, rank=rank, rank0_ip=RANK0_IP, api_key=api_key)
+    flags = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    assert flags
+    assert [f for f in flags if f not in known_flags()] == []
+    parsed = parse_sglang_argv(args)
+    engine = spec.engine
+    assert parsed["model_path"] == spec.model.path
+    assert parsed["node_rank"] == str(rank)
+    assert parsed["pp_size"] == str(engine.pipeline_parallel)
+    assert parsed["mem_fraction_static"] == "0.57"
+    assert parsed["cuda_graph_max_bs_decode"] == str(engine.cuda_graph_max_batch_size)
+    assert parsed["enable_metrics"] is True
+    assert ("api_key" in parsed) is api_key
+
+
+# --- the environment --------------------------------------------------------------------
+
+ROCE = [
+    {"name": "NCCL_SOCKET_IFNAME", "value": "enP7s7"},
+    {"name": "GLOO_SOCKET_IFNAME", "value": "enP7s7"},
+    {"name": "NCCL_IB_HCA", "value": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1"},
+    {"name": "NCCL_IB_GID_INDEX", "value": "3"},
+]
+RING = [
+    {"name": "NCCL_IB_SUBNET_AWARE_ROUTING", "value": "1"},
+    {"name": "NCCL_IB_MERGE_NICS", "value": "0"},
+    {"name": "NCCL_NET_PLUGIN", "value": "none"},
+]
+PARTITION = [{"name": "SGLANG_PP_LAYER_PARTITION", "value": "14,14,15"}]
+USER = [{"name": "ZED", "value": "last-alphabetically"}, {"name": "ALPHA", "value": ""}]
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        pytest.param({}, ROCE + RING + PARTITION, id="sample-ring-with-partition"),
+        pytest.param({"network": {"topology": "switch"}}, ROCE + PARTITION, id="switch"),
+        pytest.param({"engine": {"layerPartition": None}}, ROCE + RING, id="no-partition"),
+        pytest.param(
+            {"network": {"topology": "switch"}, "engine": {"layerPartition": None, "env": USER}},
+            ROCE + USER,
+            id="switch-no-partition-user-env",
+        ),
+        pytest.param({"engine": {"env": USER}}, ROCE + RING + PARTITION + USER, id="user-env-last"),
+        pytest.param(
+            {"network": {"socketInterface": "eth1", "ibHCAs": ["mlx5_0:1"], "ibGIDIndex": 0}},
+            [
+                {"name": "NCCL_SOCKET_IFNAME", "value": "eth1"},
+                {"name": "GLOO_SOCKET_IFNAME", "value": "eth1"},
+                {"name": "NCCL_IB_HCA", "value": "mlx5_0:1"},
+                {"name": "NCCL_IB_GID_INDEX", "value": "0"},
+                *RING,
+                *PARTITION,
+            ],
+            id="network-fields",
+        ),
+        pytest.param(
+            {"engine": {"layerPartition": [20, 23], "pipelineParallel": 2},
+             "placement": {"nodeGroups": [["n0", "n1"]]}},
+            ROCE + RING + [{"name": "SGLANG_PP_LAYER_PARTITION", "value": "20,23"}],
+            id="two-stage-partition",
+        ),
+    ],
+)  # fmt: skip
+def test_engine_env(sections: dict[str, dict[str, Any]], expected: list[dict[str, str]]) -> None:
+    env = engine_env(spec_with(**sections))
+    assert env == expected
+    assert all(isinstance(var["value"], str) for var in env)  # Kubernetes wants strings
+
+
+def test_engine_env_is_a_fresh_list_each_call() -> None:
+    spec = spec_with()
+    first = engine_env(spec)
+    first.append({"name": "MUTATED", "value": "1"})
+    assert engine_env(spec) == ROCE + RING + PARTITION
