@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml hack/install-python-deps.sh
 
 venv: $(STAMP)
 
-binaries:
+binaries: $(STAMP)
 	bash hack/build-binaries.sh
+	PYTHON=$(BIN)/python bash hack/fetch-kube-schemas.sh
 
 demo: $(STAMP) binaries
 	$(BIN)/sparkllm demo

@@ -8,7 +8,8 @@
 # same treatment. kwok and helm install normally.
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
-#         kube-scheduler,kubectl,kwok,kwokctl,helm}. A binary already there is not rebuilt.
+#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua}. A binary already there
+#         is not rebuilt.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -18,6 +19,8 @@ STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
+KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.8.0}"  # offline schema checks of the chart
+GLUA_VERSION="${GLUA_VERSION:-v1.1.2}"  # gopher-lua, the Lua Argo CD embeds (health check test)
 
 CACHE="${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}"
 BIN="$CACHE/bin/$K8S_VERSION"
@@ -101,10 +104,21 @@ build_helm() {
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
+build_kubeconform() {
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X main.version=$KUBECONFORM_VERSION" \
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+}
+
+build_glua() {
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "github.com/yuin/gopher-lua/cmd/glua@$GLUA_VERSION"
+}
+
 total=$SECONDS
 have etcd || timed "etcd $ETCD_VERSION" build_etcd
 have kwok kwokctl || timed "kwok $KWOK_VERSION" build_kwok
 have kube-apiserver kube-controller-manager kube-scheduler kubectl \
   || timed "kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
 have helm || timed "helm $HELM_VERSION" build_helm
+have kubeconform || timed "kubeconform $KUBECONFORM_VERSION" build_kubeconform
+have glua || timed "glua (gopher-lua) $GLUA_VERSION" build_glua
 log "all binaries in $BIN ($((SECONDS - total)) s)"

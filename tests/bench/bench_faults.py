@@ -32,6 +32,7 @@ includes that backoff for all but the first injection; the breakdown table shows
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,18 +43,27 @@ import yaml
 
 from sparkllm.devcluster import DevCluster, FaultInjector
 from sparkllm.reconcile.observe import describe_pod_failure
-from tests.bench.bench_reconcile import GROUPS, NAME, pick_group, sample, user_keys
+from tests.bench.bench_reconcile import (
+    GROUPS,
+    NAME,
+    pick_group,
+    reconcile_pass_seconds,
+    sample,
+    user_keys,
+)
 from tests.bench.common import (
     JSON,
+    RanksServing,
     State,
     Timeline,
     bench_namespace,
+    engine_pods,
+    generation_of,
     machine_facts,
     operator_stack,
     percentile,
     print_table,
     spread_cells,
-    wait_operator_started,
 )
 
 KINDS = ("container exit", "pod deletion")
@@ -61,53 +71,8 @@ STEP_TIMEOUT = 90.0
 GOAL_DELETE, GOAL_RUNNING = 1.0, 3.0
 
 
-def _label(obj: JSON, key: str) -> str:
-    return str((obj["metadata"].get("labels") or {}).get(key))
-
-
 def _pods(state: State) -> list[JSON]:
-    """The sample's engine pods (not its gateway's)."""
-    return [
-        obj
-        for (kind, _), obj in state.items()
-        if kind == "pods"
-        and _label(obj, "sparkllm.io/cluster") == NAME
-        and _label(obj, "app.kubernetes.io/component") == "engine"
-    ]
-
-
-def _generation(pod: JSON) -> str:
-    return _label(pod, "sparkllm.io/restart-generation")
-
-
-def _serving(pod: JSON) -> bool:
-    status = pod.get("status") or {}
-    statuses = status.get("containerStatuses") or []
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    return (
-        pod["metadata"].get("deletionTimestamp") is None
-        and status.get("phase") == "Running"
-        and bool(statuses)
-        and all("running" in (c.get("state") or {}) for c in statuses)
-        and ready
-    )
-
-
-def ranks_serving(generation: int) -> Callable[[State], bool]:
-    """Exactly three rank pods, all of ``generation``, Running and Ready."""
-
-    def check(state: State) -> bool:
-        pods = _pods(state)
-        return (
-            len(pods) == 3
-            and all(_generation(p) == str(generation) for p in pods)
-            and all(_serving(p) for p in pods)
-        )
-
-    return check
+    return engine_pods(state, cluster=NAME)
 
 
 def cluster_ready(generation: int) -> Callable[[State], bool]:
@@ -137,26 +102,39 @@ def failure_seen(pod_name: str, uid: str, *, deletion: bool) -> Callable[[State]
 
 
 class FirstDeletion:
-    """Predicate: a pod of the old generation (not ``spared``) got deleted or vanished.
+    """Predicate: the restart deleted its first pod of the old generation.
 
-    Called in event order, so it remembers which old-generation pods it has seen: a
-    pod the StatefulSet controller re-created after our deletion counts as well.
+    A deletion counts when the pod's StatefulSet is already scaled to 0 (the operator's
+    stop), so churn of the StatefulSet controller after a pod deletion (a re-created pod
+    that is deleted again at once) does not; nor does the pod we deleted (``spared``).
+    Called in event order, so it can tell a pod that vanished between two events.
     """
 
     def __init__(self, generation: int, *, spared: str | None) -> None:
         self.generation = str(generation)
         self.spared = spared
-        self.seen: set[str] = set()
+        self.seen: dict[str, str] = {}  # uid -> its StatefulSet's name
 
     def __call__(self, state: State) -> bool:
+        stopped = {
+            name
+            for (kind, name), sts in state.items()
+            if kind == "statefulsets" and sts["spec"].get("replicas") == 0
+        }
         old = {
             p["metadata"]["uid"]: p
             for p in _pods(state)
-            if _generation(p) == self.generation and p["metadata"]["uid"] != self.spared
+            if generation_of(p) == self.generation and p["metadata"]["uid"] != self.spared
         }
-        vanished = self.seen - set(old)
-        self.seen |= set(old)
-        return bool(vanished) or any(p["metadata"].get("deletionTimestamp") for p in old.values())
+        for uid in set(self.seen) - set(old):
+            if self.seen.pop(uid) in stopped:
+                return True
+        for uid, pod in old.items():
+            owner = pod["metadata"]["name"].rsplit("-", 1)[0]
+            self.seen[uid] = owner
+            if pod["metadata"].get("deletionTimestamp") and owner in stopped:
+                return True
+        return False
 
 
 def statefulsets_at(replicas: int, generation: int) -> Callable[[State], bool]:
@@ -167,7 +145,7 @@ def statefulsets_at(replicas: int, generation: int) -> Callable[[State], bool]:
         return all(
             s is not None
             and s["spec"].get("replicas") == replicas
-            and _generation(s["spec"]["template"]) == str(generation)
+            and generation_of(s["spec"]["template"]) == str(generation)
             for s in found
         )
 
@@ -175,7 +153,7 @@ def statefulsets_at(replicas: int, generation: int) -> Callable[[State], bool]:
 
 
 def old_pods_gone(generation: int) -> Callable[[State], bool]:
-    return lambda state: not any(_generation(p) == str(generation) for p in _pods(state))
+    return lambda state: not any(generation_of(p) == str(generation) for p in _pods(state))
 
 
 @dataclass
@@ -233,7 +211,7 @@ def inject_once(
         stopped=at(statefulsets_at(0, new), "rank StatefulSets stopped"),
         old_gone=at(old_pods_gone(generation), "old generation's pods gone"),
         started=at(statefulsets_at(1, new), "rank StatefulSets started"),
-        serving=at(ranks_serving(new), f"ranks Running+Ready at generation {new}"),
+        serving=at(RanksServing(NAME, generation=new), f"ranks Running+Ready at generation {new}"),
         cluster_ready=at(cluster_ready(new), f"InferenceCluster Ready at generation {new}"),
     )
     obj = timeline.state()[("inferenceclusters", NAME)]
@@ -250,6 +228,7 @@ class FaultResult:
     elapsed: float
     stopped_early: str = ""
     causes: dict[str, int] = field(default_factory=dict)
+    passes: list[float] = field(default_factory=list)  # reconcile passes (operator log)
 
 
 def run(cluster: DevCluster, *, injections: int) -> FaultResult:
@@ -270,11 +249,12 @@ def run(cluster: DevCluster, *, injections: int) -> FaultResult:
             operator_stack(cluster, namespace=namespace, log_dir=logs),
             Timeline(cluster, namespace=namespace) as timeline,
         ):
-            wait_operator_started(logs / "operator.log")
             since = timeline.now()
             cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
             timeline.wait_for(cluster_ready(1), since=since, timeout=STEP_TIMEOUT, what="Ready")
-            timeline.wait_for(ranks_serving(1), since=since, timeout=STEP_TIMEOUT, what="ranks")
+            timeline.wait_for(
+                RanksServing(NAME, generation=1), since=since, timeout=STEP_TIMEOUT, what="ranks"
+            )
             faults = FaultInjector(cluster)
             generation = 1
             try:
@@ -290,9 +270,11 @@ def run(cluster: DevCluster, *, injections: int) -> FaultResult:
             except Exception as exc:  # report what was measured, and why it stopped
                 tail = (logs / "operator.log").read_text(errors="replace").splitlines()[-15:]
                 stopped_early = "\n      ".join([f"{type(exc).__name__}: {exc}", *tail])
+        passes = reconcile_pass_seconds(logs / "operator.log")
     causes: dict[str, int] = {}
     for item in done:
-        causes[item.cause] = causes.get(item.cause, 0) + 1
+        cause = re.sub(r"rank \d", "rank k", item.cause)
+        causes[cause] = causes.get(cause, 0) + 1
     result = FaultResult(
         injections=done,
         group=group,
@@ -300,6 +282,7 @@ def run(cluster: DevCluster, *, injections: int) -> FaultResult:
         elapsed=time.monotonic() - started,
         stopped_early=stopped_early,
         causes=causes,
+        passes=passes,
     )
     report(result)
     return result
@@ -316,27 +299,25 @@ def report(result: FaultResult) -> None:
     rows = []
     for kind in KINDS:
         items = [i for i in result.injections if i.kind == kind]
-        measures: list[tuple[str, list[float], str]] = [
-            ("failure visible in pod status", [i.seen for i in items], ""),
-            ("(a) first pod deleted", [i.first_deleted for i in items], ""),
-            ("(a) first pod deleted, from t_seen", [i.first_deleted - i.seen for i in items], ""),
-            ("(b) all ranks Running+Ready, new gen", [i.serving for i in items], ""),
-            ("(b) same, from t_seen", [i.serving - i.seen for i in items], ""),
-            ("InferenceCluster Ready, new gen", [i.cluster_ready for i in items], ""),
+        measures: list[tuple[str, list[float], float | None]] = [
+            ("failure visible in pod status", [i.seen for i in items], None),
+            ("(a) first pod deleted", [i.first_deleted for i in items], GOAL_DELETE),
+            ("(a) same, from t_seen", [i.first_deleted - i.seen for i in items], GOAL_DELETE),
+            ("(b) all ranks Running+Ready, new gen", [i.serving for i in items], GOAL_RUNNING),
+            ("(b) same, from t_seen", [i.serving - i.seen for i in items], GOAL_RUNNING),
+            ("InferenceCluster Ready, new gen", [i.cluster_ready for i in items], None),
         ]
-        for label, samples, _ in measures:
-            goal = ""
-            if label.startswith("(a)"):
-                goal = "p99 " + _goal(samples, GOAL_DELETE)
-            elif label.startswith("(b)"):
-                goal = "p99 " + _goal(samples, GOAL_RUNNING)
-            rows.append([kind, label, *spread_cells(samples), goal])
+        for label, samples, goal in measures:
+            verdict = "" if goal is None else "p99 " + _goal(samples, goal)
+            rows.append([kind, label, *spread_cells(samples), verdict])
     firsts = [i for i in result.injections if i.first_injection]
+    early = sum(1 for i in result.injections if i.cluster_ready < i.serving)
     notes = [
         "basis: arrival times of watch events; from t_fault = the injection command returned",
         "(kubectl annotate + label for a container exit, kubectl delete for a pod), unless",
         "'from t_seen' (the first event showing the failure). Goals are the issue's, printed,",
-        "not asserted. p99 is nearest-rank: with 20 samples it is the slowest one.",
+        "not asserted. p99 is nearest-rank: below 100 samples it is the slowest one. A negative",
+        "'failure visible' means the watch saw it before the kubectl process had exited.",
         "Restart budget: maxRestartsPerHour 60, backoffSeconds [1], one InferenceCluster for",
         "all injections: every restart but the first waits 0-1 s of backoff (see breakdown).",
     ]
@@ -345,7 +326,15 @@ def report(result: FaultResult) -> None:
             f"the first injection (no backoff): (b) = {firsts[0].serving * 1000:.0f} ms "
             f"({firsts[0].kind}, rank {firsts[0].rank})."
         )
-    notes.append(f"node group {result.group}; restart causes recorded: {result.causes}")
+    notes.append(
+        f"InferenceCluster Ready before rank 0's probe passed in {early} of "
+        f"{len(result.injections)}: kwok marks a new pod Ready, the harness then sets rank 0"
+    )
+    notes.append(
+        "unready until /health answers; the operator may say Ready in between (dev-cluster)."
+    )
+    notes.append(f"node group {result.group}; restart causes in status (lastRestart.reason):")
+    notes += [f"  {count} x {cause}" for cause, count in sorted(result.causes.items())]
     if result.stopped_early:
         notes.append(f"STOPPED EARLY: {result.stopped_early}")
     print_table(
@@ -366,6 +355,7 @@ def report(result: FaultResult) -> None:
             ("-> ICL Ready", [i.cluster_ready - i.serving for i in items]),
         ]
         breakdown += [[kind, label, *spread_cells(samples)] for label, samples in steps]
+    breakdown.append(["(both)", "one reconcile pass (operator log)", *spread_cells(result.passes)])
     print_table(
         "faults: where the restart time goes (consecutive steps)",
         ["fault", "step", "n", "p50 ms", "p99 ms", "max ms"],
@@ -374,15 +364,28 @@ def report(result: FaultResult) -> None:
     )
 
 
+def print_detail(result: FaultResult) -> None:
+    """One row per injection (ms from t_fault): where a slow restart spent its time."""
+    steps = ("seen", "first_deleted", "stopped", "old_gone", "started", "serving")
+    rows = [
+        [i.kind, str(i.rank), *(f"{getattr(i, step) * 1000:.0f}" for step in steps)]
+        for i in result.injections
+    ]
+    print_table("faults: every injection, ms from t_fault", ["fault", "rank", *steps], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--injections", type=int, default=20, help="per fault kind")
+    parser.add_argument("--detail", action="store_true", help="also one row per injection")
     args = parser.parse_args()
     cluster = DevCluster()
     cluster.up(log=True)
     for key, value in machine_facts(cluster).items():
         print(f"{key}: {value}")
-    run(cluster, injections=args.injections)
+    result = run(cluster, injections=args.injections)
+    if args.detail:
+        print_detail(result)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: statistics, tables, machine facts, an API timeline.
+"""Shared pieces of the benchmarks: statistics, tables, machine facts, an API timeline,
+and the operator under test (a namespace of our own, the operator process, the engines).
 
 Why a timeline: the cluster benchmarks time control-plane reactions of a few hundred
 milliseconds, where polling with kubectl (a process start per look, ~0.2 s) would
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 
 import kubernetes.client
 import kubernetes.config
-from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from sparkllm.api import CRD_NAME, GROUP, PLURAL, VERSION
 from sparkllm.devcluster import DevCluster, wait_until
@@ -44,11 +45,8 @@ T = TypeVar("T")
 WATCH_WINDOW_SECONDS = 30
 
 
-# --- numbers and tables ----------------------------------------------------------------
-
-
 def percentile(samples: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile (p99 of 20 samples is the largest: say so, do not smooth)."""
+    """Nearest-rank, never interpolated: below 100 samples p99 is the maximum, and we say so."""
     ordered = sorted(samples)
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
@@ -100,56 +98,77 @@ def machine_facts(cluster: DevCluster | None = None) -> dict[str, str]:
     return facts
 
 
-# --- the dev cluster --------------------------------------------------------------------
-
-
-def free_node_group(cluster: DevCluster, *, groups: dict[str, list[str]], mine: str) -> str | None:
-    """A group none of whose nodes runs an engine pod of another namespace (shared cluster)."""
-    selector = "app.kubernetes.io/component=engine"
-    pods = cluster.kubectl_json("get", "pods", "-A", "-l", selector)["items"]
-    busy = {
-        p["spec"].get("nodeName")
-        for p in pods
-        if p["metadata"]["namespace"] != mine and (p.get("status") or {}).get("phase") != "Failed"
-    }
-    for name, nodes in groups.items():
-        if not busy & set(nodes):
-            return name
-    return None
-
-
 def condition(obj: JSON, kind: str) -> JSON | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return None
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((dict(c) for c in conditions if c.get("type") == kind), None)
 
 
 def ready_current(obj: JSON | None) -> bool:
     """Ready=True for the current spec generation (status.observedGeneration)."""
     if obj is None:
         return False
-    cond = condition(obj, "Ready")
-    generation = obj["metadata"].get("generation")
-    return (
-        cond is not None
-        and cond.get("status") == "True"
-        and (obj.get("status") or {}).get("observedGeneration") == generation
-    )
+    current = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+    return current and _pod_ready(obj)
 
 
-def proc_memory_kib(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of a process in KiB, from /proc/<pid>/status."""
-    found = {"VmRSS": 0, "VmHWM": 0}
-    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        for line in fh:
-            key, _, value = line.partition(":")
-            if key in found:
-                found[key] = int(value.split()[0])
-    return found["VmRSS"], found["VmHWM"]
+def label_of(obj: JSON, key: str) -> str:
+    return str((obj["metadata"].get("labels") or {}).get(key))
 
 
-# --- the timeline -----------------------------------------------------------------------
+def generation_of(pod_or_template: JSON) -> str:
+    return label_of(pod_or_template, "sparkllm.io/restart-generation")
+
+
+def engine_pods(state: State, *, cluster: str) -> list[JSON]:
+    """The rank pods of InferenceCluster ``cluster`` (not its gateway's)."""
+    return [
+        obj
+        for (kind, _), obj in state.items()
+        if kind == "pods"
+        and label_of(obj, "sparkllm.io/cluster") == cluster
+        and label_of(obj, "app.kubernetes.io/component") == "engine"
+    ]
+
+
+def _pod_ready(obj: JSON) -> bool:  # a pod's, or an InferenceCluster's
+    return (condition(obj, "Ready") or {}).get("status") == "True"
+
+
+def _running(pod: JSON) -> bool:
+    status = pod.get("status") or {}
+    states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
+    alive = pod["metadata"].get("deletionTimestamp") is None and status.get("phase") == "Running"
+    return alive and bool(states) and all("running" in state for state in states)
+
+
+def _probed(pod: JSON) -> bool:
+    return any("readinessProbe" in c for c in (pod.get("spec") or {}).get("containers") or [])
+
+
+class RanksServing:
+    """Predicate: exactly three rank pods, all of ``generation``, Running and Ready.
+
+    kwok marks every pod Ready the moment it runs; for rank 0 (the one with a readiness
+    probe) the engine harness then writes Ready=False and, once /health answers, True.
+    So a probed pod counts as Ready only after it was seen Running and not Ready: the
+    Ready that follows is the probe's, not kwok's. Called in event order (stateful).
+    """
+
+    def __init__(self, cluster: str, *, generation: int, ranks: int = 3) -> None:
+        self.cluster, self.generation, self.ranks = cluster, str(generation), ranks
+        self.probed_unready: set[str] = set()  # uids seen Running with Ready=False
+
+    def __call__(self, state: State) -> bool:
+        pods = engine_pods(state, cluster=self.cluster)
+        for pod in pods:
+            if _probed(pod) and _running(pod) and not _pod_ready(pod):
+                self.probed_unready.add(pod["metadata"]["uid"])
+        return (
+            len(pods) == self.ranks
+            and all(generation_of(p) == self.generation for p in pods)
+            and all(_running(p) and _pod_ready(p) for p in pods)
+            and all(p["metadata"]["uid"] in self.probed_unready for p in pods if _probed(p))
+        )
 
 
 @dataclass(frozen=True)
@@ -186,7 +205,6 @@ class Timeline:
     KINDS = ("pods", "statefulsets", "inferenceclusters")
 
     def __init__(self, cluster: DevCluster, *, namespace: str) -> None:
-        self.namespace = namespace
         config = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=str(cluster.paths.kubeconfig), client_configuration=config
@@ -290,9 +308,8 @@ class Timeline:
         while not self._stopped.is_set():
             try:
                 self._watch(kind, self._list(kind))
-            except ClusterAPIError:  # expired (410) or broken: list again
-                if not self._stopped.is_set():
-                    self._stopped.wait(0.5)
+            except Exception:  # expired (410), a dropped connection, the cut at exit: relist
+                self._stopped.wait(0.5)
 
     def _list(self, kind: str) -> str:
         response = self._lists[kind](_preload_content=False, _request_timeout=30)
@@ -304,45 +321,26 @@ class Timeline:
     def _watch(self, kind: str, version: str) -> None:
         """Watch window after window from ``version`` until stopped."""
         while not self._stopped.is_set():
+            response = self._lists[kind](
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_WINDOW_SECONDS,
+                _preload_content=False,
+                _request_timeout=(10, WATCH_WINDOW_SECONDS + 10),
+            )
+            self._responses[kind] = response
             try:
-                response = self._lists[kind](
-                    watch=True,
-                    resource_version=version,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=WATCH_WINDOW_SECONDS,
-                    _preload_content=False,
-                    _request_timeout=(10, WATCH_WINDOW_SECONDS + 10),
-                )
-                self._responses[kind] = response
-                for line in _lines(response):
+                for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                     event = json.loads(line)
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
-                        raise ClusterAPIError("watch expired", status=obj.get("code"))
+                        raise ClusterAPIError(f"watch {kind}: {obj.get('message')}")
                     version = str(obj.get("metadata", {}).get("resourceVersion") or version)
                     if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                         self._record(kind, str(event["type"]), obj)
-            except (ApiException, OSError, ValueError) as exc:
-                raise ClusterAPIError(f"watch {kind}: {exc}") from exc
-            except Exception as exc:  # urllib3's errors when shutdown() cuts the stream
-                if self._stopped.is_set():
-                    return
-                raise ClusterAPIError(f"watch {kind}: {exc}") from exc
             finally:
                 self._responses.pop(kind, None)
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield line
-
-
-# --- the operator under test ------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -365,8 +363,9 @@ def bench_namespace(cluster: DevCluster, *, prefix: str) -> Iterator[str]:
 def operator_stack(cluster: DevCluster, *, namespace: str, log_dir: Path) -> Iterator[int]:
     """The real operator (a child process) and an engine harness, both for ``namespace``.
 
-    Yields the operator's pid. At the end the namespace's InferenceClusters are deleted
-    while the operator still runs, then the harness and the operator stop.
+    Yields the operator's pid once kopf's node watch has delivered (its watches run). At
+    the end the namespace's InferenceClusters are deleted while the operator still runs,
+    then the harness and the operator stop.
     """
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
@@ -380,6 +379,11 @@ def operator_stack(cluster: DevCluster, *, namespace: str, log_dir: Path) -> Ite
     operator.start()
     try:
         with EngineHarness(cluster, namespace=namespace, log_dir=log_dir / "engines"):
+            wait_until(
+                lambda: "Handler 'on_node' succeeded" in operator.log(),
+                timeout=60,
+                what="operator start-up",
+            )
             assert operator.proc is not None
             yield operator.proc.pid
             cluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
@@ -392,25 +396,3 @@ def operator_stack(cluster: DevCluster, *, namespace: str, log_dir: Path) -> Ite
         operator.stop()
         harness_log.removeHandler(handler)
         handler.close()
-
-
-def wait_operator_started(log_path: Path, *, timeout: float = 60) -> None:
-    """Until kopf's node watch has delivered (its watches run: it answers events now)."""
-    wait_until(
-        lambda: log_path.exists() and "Handler 'on_node' succeeded" in log_path.read_text(),
-        timeout=timeout,
-        what="operator start-up",
-    )
-
-
-def reconcile_pass_seconds(log_path: Path) -> list[float]:
-    """Durations of the operator's reconcile passes, from its "reconciled ... in X s" lines."""
-    found = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        head, sep, tail = line.partition(" in ")
-        if sep and "reconciled " in head and tail.endswith(" s"):
-            try:
-                found.append(float(tail[:-2]))
-            except ValueError:
-                continue
-    return found

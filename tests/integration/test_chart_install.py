@@ -1,9 +1,10 @@
 """`helm install`, `helm upgrade`, `helm uninstall` of the chart on the real local API server.
 
 One release per test, in the test's namespace, watching that namespace, named after the
-namespace's random suffix (so its cluster-scoped objects are unique on the shared cluster). The operator pods are
-kwok-simulated: they are scheduled and "run" but execute nothing — what is checked is
-what Helm and the API server make of the chart: every object created, StatefulSet pods
+namespace's random suffix (so its cluster-scoped objects are unique on the shared
+cluster). The operator pods are kwok-simulated: they are scheduled and "run" but execute
+nothing — what is checked is what Helm and the API server make of the chart: every
+object created, StatefulSet pods
 carrying the pod-index label the HA priority is read from, upgrades that add and remove
 objects, a wrong value refused without touching the release, and an uninstall that keeps
 the CRDs and the InferenceClusters (the models) in place.

@@ -2,27 +2,39 @@
 
 Each test creates, in its own namespace, one-pod StatefulSets shaped like the operator's
 rank StatefulSets and runs a harness scoped to that namespace (so other engineers' pods
-on the shared dev cluster are never touched). The first tests pin the kubelet's rules
-(``devcluster.kubelet``) with plain asserts; they need no cluster.
+on the shared dev cluster are never touched), with the simulated nodes' files under the
+test's own temporary directory. The first tests pin the kubelet's rules
+(``devcluster.kubelet``, ``hostpaths``, ``init_containers``) with plain asserts; they
+need no cluster.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import hashlib
 import json
 import os
 import secrets
 import signal
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from sparkllm.api import validate_inference_cluster
 from sparkllm.devcluster import ContainerFault, DevCluster, FaultInjector, kubelet, wait_until
+from sparkllm.devcluster import hostpaths as hp
+from sparkllm.devcluster import init_containers as ic
 from sparkllm.devcluster.engines import EngineHarness, EngineInfo
 from sparkllm.errors import DevClusterError
+from sparkllm.integrity import ModelSummary
+from sparkllm.render.ranks import EngineKeyRef, ReplicaPlan, render_rank_statefulset
+from tests.integration.test_reconcile import sample
+from tests.unit.test_integrity_fixtures import make_model_dir, shard_name
 
 RANK0_NODE, RANK0_IP = "spark-b0", "127.0.0.21"
 WORKER_NODE, WORKER_IP = "spark-b1", "127.0.0.22"
@@ -162,6 +174,318 @@ def test_a_restart_the_pod_already_shows_is_adopted_not_erased() -> None:
     assert kubelet.with_observed_restarts(crashed, pod, "engine") == crashed
 
 
+# --- init containers and the simulated nodes' files, pure -----------------------------
+
+HOSTS = Path("/hosts")
+
+
+@pytest.mark.parametrize(
+    ("node", "path", "local"),
+    [
+        ("spark-a1", "/models/M", "/hosts/spark-a1/models/M"),
+        ("spark-b2", "/models/M/", "/hosts/spark-b2/models/M"),
+        ("spark-b2", "/", "/hosts/spark-b2"),
+        ("spark-a1", "models/M", None),  # relative
+        ("spark-a1", "/models/../etc", None),  # escapes
+        ("", "/models/M", None),  # no node
+    ],
+)
+def test_a_host_path_lives_under_its_node(node: str, path: str, local: str | None) -> None:
+    if local is None:
+        with pytest.raises(hp.VolumeUnavailableError):
+            hp.host_path(HOSTS, node=node, path=path)
+    else:
+        assert hp.host_path(HOSTS, node=node, path=path) == Path(local)
+
+
+def _volume_pod(volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = _env_pod([])
+    pod["spec"]["volumes"] = volumes
+    pod["spec"]["containers"][0]["volumeMounts"] = mounts
+    return pod
+
+
+def test_each_volume_kind_maps_to_a_local_path() -> None:
+    pod = _volume_pod(
+        [
+            {"name": "model", "hostPath": {"path": "/models/M", "type": "Directory"}},
+            {"name": "sums", "configMap": {"name": "cm", "items": [{"key": "S", "path": "x/s"}]}},
+            {"name": "all", "configMap": {"name": "cm"}},
+            {"name": "scratch", "emptyDir": {}},
+            {
+                "name": "api",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token"}},
+                        {"configMap": {"name": "cm", "items": [{"key": "S", "path": "ca.crt"}]}},
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "path": "namespace",
+                                        "fieldRef": {"fieldPath": "metadata.namespace"},
+                                    }
+                                ]
+                            }
+                        },
+                    ]
+                },
+            },
+        ],
+        [
+            {"name": "model", "mountPath": "/models/M", "readOnly": True},
+            {"name": "model", "mountPath": "/shard", "subPath": "a.safetensors"},
+            {"name": "sums", "mountPath": "/etc/sums"},
+            {"name": "all", "mountPath": "/etc/all"},
+            {"name": "scratch", "mountPath": "/tmp/w"},
+            {"name": "api", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+        ],
+    )
+    config_map = {"data": {"S": "abc"}, "binaryData": {"B": base64.b64encode(b"\0\1").decode()}}
+    mounts = hp.plan_mounts(
+        pod,
+        pod["spec"]["containers"][0],
+        hosts_root=HOSTS,
+        scratch=Path("/s"),
+        config_maps={"cm": config_map},
+    )
+    assert [(m.mount_path, str(m.local), m.kind) for m in mounts] == [
+        ("/models/M", "/hosts/spark-b0/models/M", "hostPath"),
+        ("/shard", "/hosts/spark-b0/models/M/a.safetensors", "hostPath"),
+        ("/etc/sums", "/s/volumes/sums", "configMap"),
+        ("/etc/all", "/s/volumes/all", "configMap"),
+        ("/tmp/w", "/s/volumes/scratch", "emptyDir"),
+        ("/var/run/secrets/kubernetes.io/serviceaccount", "/s/volumes/api", "projected"),
+    ]
+    assert dict(mounts[2].files) == {"x/s": b"abc"}
+    assert dict(mounts[3].files) == {"S": b"abc", "B": b"\0\1"}
+    assert dict(mounts[5].files) == {"ca.crt": b"abc", "namespace": b"ns"}  # no token
+    assert hp.config_map_names(pod, pod["spec"]["containers"][0]) == ["cm"]
+
+
+@pytest.mark.parametrize(
+    ("volume", "config_maps", "error"),
+    [
+        ({"configMap": {"name": "cm"}}, {"cm": None}, hp.VolumeNotReadyError),
+        (
+            {"configMap": {"name": "cm", "items": [{"key": "K"}]}},
+            {"cm": {}},
+            hp.VolumeNotReadyError,
+        ),
+        ({"persistentVolumeClaim": {"claimName": "c"}}, {}, hp.VolumeUnavailableError),
+        ({"secret": {"secretName": "s"}}, {}, hp.VolumeUnavailableError),
+    ],
+)
+def test_volumes_it_cannot_provide_yet_or_at_all(
+    volume: dict[str, Any], config_maps: dict[str, Any], error: type[Exception]
+) -> None:
+    pod = _volume_pod([{"name": "v", **volume}], [{"name": "v", "mountPath": "/v"}])
+    with pytest.raises(error):
+        hp.plan_mounts(
+            pod, pod["spec"]["containers"][0], hosts_root=HOSTS, scratch=Path("/s"),
+            config_maps=config_maps,
+        )  # fmt: skip
+
+
+def test_an_optional_config_map_may_be_missing() -> None:
+    volume = {"name": "v", "configMap": {"name": "cm", "optional": True}}
+    pod = _volume_pod([volume], [{"name": "v", "mountPath": "/v"}])
+    container = pod["spec"]["containers"][0]
+    [mount] = hp.plan_mounts(
+        pod, container, hosts_root=HOSTS, scratch=Path("/s"), config_maps={"cm": None}
+    )
+    assert mount.files == {}
+
+
+@pytest.mark.parametrize(
+    ("word", "translated"),
+    [
+        ("/models/M", "/hosts/n/M"),
+        ("/models/M/config.json", "/hosts/n/M/config.json"),
+        ("--model-dir=/models/M", "--model-dir=/hosts/n/M"),
+        ("/models/M-other", "/models/M-other"),  # a sibling, not under the mount
+        ("/models", "/models"),
+        ("/etc/sums/SHA256SUMS", "/s/sums/SHA256SUMS"),
+        ("/models/M/nested/x", "/s/nested/x"),  # the longest mountPath wins
+        ("verify-model", "verify-model"),
+        ("a=/models/M", "a=/models/M"),  # only --flag=VALUE is split
+    ],
+)
+def test_arguments_translate_by_mount_path_prefix(word: str, translated: str) -> None:
+    mounts = [
+        hp.LocalMount(mount_path="/models/M", local=Path("/hosts/n/M"), kind="hostPath"),
+        hp.LocalMount(mount_path="/etc/sums/", local=Path("/s/sums"), kind="configMap"),
+        hp.LocalMount(mount_path="/models/M/nested", local=Path("/s/nested"), kind="emptyDir"),
+    ]
+    assert hp.translate_path(word, mounts) == translated
+
+
+@pytest.mark.parametrize(
+    ("words", "args"),
+    [
+        (["sparkllm", "verify-model", "--x"], ["verify-model", "--x"]),
+        (["/usr/local/bin/sparkllm", "plan"], ["plan"]),
+        (["python3", "-m", "sparkllm.cli", "verify-model"], ["verify-model"]),
+        (["sh", "-c", "sparkllm verify-model"], None),
+        (["python3", "-m", "sglang.launch_server"], None),
+        ([], None),
+    ],
+)
+def test_only_our_own_cli_runs(words: list[str], args: list[str] | None) -> None:
+    assert hp.sparkllm_cli_args(words) == args
+
+
+def _rendered_rank_pod(*, checksums: bool) -> dict[str, Any]:
+    """The pod the operator's real render gives rank 1 of the sample, bound to spark-a1."""
+    doc = sample(["spark-a0", "spark-a1", "spark-a2"])
+    if checksums:
+        doc["spec"]["model"]["checksums"] = {"configMapRef": {"name": "sums"}}
+    cluster = validate_inference_cluster({**doc, "metadata": {"name": "m", "namespace": "ns"}})
+    plan = ReplicaPlan(
+        index=0, group_key="g", nodes=("spark-a0", "spark-a1", "spark-a2"),
+        rank0_ip="127.0.0.11", generation=1,
+    )  # fmt: skip
+    sts = render_rank_statefulset(cluster, plan=plan, rank=1, engine_key=EngineKeyRef("k", "t"))
+    spec = {**sts["spec"]["template"]["spec"], "nodeName": "spark-a1"}
+    return {"metadata": {"name": "m-r0-rank1-0", "namespace": "ns", "uid": "u1"}, "spec": spec}
+
+
+def test_the_rendered_verify_container_runs_our_cli_on_the_nodes_files() -> None:
+    pod = _rendered_rank_pod(checksums=True)
+    [container] = pod["spec"]["initContainers"]
+    mounts = hp.plan_mounts(
+        pod, container, hosts_root=HOSTS, scratch=Path("/s"), config_maps={"sums": {"data": {}}}
+    )
+    step = hp.plan_step(
+        pod, container, env={}, mounts=mounts, scratch=Path("/s"), python="py",
+        log_path=Path("/l"),
+    )  # fmt: skip
+    assert step is not None
+    model = "/hosts/spark-a1/models/DeepSeek-V4-Flash-NVFP4"
+    assert step.argv == (
+        "py", "-m", "sparkllm.cli", "verify-model", "--model-dir", model,
+        "--expected-shards", "46", "--expected-layers", "43",
+        "--checksums", "/s/volumes/checksums/SHA256SUMS",
+        "--termination-log", "/s/termination/verify-model",
+    )  # fmt: skip
+    assert step.policy == "File"
+    assert step.as_written.startswith("sparkllm verify-model --model-dir /models/")
+
+
+def test_an_explicit_termination_log_is_the_kubelets_file() -> None:
+    container = {"name": "c", "command": ["sparkllm"], "args": ["x", "--termination-log=/dev/t"]}
+    container["terminationMessagePath"] = "/dev/t"
+    step = hp.plan_step(
+        _env_pod([]), container, env={}, mounts=[], scratch=Path("/s"), python="py",
+        log_path=Path("/l"),
+    )  # fmt: skip
+    assert step is not None
+    assert step.argv[3:] == ("x", "--termination-log=/s/termination/c")
+
+
+def test_the_engine_model_dir_is_offered_not_rewritten(tmp_path: Path) -> None:
+    pod = _rendered_rank_pod(checksums=False)
+    [engine] = pod["spec"]["containers"]
+    command = kubelet.command_line(engine, {})
+    assert hp.model_dir_env(pod, engine, command, hosts_root=tmp_path) == {}  # absent
+    local = tmp_path / "spark-a1" / "models" / "DeepSeek-V4-Flash-NVFP4"
+    local.mkdir(parents=True)
+    env = hp.model_dir_env(pod, engine, command, hosts_root=tmp_path)
+    assert env == {hp.SIM_MODEL_DIR_ENV: str(local)}
+    assert "/models/DeepSeek-V4-Flash-NVFP4" in command  # --model-path stays as the spec has it
+
+
+@pytest.mark.parametrize(
+    ("policy", "file_bytes", "log_bytes", "code", "message"),
+    [
+        ("File", b'{"ok":true}', b"log", 0, '{"ok":true}'),
+        ("File", b"", b"boom", 1, ""),
+        ("FallbackToLogsOnError", b"", b"a\nboom\n", 1, "a\nboom\n"),
+        ("FallbackToLogsOnError", b"", b"fine\n", 0, ""),  # only on failure
+        ("FallbackToLogsOnError", b"msg", b"boom", 1, "msg"),
+        ("File", b"x" * 5000 + b"END", b"", 0, "x" * 4093 + "END"),  # the last 4096 bytes
+        ("FallbackToLogsOnError", b"", b"".join(b"%d\n" % i for i in range(100)), 1,
+         "".join(f"{i}\n" for i in range(20, 100))),  # the last 80 lines
+    ],
+)  # fmt: skip
+def test_the_termination_message_follows_the_policy(
+    policy: str, file_bytes: bytes, log_bytes: bytes, code: int, message: str
+) -> None:
+    got = ic.termination_message(
+        policy=policy, file_bytes=file_bytes, log_bytes=log_bytes, exit_code=code
+    )
+    assert got == message
+
+
+def test_init_statuses_replace_kwoks_and_gate_the_pod() -> None:
+    pod = _env_pod([])
+    pod["status"]["conditions"] = [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": "t0"},
+    ]
+    pod["status"]["initContainerStatuses"] = [
+        {"name": "verify", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    ]
+    container = {"name": "verify", "image": "img"}
+    waiting = ic.waiting_view(container)
+    failed = ic.exited_view(
+        replace(waiting, state={"running": {"startedAt": "t1"}}),
+        returncode=1, message='{"ok":false}', started_at="t1", finished_at="t2",
+        backoff_message="back-off 10s restarting failed container=verify",
+    )  # fmt: skip
+    assert (failed.passed, failed.restart_count) == (False, 1)
+    assert failed.state == {
+        "waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": "back-off 10s restarting failed container=verify",
+        }
+    }
+    assert failed.last_terminated == {
+        "exitCode": 1, "reason": "Error", "message": '{"ok":false}',
+        "startedAt": "t1", "finishedAt": "t2",
+    }  # fmt: skip
+    engine = kubelet.ContainerView(
+        running_since=None, ready=False, restart_count=0, waiting_reason="PodInitializing"
+    )
+    body = kubelet.status_patch(pod, "engine", engine, now="t3")
+    status = ic.with_init_status(body, pod, [failed], now="t3")["status"]
+    [entry] = status["initContainerStatuses"]
+    assert (entry["ready"], entry["restartCount"], entry["lastState"]) == (
+        False, 1, {"terminated": failed.last_terminated},
+    )  # fmt: skip
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Initialized"]["status"] == "False"
+    assert conditions["Initialized"]["lastTransitionTime"] == "t3"
+    assert conditions["Initialized"]["message"] == "containers with incomplete status: [verify]"
+    assert conditions["Ready"]["status"] == "False"
+    [engine_entry] = status["containerStatuses"]
+    assert engine_entry["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert engine_entry["started"] is False
+
+    passed = ic.exited_view(
+        failed, returncode=0, message='{"ok":true}', started_at="t4", finished_at="t5",
+        backoff_message="",
+    )  # fmt: skip
+    assert passed.passed
+    assert passed.restart_count == 1  # a success does not reset the count
+    assert passed.state["terminated"]["message"] == '{"ok":true}'
+    pod["status"]["conditions"] = status["conditions"]
+    status = ic.with_init_status({"status": {"conditions": []}}, pod, [passed], now="t6")["status"]
+    initialized = next(c for c in status["conditions"] if c["type"] == "Initialized")
+    assert (initialized["status"], initialized["lastTransitionTime"]) == ("True", "t6")
+    assert status["initContainerStatuses"][0]["ready"] is True
+
+
+def test_a_container_the_harness_does_not_run_keeps_kwoks_completion() -> None:
+    pod = _env_pod([])
+    kwok = {"exitCode": 0, "reason": "Completed", "startedAt": "t0", "finishedAt": "t0"}
+    pod["status"]["initContainerStatuses"] = [{"name": "other", "state": {"terminated": kwok}}]
+    kept = ic.completed_as_observed(pod, {"name": "other", "image": "busybox"}, "t9")
+    assert (kept.passed, kept.state) == (True, {"terminated": kwok})
+    made = ic.completed_as_observed(pod, {"name": "absent", "image": "busybox"}, "t9")
+    assert made.passed
+    assert made.state["terminated"]["finishedAt"] == "t9"
+
+
 # --- the harness on the dev cluster ----------------------------------------------------
 
 
@@ -266,8 +590,10 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
-@pytest.fixture
-def harness(devcluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[EngineHarness]:
+@contextlib.contextmanager
+def _running_harness(
+    devcluster: DevCluster, namespace: str, tmp_path: Path, *, crash_backoff_seconds: float = 10.0
+) -> Iterator[EngineHarness]:
     for url in (f"http://{RANK0_IP}:30000/health", f"http://{WORKER_IP}:30000/health"):
         assert _get(url) is None, f"something already listens at {url}: another harness?"
     engines = EngineHarness(
@@ -275,6 +601,8 @@ def harness(devcluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[
         namespace=namespace,
         sim_args=["--sim-startup-seconds", str(STARTUP_SECONDS)],
         log_dir=tmp_path / "engines",
+        hosts_root=tmp_path / "hosts",
+        crash_backoff_seconds=crash_backoff_seconds,
     )
     try:
         engines.start()
@@ -285,6 +613,12 @@ def harness(devcluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[
     engines.stop()
     assert engines.engines() == ()
     assert [pid for pid in running if _alive(pid)] == [], "stop() left a simulator behind"
+
+
+@pytest.fixture
+def harness(devcluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[EngineHarness]:
+    with _running_harness(devcluster, namespace, tmp_path) as engines:
+        yield engines
 
 
 @pytest.fixture
@@ -451,3 +785,147 @@ def test_a_worker_rank_gets_a_worker_simulator_and_keeps_kwoks_status(
     assert _ready(pod)
     assert _container(pod)["ready"] is True
     assert _container(pod)["restartCount"] == 0
+
+
+# --- init containers on the dev cluster -------------------------------------------------
+
+MODEL = "/models/tiny"
+SHARDS = 3
+
+
+def _with_verify_init(sts: dict[str, Any], *, checksums: str | None) -> dict[str, Any]:
+    """Add the operator's verify-model init container (hostPath model, optional manifest)."""
+    spec = sts["spec"]["template"]["spec"]
+    args = ["verify-model", "--model-dir", MODEL, "--expected-shards", str(SHARDS),
+            "--expected-layers", "6"]  # fmt: skip
+    mounts = [{"name": "model", "mountPath": MODEL, "readOnly": True}]
+    spec["volumes"] = [{"name": "model", "hostPath": {"path": MODEL, "type": "Directory"}}]
+    if checksums is not None:
+        args += ["--checksums", "/etc/sparkllm/checksums/SHA256SUMS"]
+        mounts.append({"name": "sums", "mountPath": "/etc/sparkllm/checksums", "readOnly": True})
+        spec["volumes"].append({"name": "sums", "configMap": {"name": checksums}})
+    spec["automountServiceAccountToken"] = False  # as the operator renders ranks
+    spec["initContainers"] = [
+        {
+            "name": "verify-model",
+            "image": "ghcr.io/sparkllm/sparkllm:0.1.0",
+            "command": ["sparkllm"],
+            "args": args,
+            "terminationMessagePolicy": "File",
+            "volumeMounts": mounts,
+        }
+    ]
+    spec["containers"][0]["volumeMounts"] = [{"name": "model", "mountPath": MODEL}]
+    return sts
+
+
+def _worker_with_init(*, checksums: str | None = None) -> dict[str, Any]:
+    worker = _rank_statefulset("r1", node=WORKER_NODE, node_rank=1, nnodes=2, key_secret=None)
+    return _with_verify_init(worker, checksums=checksums)
+
+
+def _node_model(tmp_path: Path, node: str) -> Path:
+    return make_model_dir(tmp_path / "hosts" / node / MODEL.lstrip("/"), layers=6, shards=SHARDS)
+
+
+def _init_status(pod: dict[str, Any] | None) -> dict[str, Any]:
+    statuses = ((pod or {}).get("status") or {}).get("initContainerStatuses") or [{}]
+    return dict(statuses[0])
+
+
+def _pod_condition(pod: dict[str, Any] | None, kind: str) -> str | None:
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == kind), None)
+
+
+@pytest.mark.cluster
+def test_init_containers_run_on_the_nodes_files_before_the_engine(
+    devcluster: DevCluster, namespace: str, harness: EngineHarness, tmp_path: Path
+) -> None:
+    model = _node_model(tmp_path, WORKER_NODE)
+    sums = "".join(
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}\n"
+        for path in sorted(model.iterdir())
+    )
+    devcluster.kubectl(
+        "create", "configmap", "sums", "-n", namespace, f"--from-literal=SHA256SUMS={sums}"
+    )
+    _apply(devcluster, namespace, _worker_with_init(checksums="sums"))
+
+    def verified() -> dict[str, Any] | None:
+        pod = _pod(devcluster, namespace, "r1-0")
+        return (
+            pod
+            if "message" in (_init_status(pod).get("state") or {}).get("terminated", {})
+            else None
+        )
+
+    pod = wait_until(verified, timeout=DEADLINE, what="verify-model's termination message")
+    terminated = _init_status(pod)["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (0, "Completed")
+    summary = ModelSummary.from_message(terminated["message"])
+    assert (summary.ok, summary.shards, summary.mode) == (True, SHARDS, "sha256")
+    assert summary.files == len(list(model.iterdir()))
+    [run] = harness.init_runs()
+    assert (run.pod, run.node, run.container, run.exit_code) == (
+        "r1-0",
+        WORKER_NODE,
+        "verify-model",
+        0,
+    )
+    assert run.message == terminated["message"]
+    assert "verified: digest" in run.log_path.read_text()
+
+    engine = wait_until(lambda: _engine(harness, "r1-0"), timeout=DEADLINE, what="worker engine")
+    pod = _ready_pod(devcluster, namespace, "r1-0")
+    assert _pod_condition(pod, "Initialized") == "True"
+    started = _container(pod)["state"]["running"]["startedAt"]
+    assert terminated["finishedAt"] <= started  # RFC 3339 in UTC: compares as text
+    assert engine.initializing is False
+    assert "role=worker dummy health server" in engine.log_path.read_text()
+
+
+@pytest.mark.cluster
+def test_a_failing_init_container_backs_off_and_holds_the_engine_back(
+    devcluster: DevCluster, namespace: str, tmp_path: Path
+) -> None:
+    model = _node_model(tmp_path, WORKER_NODE)
+    missing = model / shard_name(1, SHARDS)
+    kept = missing.read_bytes()
+    missing.unlink()
+    with _running_harness(devcluster, namespace, tmp_path, crash_backoff_seconds=2) as harness:
+        _apply(devcluster, namespace, _worker_with_init())
+
+        def backing_off() -> dict[str, Any] | None:
+            pod = _pod(devcluster, namespace, "r1-0")
+            waiting = (_init_status(pod).get("state") or {}).get("waiting") or {}
+            return pod if waiting.get("reason") == "CrashLoopBackOff" else None
+
+        pod = wait_until(backing_off, timeout=DEADLINE, interval=0.1, what="Init:CrashLoopBackOff")
+        status = _init_status(pod)
+        last = status["lastState"]["terminated"]
+        assert (last["exitCode"], last["reason"]) == (1, "Error")
+        summary = ModelSummary.from_message(last["message"])
+        assert summary.ok is False
+        assert f"shard {missing.name}" in (summary.error or "")
+        assert status["restartCount"] >= 1
+        assert status["ready"] is False
+        assert _container(pod)["state"] == {"waiting": {"reason": "PodInitializing"}}
+        assert (_pod_condition(pod, "Initialized"), _pod_condition(pod, "Ready")) == (
+            "False",
+            "False",
+        )
+        [info] = [e for e in harness.engines() if e.pod == "r1-0"]
+        assert (info.pid, info.initializing) == (None, True)
+        assert not info.log_path.exists(), "the engine ran although its init container failed"
+        assert {run.exit_code for run in harness.init_runs()} == {1}
+
+        missing.write_bytes(kept)  # the files are fixed: the next attempt passes
+        engine = wait_until(lambda: _engine(harness, "r1-0"), timeout=DEADLINE, what="engine")
+        pod = _ready_pod(devcluster, namespace, "r1-0")
+        status = _init_status(pod)
+        assert status["state"]["terminated"]["exitCode"] == 0
+        assert status["restartCount"] >= 1  # the failed attempts stay counted
+        assert status["lastState"]["terminated"]["exitCode"] == 1
+        assert harness.init_runs()[-1].exit_code == 0
+        assert engine.initializing is False

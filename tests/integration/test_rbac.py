@@ -215,10 +215,11 @@ def annotations(cluster: DevCluster, namespace: str, name: str) -> dict[str, str
 
 
 def owned(cluster: DevCluster, namespace: str, name: str) -> list[str]:
-    """Names of the StatefulSets and Services of InferenceCluster ``name``."""
-    items = cluster.kubectl_json(
-        "get", "statefulsets,services", "-n", namespace, "-l", f"sparkllm.io/cluster={name}"
-    )["items"]
+    """Names of the engine StatefulSets and Services of InferenceCluster ``name``."""
+    selector = f"sparkllm.io/cluster={name},app.kubernetes.io/component=engine"
+    items = cluster.kubectl_json("get", "statefulsets,services", "-n", namespace, "-l", selector)[
+        "items"
+    ]
     return [i["metadata"]["name"] for i in items]
 
 
@@ -295,6 +296,7 @@ def test_operator_runs_with_exactly_the_charts_permissions(
         assert not denied, "\n".join(denied[:20])
 
         writes = audit_writes_by(devcluster, identity.user, namespace)
+        print("[rbac] writes:", sorted(writes))
         missing = EXPECTED_WRITES - writes
         assert not missing, f"the scenario never made these writes: {missing}"
 

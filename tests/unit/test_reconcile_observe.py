@@ -91,6 +91,7 @@ def pod(
 # --- describe_pod_failure --------------------------------------------------------------
 
 VERIFY_DONE = container(terminated(0, "Completed"), name="verify-model")
+CREATING: JSON = {"waiting": {"reason": "ContainerCreating"}}
 
 
 @pytest.mark.parametrize(
@@ -101,7 +102,7 @@ VERIFY_DONE = container(terminated(0, "Completed"), name="verify-model")
         pytest.param({"metadata": {"name": "p"}}, 0, None, id="no-status"),
         pytest.param(pod(phase="Pending", containers=[]), 1, None, id="pending-no-containers"),
         pytest.param(
-            pod(phase="Pending", containers=[container({"waiting": {"reason": "ContainerCreating"}})]),
+            pod(phase="Pending", containers=[container(CREATING)]),
             1, None, id="container-creating",
         ),
         pytest.param(
@@ -146,7 +147,8 @@ VERIFY_DONE = container(terminated(0, "Completed"), name="verify-model")
         pytest.param(
             pod(phase="Pending", containers=[],
                 init=[container(terminated(2), name="verify-model")]),
-            1, "rank 1 init container verify-model failed (code 2, Error)", id="init-failed-no-reason",
+            1, "rank 1 init container verify-model failed (code 2, Error)",
+            id="init-failed-no-reason",
         ),
         pytest.param(
             pod(phase="Failed", containers=[], reason="Evicted"),
@@ -161,7 +163,8 @@ VERIFY_DONE = container(terminated(0, "Completed"), name="verify-model")
             0, "rank 0 pod succeeded (Succeeded)", id="pod-succeeded",
         ),
         pytest.param(
-            pod(phase="Failed", reason="Evicted", containers=[container(terminated(137, "OOMKilled"))]),
+            pod(phase="Failed", reason="Evicted",
+                containers=[container(terminated(137, "OOMKilled"))]),
             1, "rank 1 container exited (code 137, OOMKilled)", id="container-detail-beats-phase",
         ),
         pytest.param(
@@ -174,12 +177,6 @@ def test_describe_pod_failure(pod_obj: JSON, rank: int, failure: str | None) -> 
     assert describe_pod_failure(pod_obj, rank) == failure
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="observe.py describe_pod_failure reads only an init container's current state: "
-    "a failed verify-model in Init:CrashLoopBackOff (waiting, lastState terminated, "
-    "restartCount > 0) is reported as no failure, unlike the app container's restarts",
-)
 def test_init_container_crash_loop_is_a_failure() -> None:
     crash_looping = pod(
         phase="Pending",
@@ -223,11 +220,12 @@ def test_rank_state_of_a_running_ready_pod() -> None:
         pytest.param(pod(ready=False), {"running": True, "ready": False}, id="running-not-ready"),
         pytest.param(
             pod(containers=[container(restarts=1, last=terminated(137, "OOMKilled"))]),
-            {"running": False, "ready": True, "failure": "rank 0 container exited (code 137, OOMKilled)"},
+            {"running": False, "ready": True,
+             "failure": "rank 0 container exited (code 137, OOMKilled)"},
             id="restarted-is-not-running",
         ),
         pytest.param(
-            pod(phase="Pending", containers=[container({"waiting": {"reason": "ContainerCreating"}})],
+            pod(phase="Pending", containers=[container(CREATING)],
                 ready=False),
             {"running": False, "phase": "Pending"}, id="pending",
         ),
@@ -306,7 +304,8 @@ def test_observe_replica_ignores_pods_without_a_usable_rank_label() -> None:
                      id="one-not-ready"),
         pytest.param({k: v for k, v in ALL_READY.items() if k != "spark-a2"}, (), ("spark-a2",),
                      id="one-missing"),
-        pytest.param({"spark-a0": facts("spark-a0", ready=False), "other": facts("other", ready=False)},
+        pytest.param({"spark-a0": facts("spark-a0", ready=False),
+                      "other": facts("other", ready=False)},
                      ("spark-a0",), ("spark-a1", "spark-a2"), id="mixed-and-unrelated-ignored"),
         pytest.param({}, (), NODES, id="no-nodes-known"),
     ],

@@ -104,7 +104,7 @@ def test_desired_hash_tolerates_objects_without_metadata_and_does_not_mutate() -
     with_hash["metadata"]["annotations"][ANNOTATION_HASH] = "x"
     desired_hash(with_hash)
     assert with_hash["metadata"]["annotations"][ANNOTATION_HASH] == "x"
-    assert OBJECT == before
+    assert before == OBJECT
     assert re.fullmatch(r"[0-9a-f]{16}", desired_hash({"kind": "Thing"}))
     assert desired_hash({"kind": "Thing"}) != desired_hash({"kind": "Other"})
 
@@ -115,7 +115,7 @@ def test_desired_hash_tolerates_objects_without_metadata_and_does_not_mutate() -
 def test_stamp_hash_sets_the_annotation_on_a_copy() -> None:
     before = copy.deepcopy(OBJECT)
     stamped = stamp_hash(OBJECT)
-    assert OBJECT == before
+    assert before == OBJECT
     assert stamped["metadata"]["annotations"] == {
         "note": "x",
         ANNOTATION_HASH: desired_hash(OBJECT),
@@ -149,7 +149,8 @@ DESIRED_HASH = DESIRED["metadata"]["annotations"][ANNOTATION_HASH]
                      DESIRED, False, id="other-hash"),
         pytest.param({"metadata": {"annotations": {"note": "x"}}}, DESIRED, False,
                      id="live-unstamped"),
-        pytest.param({"metadata": {"annotations": None}}, DESIRED, False, id="live-null-annotations"),
+        pytest.param({"metadata": {"annotations": None}}, DESIRED, False,
+                     id="live-null-annotations"),
         pytest.param({"metadata": {}}, DESIRED, False, id="live-no-annotations"),
         pytest.param({}, DESIRED, False, id="live-no-metadata"),
         pytest.param({"metadata": {}}, {"metadata": {}}, False, id="neither-stamped"),
@@ -197,9 +198,7 @@ def test_template_hash_without_metadata_or_labels() -> None:
     assert template_hash({"metadata": {}, **bare}, ignore_label=LABEL_GENERATION) != template_hash(
         bare, ignore_label=LABEL_GENERATION
     )
-    only_generation = [
-        {"metadata": {"labels": {LABEL_GENERATION: g}}, **bare} for g in ("5", "6")
-    ]
+    only_generation = [{"metadata": {"labels": {LABEL_GENERATION: g}}, **bare} for g in ("5", "6")]
     assert len({template_hash(t, ignore_label=LABEL_GENERATION) for t in only_generation}) == 1
 
 
@@ -216,7 +215,7 @@ SERVICE_VALUES: JSON = {
 
 
 @pytest.mark.parametrize(
-    "name", ["plain", 'quote"and\'apostrophe', "colon: value", "#hash", "- dash", "{brace}", "yes"]
+    "name", ["plain", "quote\"and'apostrophe", "colon: value", "#hash", "- dash", "{brace}", "yes"]
 )
 def test_values_cannot_break_the_yaml(name: str) -> None:
     obj = render_template("replica_service.yaml.j2", **{**SERVICE_VALUES, "name": name})

@@ -118,7 +118,8 @@ READY = {"type": "Ready", "status": "True"}
             id="external-ip-only-and-not-ready",
         ),
         pytest.param(
-            {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}},
+            {"metadata": {"name": "n"},
+             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}},
             NodeFacts(name="n", internal_ip=None, ready=False),
             id="ready-unknown-is-not-ready",
         ),
@@ -131,7 +132,8 @@ READY = {"type": "Ready", "status": "True"}
             id="another-condition-true-is-not-ready",
         ),
         pytest.param(
-            {"metadata": {"name": "n"}, "spec": {"unschedulable": False}, "status": {"conditions": [READY]}},
+            {"metadata": {"name": "n"}, "spec": {"unschedulable": False},
+             "status": {"conditions": [READY]}},
             NodeFacts(name="n", internal_ip=None, ready=True),
             id="schedulable-ready",
         ),
@@ -152,9 +154,7 @@ def test_node_facts_copies_the_labels() -> None:
 
 
 def test_explicit_groups_keep_their_order_and_ignore_the_nodes_seen() -> None:
-    explicit = spec(
-        placement={"nodeGroups": [["z2", "z0", "z1"], ["a0", "a1", "a2"]]}, replicas=2
-    )
+    explicit = spec(placement={"nodeGroups": [["z2", "z0", "z1"], ["a0", "a1", "a2"]]}, replicas=2)
     expected = GroupDiscovery(
         groups=(
             NodeGroup(key="group-0", nodes=("z2", "z0", "z1")),
@@ -169,7 +169,9 @@ def test_explicit_groups_keep_their_order_and_ignore_the_nodes_seen() -> None:
 # --- discover_groups: labels -----------------------------------------------------------
 
 
-def discovered(nodes: Sequence[NodeFacts], *, pp: int = 3, label: str = GROUP_LABEL) -> GroupDiscovery:
+def discovered(
+    nodes: Sequence[NodeFacts], *, pp: int = 3, label: str = GROUP_LABEL
+) -> GroupDiscovery:
     return discover_groups(spec(placement={"nodeGroupLabel": label}, pp=pp), nodes)
 
 
@@ -185,7 +187,8 @@ def problem(key: str, have: str, *, pp: int = 3, label: str = GROUP_LABEL) -> st
     [
         pytest.param(
             [*group_of("b")[::-1], *group_of("a")[::-1]],
-            [("a", ("spark-a0", "spark-a1", "spark-a2")), ("b", ("spark-b0", "spark-b1", "spark-b2"))],
+            [("a", ("spark-a0", "spark-a1", "spark-a2")),
+             ("b", ("spark-b0", "spark-b1", "spark-b2"))],
             [],
             id="sorted-by-key-nodes-in-rank-order",
         ),

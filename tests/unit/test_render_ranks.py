@@ -195,7 +195,14 @@ def test_golden_two_replica_sample() -> None:
         for o in objects
         if o["kind"] == "StatefulSet"
     ]
-    assert pinned == [["spark-a0"], ["spark-a1"], ["spark-a2"], ["spark-b0"], ["spark-b1"], ["spark-b2"]]
+    assert pinned == [
+        ["spark-a0"],
+        ["spark-a1"],
+        ["spark-a2"],
+        ["spark-b0"],
+        ["spark-b1"],
+        ["spark-b2"],
+    ]
     check_golden("deepseek-v4-flash-2replicas.yaml", "deepseek-v4-flash-2replicas.yaml", objects)
 
 
@@ -270,7 +277,11 @@ def test_only_rank_zero_has_probes_and_the_api_key() -> None:
         if rank == 0:
             assert probes == {"startupProbe", "readinessProbe", "livenessProbe"}
             for probe in probes:
-                assert container[probe]["httpGet"] == {"path": "/health", "port": 30000, "scheme": "HTTP"}
+                assert container[probe]["httpGet"] == {
+                    "path": "/health",
+                    "port": 30000,
+                    "scheme": "HTTP",
+                }
             assert key_env == [
                 {"name": ENGINE_API_KEY_ENV,
                  "valueFrom": {"secretKeyRef": {"name": KEY.secret, "key": KEY.key}}},
@@ -322,11 +333,14 @@ def test_each_rank_is_pinned_to_its_node_by_required_affinity() -> None:
         }  # fmt: skip
         assert "nodeName" not in spec  # the scheduler still checks the GPU is free
         assert engine_container(sts)["resources"] == {
-            "limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}
+            "limits": {"nvidia.com/gpu": "1"},
+            "requests": {"nvidia.com/gpu": "1"},
         }
 
 
-@pytest.mark.parametrize(("host_network", "dns_policy"), [(True, "ClusterFirstWithHostNet"), (False, "ClusterFirst")])
+@pytest.mark.parametrize(
+    ("host_network", "dns_policy"), [(True, "ClusterFirstWithHostNet"), (False, "ClusterFirst")]
+)
 def test_host_network_and_infiniband(host_network: bool, dns_policy: str) -> None:
     sts = statefulsets(sample(network={"hostNetwork": host_network}))[1]
     spec = pod_spec(sts)
@@ -387,7 +401,9 @@ def test_template_hash_changes_with_the_spec(sections: dict[str, dict[str, Any]]
 def test_template_hash_changes_with_rank0_address_and_tools_image() -> None:
     ic = sample()
     base = template_hashes(ic, plan())
-    moved = ReplicaPlan(index=0, group_key="group-0", nodes=NODES, rank0_ip="10.0.0.11", generation=1)
+    moved = ReplicaPlan(
+        index=0, group_key="group-0", nodes=NODES, rank0_ip="10.0.0.11", generation=1
+    )
     assert all(b != m for b, m in zip(base, template_hashes(ic, moved), strict=True))
     tools = [
         pod_template_hash(render_rank_statefulset(ic, plan=plan(), rank=k, engine_key=KEY,
@@ -427,7 +443,8 @@ def test_verify_model_init_container() -> None:
         ]
         assert verify["securityContext"]["readOnlyRootFilesystem"] is True
     custom = render_rank_statefulset(
-        sample(model={"expectedShards": 12, "numLayers": 30}, engine={"layerPartition": [10, 10, 10]}),
+        sample(model={"expectedShards": 12, "numLayers": 30},
+               engine={"layerPartition": [10, 10, 10]}),
         plan=plan(), rank=2, engine_key=KEY, tools_image="mirror.local/sparkllm:9",
     )  # fmt: skip
     verify = verify_container(custom)
@@ -460,7 +477,8 @@ def test_checksums_config_map_is_mounted_for_the_verifier_only() -> None:
 @pytest.mark.parametrize(
     ("model", "volume"),
     [
-        ({}, {"name": "model", "hostPath": {"path": "/models/DeepSeek-V4-Flash-NVFP4", "type": "Directory"}}),
+        ({}, {"name": "model",
+              "hostPath": {"path": "/models/DeepSeek-V4-Flash-NVFP4", "type": "Directory"}}),
         ({"persistentVolumeClaim": {"claimName": "weights"}},
          {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}}),
     ],
@@ -469,9 +487,14 @@ def test_model_volume_hostpath_or_claim_mounted_read_only(model: JSON, volume: J
     for sts in statefulsets(sample(model=model)):
         volumes = {v["name"]: v for v in pod_spec(sts)["volumes"]}
         assert volumes["model"] == volume
-        assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
+        assert volumes["dshm"] == {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"},
+        }
         mounts = {m["name"]: m for m in engine_container(sts)["volumeMounts"]}
         assert mounts["model"] == {
-            "name": "model", "mountPath": "/models/DeepSeek-V4-Flash-NVFP4", "readOnly": True
+            "name": "model",
+            "mountPath": "/models/DeepSeek-V4-Flash-NVFP4",
+            "readOnly": True,
         }
         assert mounts["dshm"] == {"name": "dshm", "mountPath": "/dev/shm"}

@@ -19,6 +19,9 @@ Volume kinds (anything else, e.g. persistentVolumeClaim or secret, is not provid
   that is not ``optional`` keeps the container from starting until it appears (the
   kubelet's FailedMount retries).
 - ``emptyDir``: a directory in the pod's scratch directory.
+- ``projected``: a directory in the scratch directory with its ``configMap`` and
+  ``downwardAPI`` (``fieldRef``) sources; ``serviceAccountToken`` and ``secret``
+  sources are left out (the harness has no token to give).
 
 Arguments are translated by prefix: a word equal to a mountPath, or under it, names the
 local path instead (also the value of ``--flag=VALUE``); the longest mountPath wins, so
@@ -49,7 +52,7 @@ DEFAULT_TERMINATION_PATH: Final = "/dev/termination-log"
 TERMINATION_LOG_OPTION: Final = "--termination-log"
 # Where the simulator should read config.json / tokenizer.json (see ``model_dir_env``).
 SIM_MODEL_DIR_ENV: Final = "SPARKLLM_SIM_MODEL_DIR"
-MountKind = Literal["hostPath", "configMap", "emptyDir", "file"]
+MountKind = Literal["hostPath", "configMap", "emptyDir", "projected", "file"]
 _CREATE_TYPES = {"DirectoryOrCreate": "directory", "FileOrCreate": "file"}
 
 
@@ -85,15 +88,40 @@ def _volumes(pod: Mapping[str, Any]) -> dict[str, JSON]:
     return {str(v["name"]): dict(v) for v in (pod.get("spec") or {}).get("volumes") or []}
 
 
+def _config_map_sources(volume: Mapping[str, Any]) -> list[JSON]:
+    if "configMap" in volume:
+        return [dict(volume["configMap"])]
+    sources = (volume.get("projected") or {}).get("sources") or []
+    return [dict(s["configMap"]) for s in sources if "configMap" in s]
+
+
 def config_map_names(pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
     """The ConfigMaps the container's mounts need (fetch them for ``plan_mounts``)."""
     volumes = _volumes(pod)
-    names = []
+    names: list[str] = []
     for mount in container.get("volumeMounts") or []:
-        source = volumes.get(str(mount.get("name")), {}).get("configMap")
-        if source and str(source.get("name", "")) not in names:
-            names.append(str(source.get("name", "")))
+        for source in _config_map_sources(volumes.get(str(mount.get("name")), {})):
+            if str(source.get("name", "")) not in names:
+                names.append(str(source.get("name", "")))
     return names
+
+
+def _projected_files(
+    pod: Mapping[str, Any],
+    projected: Mapping[str, Any],
+    config_maps: Mapping[str, Mapping[str, Any] | None],
+) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    for source in projected.get("sources") or []:
+        if "configMap" in source:
+            name = str(source["configMap"].get("name", ""))
+            files |= config_map_files(source["configMap"], config_maps.get(name))
+        for item in (source.get("downwardAPI") or {}).get("items") or []:
+            path = str((item.get("fieldRef") or {}).get("fieldPath", ""))
+            value = kubelet.field_value(pod, path)
+            if value is not None:
+                files[str(item["path"])] = value.encode()
+    return files
 
 
 def config_map_files(
@@ -160,6 +188,9 @@ def plan_mounts(
             files = config_map_files(source, cm)
         elif "emptyDir" in volume:
             source, local, kind, files = {}, scratch / "volumes" / name, "emptyDir", {}
+        elif "projected" in volume:
+            source, local, kind = {}, scratch / "volumes" / name, "projected"
+            files = _projected_files(pod, volume["projected"], config_maps)
         else:
             kinds = sorted(set(volume) - {"name"})
             raise VolumeUnavailableError(f"volume {name!r} ({', '.join(kinds)}) is not provided")
@@ -197,7 +228,7 @@ def materialize(mounts: Sequence[LocalMount]) -> None:
                         f"hostPath for volume {mount.volume!r} is absent on this node: "
                         f"{mount.local}"
                     )
-            elif mount.kind in ("configMap", "emptyDir"):
+            elif mount.kind in ("configMap", "emptyDir", "projected"):
                 mount.local.mkdir(parents=True, exist_ok=True)
                 for relative, content in mount.files.items():
                     target = mount.local / relative

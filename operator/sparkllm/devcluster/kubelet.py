@@ -112,7 +112,8 @@ def key_refs(container: Mapping[str, Any]) -> list[KeyRef]:
     return [ref for ref in refs if ref is not None]
 
 
-def _field_value(pod: Mapping[str, Any], path: str) -> str | None:
+def field_value(pod: Mapping[str, Any], path: str) -> str | None:
+    """A ``fieldRef`` (env or downwardAPI volume) of the pod; None when not supported."""
     meta, spec, status = (pod.get(part) or {} for part in ("metadata", "spec", "status"))
     simple = {
         "metadata.name": meta.get("name"),
@@ -157,7 +158,7 @@ def container_env(
                 )
         else:
             field_path = (env_var["valueFrom"].get("fieldRef") or {}).get("fieldPath", "")
-            value = _field_value(pod, str(field_path))
+            value = field_value(pod, str(field_path))
         if value is not None:
             env[name] = value
     return env

@@ -26,6 +26,8 @@ BINARIES = (
     "kwok",
     "kwokctl",
     "helm",
+    "kubeconform",
+    "glua",
 )
 
 

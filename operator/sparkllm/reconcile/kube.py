@@ -136,7 +136,9 @@ class KubeAPI:
         await self._client.aclose()
 
     def _auth(self) -> dict[str, str]:
-        token = self._cfg.get_api_key_with_prefix("authorization")  # refreshes SA tokens
+        # kubernetes-client 37 keeps the token under "BearerToken" ("authorization" is the
+        # old alias); this call also runs the in-cluster refresh hook for rotating tokens.
+        token = self._cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
         return {"Authorization": token} if token else {}
 
     async def _request(

@@ -83,7 +83,11 @@ def describe_pod_failure(pod: Mapping[str, Any], rank: int) -> str | None:
             detail = _terminated_reason(last) if last else "restarted"
             return f"rank {rank} container exited ({detail})"
     for cs in status.get("initContainerStatuses") or []:
+        # A failed init container shows terminated, or (restartPolicy Always) waiting in
+        # Init:CrashLoopBackOff with the failure in lastState: both are failures.
         term = (cs.get("state") or {}).get("terminated") or {}
+        if not term or term.get("exitCode", 0) == 0:
+            term = (cs.get("lastState") or {}).get("terminated") or {}
         if term and term.get("exitCode", 0) != 0:
             return (
                 f"rank {rank} init container {cs.get('name')} failed ({_terminated_reason(term)})"

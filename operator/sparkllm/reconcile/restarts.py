@@ -163,7 +163,12 @@ def decide(
             "sparkllm.io/restart=now",
             restart_times=times,
         )
-    if outdated and not stopped:
+    crashed = (
+        None
+        if stopped
+        else dropped_rank(state, generation, current_members(state, generation, history.members))
+    )
+    if outdated and not stopped and crashed is None:
         if not others_ready:
             return Decision(
                 action=Action.RUN,

@@ -198,6 +198,17 @@ def _conditions(report: ClusterReport) -> list[JSON]:
             message="desired state reached",
             generation=gen,
         )
+    elif degraded and all(
+        r.phase in {Phase.READY, Phase.DEGRADED} for r in report.replicas
+    ):  # nothing moves: every replica not serving is held (budget, node, model files)
+        progressing = condition(
+            ConditionType.PROGRESSING,
+            status=False,
+            reason=Reason.REPLICA_DEGRADED,
+            message=f"{ready}/{desired} replicas ready; the others are held: "
+            + "; ".join(f"replica {r.index}: {r.message or 'degraded'}" for r in degraded),
+            generation=gen,
+        )
     else:
         restarting = [r for r in report.replicas if r.phase is Phase.RESTARTING]
         reason = Reason.GANG_RESTART if restarting else Reason.RANKS_STARTING

@@ -27,16 +27,30 @@ class Coalescer:
     _pending: dict[Key, bool] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _timers: dict[Key, asyncio.TimerHandle] = field(default_factory=dict)
+    # Per key: the number of requests so far, and (requests covered, error) of the last
+    # finished pass, so a waiter learns the outcome of the pass that covered it.
+    _requested: dict[Key, int] = field(default_factory=dict)
+    _finished: dict[Key, tuple[int, Exception | None]] = field(default_factory=dict)
 
     async def run(self, key: Key) -> None:
         """Request a pass and wait for one that started after the request; raise its error."""
+        self._requested[key] = ticket = self._requested.get(key, 0) + 1
         self._pending[key] = True
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            if not self._pending.get(key):
-                return  # a pass that started after our request already ran
+            covered, error = self._finished.get(key, (0, None))
+            if covered >= ticket:  # a pass that started after our request already ran
+                if error is not None:
+                    raise error
+                return
             self._pending[key] = False
-            await self.action(key)
+            started_for = self._requested[key]
+            try:
+                await self.action(key)
+            except Exception as exc:
+                self._finished[key] = (started_for, exc)
+                raise
+            self._finished[key] = (started_for, None)
 
     def trigger(self, key: Key) -> None:
         """Request a pass in the background (from watch events and timers)."""
@@ -75,6 +89,8 @@ class Coalescer:
         if timer is not None:
             timer.cancel()
         self._pending.pop(key, None)
+        self._requested.pop(key, None)
+        self._finished.pop(key, None)
         lock = self._locks.get(key)
         if lock is not None and not lock.locked():
             self._locks.pop(key, None)

@@ -63,8 +63,12 @@ def engine_args(
 
 
 def _decimal(value: float) -> str:
-    """A float as SGLang's argparse reads it, without float noise (0.57, not 0.5699...)."""
-    return format(value, ".6g")
+    """A float exactly as SGLang's argparse will read it back (0.57, not 0.5699...).
+
+    ``repr`` is the shortest string that round-trips; a fixed precision would round
+    (0.123456789 -> 0.123457) and SGLang would run with another value than the spec's.
+    """
+    return repr(float(value))
 
 
 def engine_env(spec: InferenceClusterSpec) -> list[dict[str, Any]]:

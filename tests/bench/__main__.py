@@ -1,0 +1,217 @@
+"""``make bench``: run the benchmarks, one table each, then a summary. Numbers, not verdicts.
+
+    .venv/bin/python -m tests.bench [--only NAME]... [--quick] [--list]
+
+Benchmarks (in this order; ``--only`` picks some, ``--list`` shows them):
+
+* ``admission``  token counting and the admission decision (bench_admission.py), a
+                 subprocess; no cluster.
+* ``front_door`` simulator alone vs smg vs admission + smg (bench_front_door.py), a
+                 subprocess running its own local servers; no cluster.
+* ``reconcile``  create -> StatefulSets -> Ready -> garbage collected, and the
+                 operator's memory with many InferenceClusters (bench_reconcile.py).
+* ``faults``     gang restart after a container exit or a pod deletion
+                 (bench_faults.py).
+
+The last two run the real operator and the engine harness against the shared dev
+cluster (started if it is not running, never stopped; every object lives in a namespace
+of the benchmark's own, deleted at the end). ``--quick`` runs fewer iterations (about
+three minutes on two cores instead of about ten). A benchmark that crashes is reported
+and the rest still run; the exit status is 1 then. Timing never fails a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sparkllm.devcluster import DevCluster
+from tests.bench import bench_faults, bench_reconcile
+from tests.bench.common import ROOT, machine_facts, percentile, print_table
+
+Row = list[str]  # benchmark, figure, value, basis or goal
+
+
+@dataclass(frozen=True)
+class Options:
+    quick: bool
+
+
+def _subprocess(module: str, *args: str) -> list[str]:
+    """Run ``python -m module args`` from the repository root, echoing its output live."""
+    command = [sys.executable, "-m", module, *args]
+    print(f"$ {' '.join(['python', '-m', module, *args])}", flush=True)
+    lines: list[str] = []
+    with subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(f"   {line}", end="", flush=True)
+            lines.append(line.rstrip("\n"))
+    if process.returncode != 0:
+        raise RuntimeError(f"{module} exited {process.returncode}")
+    return lines
+
+
+ADMISSION_ROW = re.compile(
+    r"^\s*(\d+)\s+(\d+)\s+(count|render\+count|decide exact|decide bounded)\s+([\d.]+)\s+([\d.]+)"
+)
+
+
+def run_admission(options: Options) -> list[Row]:
+    runs = "50" if options.quick else "200"
+    print("\n== admission: what admission costs per request (in-process, perf_counter)")
+    lines = _subprocess("tests.bench.bench_admission", "--runs", runs)
+    rows: list[Row] = []
+    for line in lines:
+        match = ADMISSION_ROW.match(line)
+        if match and match[3] in ("render+count", "decide exact"):
+            tokens, step, p50, p99 = match[1], match[3], match[4], match[5]
+            goal = "goal < 10 ms at 8K" if step == "render+count" else f"{runs} runs"
+            rows.append(["admission", f"{step}, {tokens}-token prompt", f"{p50} / {p99} ms", goal])
+    return rows
+
+
+FRONT_ROW = re.compile(
+    r"^\s*(\d+)\s+(direct|smg|admission)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+)
+LONG_ROW = re.compile(r"^\s*(2048|8192)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)\s+([\d.]+)\s*$")
+
+
+def run_front_door(options: Options) -> list[Row]:
+    scale = "0.15" if options.quick else "1.0"
+    print("\n== front_door: direct vs smg vs admission + smg (local processes, streamed chat)")
+    lines = _subprocess("tests.bench.bench_front_door", "--scale", scale)
+    e2e: dict[tuple[str, str], float] = {}
+    decisions: list[Row] = []
+    for line in lines:
+        if match := FRONT_ROW.match(line):
+            e2e[(match[1], match[2])] = float(match[5])
+        elif match := LONG_ROW.match(line):
+            figure = f"admission decision, {match[1]}-token prompt"
+            decisions.append(["front_door", figure, f"{match[5]} ms", "mean, its histogram"])
+    rows: list[Row] = []
+    for concurrency in sorted({c for c, _ in e2e}, key=int):
+        direct, gated = e2e.get((concurrency, "direct")), e2e.get((concurrency, "admission"))
+        if direct is not None and gated is not None:
+            figure = f"E2E p50 direct -> admission+smg, c={concurrency}"
+            rows.append(["front_door", figure, f"{direct:.0f} -> {gated:.0f} ms", f"scale {scale}"])
+    return rows + decisions
+
+
+def _ms(samples: Sequence[float]) -> str:
+    if not samples:
+        return "-"
+    return f"{percentile(samples, 0.5) * 1000:.0f} / {percentile(samples, 0.99) * 1000:.0f} ms"
+
+
+def _cluster() -> DevCluster:
+    cluster = DevCluster()
+    cluster.up(log=True)  # no-op when it runs; never stopped here: it is shared
+    return cluster
+
+
+def run_reconcile(options: Options) -> list[Row]:
+    runs, objects = (5, 20) if options.quick else (20, 50)
+    print(f"\n== reconcile: {runs} create/delete cycles, then {objects} unplaceable clusters")
+    result = bench_reconcile.run(_cluster(), runs=runs, objects=objects)
+    cycles, memory = result.cycles, result.memory
+    basis = f"p50 / p99, {len(cycles)} cycles"
+    return [
+        ["reconcile", "apply -> 3 rank StatefulSets", _ms([c.statefulsets for c in cycles]), basis],
+        ["reconcile", "apply -> InferenceCluster Ready", _ms([c.ready for c in cycles]), basis],
+        ["reconcile", "apply -> ranks up, rank 0 probed", _ms([c.serving for c in cycles]), basis],
+        ["reconcile", "delete -> StatefulSets, pods gone", _ms([c.deleted for c in cycles]), basis],
+        [
+            "reconcile",
+            "operator VmRSS idle -> with N clusters",
+            f"{memory.idle_after_runs[0] / 1024:.0f} -> {memory.loaded[0] / 1024:.0f} MiB",
+            f"N = {objects}, none placeable",
+        ],
+        [
+            "reconcile",
+            f"status written for all {objects}",
+            f"{memory.all_status * 1000:.0f} ms",
+            "from kubectl apply returned",
+        ],
+    ]
+
+
+def run_faults(options: Options) -> list[Row]:
+    injections = 4 if options.quick else 20
+    print(f"\n== faults: {injections} container exits, then {injections} pod deletions")
+    result = bench_faults.run(_cluster(), injections=injections)
+    rows: list[Row] = []
+    for kind in bench_faults.KINDS:
+        items = [i for i in result.injections if i.kind == kind]
+        deleted, serving = [i.first_deleted for i in items], [i.serving for i in items]
+        rows.append(["faults", f"{kind}: first pod deleted", _ms(deleted), "goal p99 < 1 s"])
+        rows.append(["faults", f"{kind}: ranks Running+Ready", _ms(serving), "goal p99 < 3 s *"])
+    if result.stopped_early:
+        rows.append(["faults", "STOPPED EARLY", "-", result.stopped_early.splitlines()[0][:60]])
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[Options], list[Row]]] = {
+    "admission": run_admission,
+    "front_door": run_front_door,
+    "reconcile": run_reconcile,
+    "faults": run_faults,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (~3 min)")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(BENCHMARKS))
+        return 0
+    chosen = [name for name in BENCHMARKS if not args.only or name in args.only]
+    options = Options(quick=args.quick)
+    started = time.monotonic()
+    needs_cluster = {"reconcile", "faults"} & set(chosen)
+    facts = machine_facts(_cluster() if needs_cluster else None)
+    print("sparkllm benchmarks" + (" (--quick)" if args.quick else ""))
+    for key, value in facts.items():
+        print(f"  {key}: {value}")
+    summary: list[Row] = []
+    durations: list[str] = []
+    failed = False
+    for name in chosen:
+        began = time.monotonic()
+        try:
+            summary += BENCHMARKS[name](options)
+        except Exception as exc:  # report it, run the others; the exit status says so
+            failed = True
+            summary.append([name, "FAILED", "-", f"{type(exc).__name__}: {exc}"[:80]])
+            print(f"\n!! {name} failed: {type(exc).__name__}: {exc}", flush=True)
+        durations.append(f"{name} {time.monotonic() - began:.0f} s")
+    print_table(
+        "summary" + (" (--quick)" if args.quick else ""),
+        ["benchmark", "figure", "value", "basis / goal"],
+        summary,
+        notes=[
+            "p50 / p99 unless stated; p99 is nearest-rank (the slowest sample below 100).",
+            "Other processes shared these two cores: read differences, not absolutes.",
+            "* faults: every restart but the first includes 0-1 s of backoff (backoffSeconds [1]).",
+            f"machine: {facts['cores']} cores, {facts['python']}, Kubernetes "
+            f"{facts.get('kubernetes', 'not used')}, load {facts['load average (1/5/15 min)']}",
+            f"wall time: {', '.join(durations)}; total {time.monotonic() - started:.0f} s",
+        ],
+    )  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

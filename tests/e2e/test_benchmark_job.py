@@ -1,0 +1,344 @@
+"""The benchmark on demand, end to end: annotation -> Job -> front door -> status.benchmark.
+
+The real operator serves one replica (group a) of simulated engines; ``GatewayPods`` runs
+the front door the operator created, and ``BenchJobs`` runs the benchmark Job's pod the
+way a kubelet would: ``sparkllm bench`` against Service ``N`` (resolved to the local
+admission layer) with alice's key from the users' Secret, its summary in the pod's
+termination message. Shown: the summary lands in ``status.benchmark`` with positive TTFT
+and TPOT, an Event says so, the request annotation is removed, the Job completes — and
+the passes after that write nothing.
+
+The first tests pin the harness's pure helpers and need no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from sparkllm.devcluster import DevCluster, wait_until
+from sparkllm.devcluster.bench_jobs import (
+    BenchJobs,
+    bench_argv,
+    completed_status_patch,
+    gateway_service_resolver,
+    service_address,
+    with_option,
+)
+from sparkllm.devcluster.gateway_pods import GatewayInfo, GatewayPods
+from sparkllm.devcluster.hostpaths import LocalMount
+from sparkllm.errors import DevClusterError
+from tests.conftest import OperatorProcess
+from tests.unit.gateway_fixtures import MODEL, train_tokenizer, write_model_dir
+
+NAME = "bench"
+GROUP = ["spark-a0", "spark-a1", "spark-a2"]
+DEADLINE = 180  # seconds; generous, the machine is busy
+PASSES_AFTER = 3  # reconcile passes that must write nothing once the result is in
+OPERATOR_AGENT = "sparkllm-operator"  # KubeAPI's user agent (kopf's own writes differ)
+
+
+# --- the harness's pure helpers ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://front.llm.svc:8000", ("llm", "front", 8000)),
+        ("http://front.llm.svc.cluster.local:8000/v1", ("llm", "front", 8000)),
+        ("http://front.llm.svc", ("llm", "front", 80)),
+        ("https://front.llm.svc", ("llm", "front", 443)),
+        ("http://127.0.0.1:8000", None),
+        ("http://front.llm:8000", None),
+        ("http://front.llm.svc.elsewhere:8000", None),
+    ],
+)
+def test_service_address(url: str, expected: tuple[str, str, int] | None) -> None:
+    assert service_address(url) == expected
+
+
+def test_bench_argv_runs_our_cli_with_local_paths_and_url(tmp_path: Path) -> None:
+    words = ["sparkllm", "bench", "--base-url", "http://n.ns.svc:8000", "--tokenizer", "/models/m",
+             "--status-summary", "/dev/termination-log", "--output=/tmp/report.json"]  # fmt: skip
+    mounts = [
+        LocalMount("/models/m", tmp_path / "model", "hostPath"),
+        LocalMount("/tmp", tmp_path / "tmp", "emptyDir"),
+        LocalMount("/dev/termination-log", tmp_path / "termination-log", "file"),
+    ]
+    argv = bench_argv(words, python="py", mounts=mounts, base_url="http://127.0.0.1:4321")
+    assert argv == [
+        "py", "-m", "sparkllm.cli", "bench", "--base-url", "http://127.0.0.1:4321",
+        "--tokenizer", str(tmp_path / "model"),
+        "--status-summary", str(tmp_path / "termination-log"),
+        f"--output={tmp_path / 'tmp'}/report.json",
+    ]  # fmt: skip
+    with pytest.raises(DevClusterError, match="not the sparkllm CLI"):
+        bench_argv(["smg", "launch"], python="py", mounts=[], base_url=None)
+    assert with_option(["--a", "1", "--a=2", "--b", "3"], "--a", "9") == [
+        "--a", "9", "--a=9", "--b", "3",
+    ]  # fmt: skip
+
+
+def test_completed_status_patch_is_what_a_kubelet_writes() -> None:
+    times = {"started_at": "2026-07-01T11:00:00Z", "finished_at": "2026-07-01T11:05:00Z"}
+    ok = completed_status_patch(container="bench", image="i", exit_code=0, message="{}", **times)
+    failed = completed_status_patch(container="bench", image="i", exit_code=1, message="", **times)
+    assert ok["status"]["phase"] == "Succeeded"
+    assert failed["status"]["phase"] == "Failed"
+    (entry,) = ok["status"]["containerStatuses"]
+    assert entry["state"] == {
+        "running": None, "waiting": None,  # strategic merge: delete the running state
+        "terminated": {"exitCode": 0, "reason": "Completed", "message": "{}",
+                       "startedAt": times["started_at"], "finishedAt": times["finished_at"]},
+    }  # fmt: skip
+    (failed_entry,) = failed["status"]["containerStatuses"]
+    assert failed_entry["state"]["terminated"]["reason"] == "Error"
+    assert "message" not in failed_entry["state"]["terminated"]
+    ready = {c["type"]: c for c in failed["status"]["conditions"]}
+    assert ready["Ready"]["status"] == ready["ContainersReady"]["status"] == "False"
+    assert ready["Ready"]["reason"] == "PodFailed"
+
+
+class _Running:
+    def __init__(self, *infos: GatewayInfo) -> None:
+        self.infos = infos
+
+    def gateways(self) -> tuple[GatewayInfo, ...]:
+        return self.infos
+
+
+def test_the_gateway_service_resolves_to_its_deployments_pod(tmp_path: Path) -> None:
+    def info(namespace: str, pod: str, port: int) -> GatewayInfo:
+        url = f"http://127.0.0.1:{port}"
+        return GatewayInfo(namespace, pod, "uid", url, url, url, tmp_path)
+
+    resolve = gateway_service_resolver(
+        _Running(info("ns", "front-x-abc-7d9f8-qwzx5", 1), info("ns", "front-7d9f8-qwzx5", 2))
+    )
+    assert resolve("ns", "front", 8000) == "http://127.0.0.1:2"  # not front-x's pod
+    assert resolve("other", "front", 8000) is None
+    assert resolve("ns", "front", 9000) is None
+    assert gateway_service_resolver(_Running())("ns", "front", 8000) is None
+
+
+# --- the benchmark on the dev cluster ---------------------------------------------------
+
+
+def _manifest(model_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "sparkllm.io/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": NAME},
+        "spec": {
+            "replicas": 1,
+            "model": {"path": str(model_dir), "servedName": MODEL},
+            "engine": {"image": "nvcr.io/nvidia/sglang:26.07-py3", "pipelineParallel": 3},
+            "admission": {"apiKeysSecretRef": {"name": "user-keys"}, "maxInputTokens": 8192},
+            "placement": {"nodeGroups": [GROUP]},
+        },
+    }
+
+
+def _icl(cluster: DevCluster, namespace: str) -> dict[str, Any]:
+    return cluster.kubectl_json("get", "icl", NAME, "-n", namespace)
+
+
+def _items(cluster: DevCluster, namespace: str, *args: str) -> list[dict[str, Any]]:
+    return list(cluster.kubectl_json("get", *args, "-n", namespace)["items"])
+
+
+def _job_has(cluster: DevCluster, namespace: str, job: str, condition: str) -> bool:
+    status = cluster.kubectl_json("get", "job", job, "-n", namespace).get("status") or {}
+    return any(
+        c["type"] == condition and c["status"] == "True" for c in status.get("conditions") or []
+    )
+
+
+def _operator_writes(cluster: DevCluster, namespace: str, since: datetime) -> list[str]:
+    return [
+        f"{e['verb']} {e['requestURI']}"
+        for e in cluster.audit_writes(namespace=namespace)
+        if e["userAgent"].startswith(OPERATOR_AGENT)
+        and datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")) >= since
+    ]
+
+
+@pytest.mark.cluster
+def test_benchmark_on_demand_lands_in_status(
+    devcluster: DevCluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    operator.stop()
+    operator.start("--resync-seconds", "5")  # several passes to watch once the result is in
+    model_dir = write_model_dir(tmp_path / "model", train_tokenizer())
+    devcluster.kubectl(
+        "create", "secret", "generic", "user-keys", "-n", namespace,
+        f"--from-literal=alice={secrets.token_urlsafe(24)}",
+    )  # fmt: skip
+    devcluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(_manifest(model_dir))
+    )
+    with (
+        GatewayPods(
+            devcluster, tokenizer_dir=model_dir, namespace=namespace, log_dir=tmp_path / "gw"
+        ) as gateways,
+        BenchJobs(
+            devcluster,
+            resolve_service=gateway_service_resolver(gateways),
+            namespace=namespace,
+            model_dir=model_dir,
+            log_dir=tmp_path / "bench",
+        ),
+    ):
+        wait_until(
+            lambda: (_icl(devcluster, namespace).get("status") or {}).get("readyReplicas") == 1,
+            timeout=DEADLINE,
+            what="one ready replica",
+        )
+        gateway: GatewayInfo = wait_until(
+            lambda: next(iter(gateways.gateways()), None), timeout=DEADLINE, what="gateway pod run"
+        )
+        wait_until(
+            lambda: httpx.get(f"{gateway.router_url}/readiness", timeout=5).json().get(
+                "healthy_workers"
+            ) == 1,
+            timeout=DEADLINE,
+            what="the front door to reach the engine",
+        )  # fmt: skip
+        devcluster.kubectl(
+            "annotate", "icl", NAME, "-n", namespace,
+            "sparkllm.io/benchmark=alice", "sparkllm.io/benchmark-scenarios=short-c1",
+        )  # fmt: skip
+        try:
+            benchmark = wait_until(
+                lambda: _finished_benchmark(devcluster, namespace),
+                timeout=DEADLINE,
+                what="status.benchmark with a result",
+            )
+        finally:
+            for log in sorted((tmp_path / "bench").glob("*.log")):  # shown when the test fails
+                print(
+                    f"--- {log.name}\n" + log.read_text(errors="replace")[-4000:], file=sys.stderr
+                )
+        _the_result_is_in_status(benchmark)
+        _the_request_is_answered(devcluster, namespace, benchmark)
+        # The needle check cannot pass on the simulator: `sparkllm bench` exits 1, the Job
+        # fails, and the summary still lands, with what did not pass.
+        devcluster.kubectl(
+            "annotate", "icl", NAME, "-n", namespace, "--overwrite",
+            "sparkllm.io/benchmark=alice", "sparkllm.io/benchmark-scenarios=niah",
+        )  # fmt: skip
+        failed = wait_until(
+            lambda: _finished_benchmark(devcluster, namespace, other_than=benchmark["job"]),
+            timeout=DEADLINE,
+            what="status.benchmark of the needle run",
+        )
+        _a_failed_run_is_reported(devcluster, namespace, failed)
+        _later_passes_write_nothing(devcluster, namespace, operator, failed)
+
+
+def _finished_benchmark(
+    cluster: DevCluster, namespace: str, *, other_than: str = ""
+) -> dict[str, Any] | None:
+    benchmark = (_icl(cluster, namespace).get("status") or {}).get("benchmark") or {}
+    done = benchmark.get("phase") in ("Succeeded", "Failed", "Cancelled")
+    return benchmark if done and benchmark.get("job") != other_than else None
+
+
+def _the_result_is_in_status(benchmark: dict[str, Any]) -> None:
+    assert benchmark["phase"] == "Succeeded", benchmark.get("message")
+    assert benchmark["succeeded"] is True
+    assert benchmark["user"] == "alice"
+    assert benchmark["job"].startswith(f"{NAME}-bench-")
+    assert benchmark["requestedAt"] <= benchmark["completedAt"]
+    summary = benchmark["summary"]
+    assert summary["passed"] is True
+    assert summary["tokenCounting"] == "tokenizer"  # the model's own tokenizer, mounted
+    (scenario,) = summary["scenarios"]
+    assert scenario["name"] == "short-c1"
+    assert (scenario["inputTokens"], scenario["outputTokens"], scenario["concurrency"]) == (
+        256, 128, 1,
+    )  # fmt: skip
+    assert scenario["completed"] == scenario["requests"] == 10
+    assert scenario["errors"] == 0
+    for metric in ("ttftMs", "tpotMs", "e2eMs"):
+        numbers = scenario[metric]
+        assert 0 < numbers["p50"] <= numbers["p95"] <= numbers["p99"], metric
+    assert scenario["outputTokensPerSecond"] > 0
+
+
+def _the_request_is_answered(
+    cluster: DevCluster, namespace: str, benchmark: dict[str, Any]
+) -> None:
+    annotations = _icl(cluster, namespace)["metadata"].get("annotations") or {}
+    assert "sparkllm.io/benchmark" not in annotations
+    assert annotations.get("sparkllm.io/benchmark-scenarios") == "short-c1"  # the user's own
+    events = _items(
+        cluster, namespace, "events",
+        f"--field-selector=involvedObject.name={NAME},reason=BenchmarkCompleted",
+    )  # fmt: skip
+    assert len(events) == 1
+    assert events[0]["type"] == "Normal"
+    assert "short-c1: 10/10 done" in events[0]["message"]
+    (job,) = _items(cluster, namespace, "jobs", "-l", "app.kubernetes.io/component=benchmark")
+    assert job["metadata"]["name"] == benchmark["job"]
+    assert job["metadata"]["ownerReferences"][0]["name"] == NAME
+    (bench,) = job["spec"]["template"]["spec"]["containers"]
+    assert bench["image"] == "ghcr.io/sparkllm/sparkllm:0.1.0"  # the operator's own image
+    wait_until(
+        lambda: _job_has(cluster, namespace, benchmark["job"], "Complete"),
+        timeout=60,
+        what="the Job controller to mark the Job Complete",
+    )
+    (pod,) = _items(cluster, namespace, "pods", "-l", f"job-name={benchmark['job']}")
+    (container,) = pod["status"]["containerStatuses"]
+    terminated = container["state"]["terminated"]
+    assert terminated["exitCode"] == 0
+    assert json.loads(terminated["message"]) == benchmark["summary"]  # pod -> operator -> status
+
+
+def _a_failed_run_is_reported(
+    cluster: DevCluster, namespace: str, benchmark: dict[str, Any]
+) -> None:
+    assert benchmark["phase"] == "Failed"
+    assert benchmark["succeeded"] is False
+    (scenario,) = benchmark["summary"]["scenarios"]
+    assert (scenario["name"], scenario["needlesFound"]) == ("niah", "0/6")
+    assert scenario["completed"] == scenario["requests"] == 6  # every request was answered
+    assert benchmark["message"].startswith("not passed: niah: needles found 0/6; exit code 1")
+    annotations = _icl(cluster, namespace)["metadata"].get("annotations") or {}
+    assert "sparkllm.io/benchmark" not in annotations
+    (event,) = _items(
+        cluster, namespace, "events",
+        f"--field-selector=involvedObject.name={NAME},reason=BenchmarkFailed",
+    )  # fmt: skip
+    assert event["type"] == "Warning"
+    assert "niah: needles found 0/6" in event["message"]
+    wait_until(
+        lambda: _job_has(cluster, namespace, benchmark["job"], "Failed"),
+        timeout=60,
+        what="the Job controller to mark the Job Failed",
+    )
+
+
+def _later_passes_write_nothing(
+    cluster: DevCluster, namespace: str, operator: OperatorProcess, benchmark: dict[str, Any]
+) -> None:
+    since = datetime.now(UTC)
+    passes = operator.log().count("reconciled ")
+    wait_until(
+        lambda: operator.log().count("reconciled ") >= passes + PASSES_AFTER,
+        timeout=60,
+        what=f"{PASSES_AFTER} more reconcile passes",
+    )
+    assert _operator_writes(cluster, namespace, since) == []
+    assert (_icl(cluster, namespace).get("status") or {}).get("benchmark") == benchmark
+    jobs = _items(cluster, namespace, "jobs", "-l", "app.kubernetes.io/component=benchmark")
+    assert len(jobs) == 2  # one per request; finished Jobs stay until their TTL
