@@ -23,11 +23,9 @@ pod Ready), resources, images.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,114 +35,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from sparkllm.devcluster import engine_io, kubelet
 from sparkllm.devcluster.cluster import DevCluster
+from sparkllm.devcluster.gateway_io import (
+    ROUTER_PORT_FLAGS,
+    GatewayKube,
+    free_port,
+    localize_router_args,
+    service_account_kubeconfig,
+    write_secret_volume,
+)
 from sparkllm.devcluster.kubelet import JSON
 from sparkllm.errors import ClusterAPIError, DevClusterError
 from sparkllm.gateway.config import ENV_PREFIX, env_var_name
 
 logger = logging.getLogger(__name__)
 
-SELECTOR = "app.kubernetes.io/component=gateway"
 ROUTER, ADMISSION = "router", "admission"
 TICK_SECONDS = 0.5
 STOP_GRACE_SECONDS = 8.0
-TOKEN_SECONDS = 2 * 3600
 RESTART_SECONDS = 2.0
-# Router flags whose values are the pod's own ports and addresses: rewritten to free
-# loopback ports (several gateway pods, and other engineers, share this machine).
-_ROUTER_PORT_FLAGS = ("--port", "--health-check-port", "--prometheus-port")
-_ROUTER_HOST_FLAGS = ("--host", "--prometheus-host")
-
-
-def free_port(host: str) -> int:
-    """A port nothing listens on at ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
-def localize_router_args(args: Sequence[str], *, ports: Mapping[str, int]) -> list[str]:
-    """The router's args with its listeners on 127.0.0.1 and the given ports.
-
-    ``ports`` maps each flag of ``_ROUTER_PORT_FLAGS`` present in ``args`` to a port.
-    """
-    out = list(args)
-    for index, word in enumerate(out[:-1]):
-        if word in _ROUTER_HOST_FLAGS:
-            out[index + 1] = "127.0.0.1"
-        elif word in _ROUTER_PORT_FLAGS:
-            if word not in ports:
-                raise DevClusterError(f"no local port for router flag {word}")
-            out[index + 1] = str(ports[word])
-    return out
-
-
-def write_secret_volume(directory: Path, data: Mapping[str, bytes]) -> None:
-    """Lay ``data`` out as the kubelet does: ``..data`` -> a timestamped dir, key -> ..data/key.
-
-    The swap of ``..data`` is one atomic rename, so a reader never sees a half-written set.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
-    payload = Path(tempfile.mkdtemp(prefix=stamp, dir=directory))
-    for key, value in data.items():
-        (payload / key).write_bytes(value)
-    link = directory / "..data_tmp"
-    link.unlink(missing_ok=True)
-    link.symlink_to(payload.name)
-    previous = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
-    os.replace(link, directory / "..data")
-    for key in data:
-        if not (directory / key).is_symlink():
-            (directory / key).symlink_to(Path("..data") / key)
-    for entry in directory.iterdir():
-        if not entry.name.startswith("..") and entry.name not in data:
-            entry.unlink()  # a key removed from the Secret
-    if previous is not None:
-        shutil.rmtree(directory / previous, ignore_errors=True)
-
-
-def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str) -> JSON:
-    """A kubeconfig for the dev cluster's API server that authenticates with ``token``."""
-    contexts = {c["name"]: c["context"] for c in dev_kubeconfig.get("contexts") or []}
-    current = contexts.get(str(dev_kubeconfig.get("current-context")))
-    clusters = {c["name"]: c["cluster"] for c in dev_kubeconfig.get("clusters") or []}
-    if current is None or current.get("cluster") not in clusters:
-        raise DevClusterError("dev cluster kubeconfig has no usable current context")
-    return {
-        "apiVersion": "v1", "kind": "Config", "current-context": "gateway",
-        "clusters": [{"name": "dev", "cluster": clusters[current["cluster"]]}],
-        "users": [{"name": "gateway", "user": {"token": token}}],
-        "contexts": [{"name": "gateway", "context": {"cluster": "dev", "user": "gateway"}}],
-    }  # fmt: skip
-
-
-class _GatewayKube(engine_io.KubeClient):
-    """The engine harness's API client, plus the calls a gateway pod needs."""
-
-    def list_gateway_pods(self, *, namespace: str | None) -> list[JSON]:
-        scope = () if namespace is None else (namespace,)
-        listing = self._json(self._list_function(namespace), *scope, label_selector=SELECTOR)
-        return list(listing.get("items") or [])
-
-    def secret_data(self, name: str, *, namespace: str) -> dict[str, bytes] | None:
-        try:
-            secret = self._json(self.core.read_namespaced_secret, name, namespace)
-        except ClusterAPIError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-
-    def service_account_token(self, name: str, *, namespace: str) -> str:
-        body = {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}
-        create = self.core.create_namespaced_service_account_token
-        return str(self._json(create, name, namespace, body)["status"]["token"])
 
 
 @dataclass(frozen=True)
@@ -201,14 +114,14 @@ class GatewayPods:
         self._retry_at: dict[str, tuple[float, str]] = {}
         self._snapshot: dict[tuple[str, str], GatewayInfo] = {}
         self._stopped = threading.Event()
-        self._kube: _GatewayKube | None = None
+        self._kube: GatewayKube | None = None
         self._workdir: Path | None = None
         self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
         if self._supervisor is not None:
             raise DevClusterError("gateway pods already started")
-        self._kube = _GatewayKube(self.cluster.paths.kubeconfig)
+        self._kube = GatewayKube(self.cluster.paths.kubeconfig)
         self._workdir = Path(tempfile.mkdtemp(prefix="sparkllm-gateways-"))
         self._stopped.clear()
         self._supervisor = threading.Thread(
@@ -310,7 +223,7 @@ class GatewayPods:
         paths, keys_secrets = _volume_paths(
             pod, containers[ADMISSION], workdir=workdir, model_dir=self.tokenizer_dir
         )
-        ports = {flag: free_port("127.0.0.1") for flag in _ROUTER_PORT_FLAGS}
+        ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
         admission_port = free_port(self.host)
         router_env = self._env(pod, containers[ROUTER])
         router_env["KUBECONFIG"] = str(self._kubeconfig(pod, workdir=workdir))
@@ -440,3 +353,11 @@ def _stop_containers(containers: Sequence[_Container]) -> None:
             process.wait()
     for container in containers:
         container.process = None
+
+
+__all__ = [  # free_port and localize_router_args are re-exported for the benchmarks
+    "GatewayInfo",
+    "GatewayPods",
+    "free_port",
+    "localize_router_args",
+]

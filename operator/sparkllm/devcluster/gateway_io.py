@@ -1,0 +1,116 @@
+"""Local I/O helpers of the dev cluster's gateway pods: ports, Secret volumes, credentials.
+
+Split from ``gateway_pods`` (the supervisor) because these are the kubelet-like chores —
+free loopback ports for the pod's listeners, a Secret volume in the kubelet's atomic
+``..data`` layout, a kubeconfig that authenticates as the pod's ServiceAccount, and the
+API calls behind them — and each can be tested on its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sparkllm.devcluster import engine_io
+from sparkllm.devcluster.kubelet import JSON
+from sparkllm.errors import ClusterAPIError, DevClusterError
+
+SELECTOR = "app.kubernetes.io/component=gateway"
+TOKEN_SECONDS = 2 * 3600
+# Router flags whose values are the pod's own ports and addresses: rewritten to free
+# loopback ports (several gateway pods, and other engineers, share this machine).
+ROUTER_PORT_FLAGS = ("--port", "--health-check-port", "--prometheus-port")
+ROUTER_HOST_FLAGS = ("--host", "--prometheus-host")
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on at ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def localize_router_args(args: Sequence[str], *, ports: Mapping[str, int]) -> list[str]:
+    """The router's args with its listeners on 127.0.0.1 and the given ports.
+
+    ``ports`` maps each flag of ``ROUTER_PORT_FLAGS`` present in ``args`` to a port.
+    """
+    out = list(args)
+    for index, word in enumerate(out[:-1]):
+        if word in ROUTER_HOST_FLAGS:
+            out[index + 1] = "127.0.0.1"
+        elif word in ROUTER_PORT_FLAGS:
+            if word not in ports:
+                raise DevClusterError(f"no local port for router flag {word}")
+            out[index + 1] = str(ports[word])
+    return out
+
+
+def write_secret_volume(directory: Path, data: Mapping[str, bytes]) -> None:
+    """Lay ``data`` out as the kubelet does: ``..data`` -> a timestamped dir, key -> ..data/key.
+
+    The swap of ``..data`` is one atomic rename, so a reader never sees a half-written set.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
+    payload = Path(tempfile.mkdtemp(prefix=stamp, dir=directory))
+    for key, value in data.items():
+        (payload / key).write_bytes(value)
+    link = directory / "..data_tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(payload.name)
+    previous = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    os.replace(link, directory / "..data")
+    for key in data:
+        if not (directory / key).is_symlink():
+            (directory / key).symlink_to(Path("..data") / key)
+    for entry in directory.iterdir():
+        if not entry.name.startswith("..") and entry.name not in data:
+            entry.unlink()  # a key removed from the Secret
+    if previous is not None:
+        shutil.rmtree(directory / previous, ignore_errors=True)
+
+
+def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str) -> JSON:
+    """A kubeconfig for the dev cluster's API server that authenticates with ``token``."""
+    contexts = {c["name"]: c["context"] for c in dev_kubeconfig.get("contexts") or []}
+    current = contexts.get(str(dev_kubeconfig.get("current-context")))
+    clusters = {c["name"]: c["cluster"] for c in dev_kubeconfig.get("clusters") or []}
+    if current is None or current.get("cluster") not in clusters:
+        raise DevClusterError("dev cluster kubeconfig has no usable current context")
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": "gateway",
+        "clusters": [{"name": "dev", "cluster": clusters[current["cluster"]]}],
+        "users": [{"name": "gateway", "user": {"token": token}}],
+        "contexts": [{"name": "gateway", "context": {"cluster": "dev", "user": "gateway"}}],
+    }  # fmt: skip
+
+
+class GatewayKube(engine_io.KubeClient):
+    """The engine harness's API client, plus the calls a gateway pod needs."""
+
+    def list_gateway_pods(self, *, namespace: str | None) -> list[JSON]:
+        scope = () if namespace is None else (namespace,)
+        listing = self._json(self._list_function(namespace), *scope, label_selector=SELECTOR)
+        return list(listing.get("items") or [])
+
+    def secret_data(self, name: str, *, namespace: str) -> dict[str, bytes] | None:
+        try:
+            secret = self._json(self.core.read_namespaced_secret, name, namespace)
+        except ClusterAPIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+    def service_account_token(self, name: str, *, namespace: str) -> str:
+        body = {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}
+        create = self.core.create_namespaced_service_account_token
+        return str(self._json(create, name, namespace, body)["status"]["token"])
