@@ -136,7 +136,11 @@ def operator(
     marker = request.node.get_closest_marker("sim_args")
     sim_args = tuple(marker.args) if marker else ()
     with EngineHarness(
-        devcluster, namespace=namespace, log_dir=tmp_path / "engines", sim_args=sim_args
+        devcluster,
+        namespace=namespace,
+        log_dir=tmp_path / "engines",
+        sim_args=sim_args,
+        hosts_root=tmp_path / "hosts",  # the simulated nodes' files, private to this test
     ):
         yield proc
         # Delete the test's InferenceClusters while the operator still runs, then stop it.

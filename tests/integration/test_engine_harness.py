@@ -264,27 +264,80 @@ def test_each_volume_kind_maps_to_a_local_path() -> None:
 
 
 @pytest.mark.parametrize(
-    ("volume", "config_maps", "error"),
+    ("volume", "config_maps"),
     [
-        ({"configMap": {"name": "cm"}}, {"cm": None}, hp.VolumeNotReadyError),
-        (
-            {"configMap": {"name": "cm", "items": [{"key": "K"}]}},
-            {"cm": {}},
-            hp.VolumeNotReadyError,
-        ),
-        ({"persistentVolumeClaim": {"claimName": "c"}}, {}, hp.VolumeUnavailableError),
-        ({"secret": {"secretName": "s"}}, {}, hp.VolumeUnavailableError),
+        ({"persistentVolumeClaim": {"claimName": "c"}}, {}),
+        ({"secret": {"secretName": "s"}}, {}),
+        ({"hostPath": {"path": "relative"}}, {}),
     ],
 )
-def test_volumes_it_cannot_provide_yet_or_at_all(
-    volume: dict[str, Any], config_maps: dict[str, Any], error: type[Exception]
-) -> None:
+def test_volumes_it_does_not_provide(volume: dict[str, Any], config_maps: dict[str, Any]) -> None:
     pod = _volume_pod([{"name": "v", **volume}], [{"name": "v", "mountPath": "/v"}])
-    with pytest.raises(error):
+    with pytest.raises(hp.VolumeUnavailableError):
         hp.plan_mounts(
             pod, pod["spec"]["containers"][0], hosts_root=HOSTS, scratch=Path("/s"),
             config_maps=config_maps,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source", "config_map"),
+    [
+        ({"name": "cm"}, None),
+        ({"name": "cm", "items": [{"key": "K"}]}, {"data": {"J": "1"}}),
+    ],
+)
+def test_a_missing_config_map_or_key_holds_the_container(
+    tmp_path: Path, source: dict[str, Any], config_map: dict[str, Any] | None
+) -> None:
+    pod = _volume_pod([{"name": "v", "configMap": source}], [{"name": "v", "mountPath": "/v"}])
+    container = pod["spec"]["containers"][0]
+    mounts = hp.plan_mounts(
+        pod, container, hosts_root=tmp_path, scratch=tmp_path, config_maps={"cm": config_map}
+    )
+    with pytest.raises(hp.VolumeNotReadyError, match="configmap 'cm'"):
+        hp.materialize(mounts)
+
+
+def test_an_absent_host_path_outranks_a_missing_config_map(tmp_path: Path) -> None:
+    """The dev cluster's nodes hold no model by default: such a container is not run at
+    all, rather than retried forever for its checksum manifest."""
+    pod = _volume_pod(
+        [
+            {"name": "sums", "configMap": {"name": "cm"}},
+            {"name": "model", "hostPath": {"path": "/models/M", "type": "Directory"}},
+        ],
+        [{"name": "sums", "mountPath": "/sums"}, {"name": "model", "mountPath": "/models/M"}],
+    )
+    container = pod["spec"]["containers"][0]
+    mounts = hp.plan_mounts(
+        pod, container, hosts_root=tmp_path, scratch=tmp_path, config_maps={"cm": None}
+    )
+    with pytest.raises(hp.VolumeUnavailableError, match="absent on this node"):
+        hp.materialize(mounts)
+    (tmp_path / "spark-b0" / "models" / "M").mkdir(parents=True)
+    with pytest.raises(hp.VolumeNotReadyError):
+        hp.materialize(mounts)
+
+
+def test_volumes_are_written_where_their_mounts_point(tmp_path: Path) -> None:
+    pod = _volume_pod(
+        [{"name": "sums", "configMap": {"name": "cm"}}, {"name": "w", "emptyDir": {}}],
+        [
+            {"name": "sums", "mountPath": "/etc/S", "subPath": "S"},
+            {"name": "w", "mountPath": "/w"},
+            {"name": "w", "mountPath": "/w2", "subPath": "sub"},
+        ],
+    )
+    mounts = hp.plan_mounts(
+        pod, pod["spec"]["containers"][0], hosts_root=tmp_path, scratch=tmp_path / "s",
+        config_maps={"cm": {"data": {"S": "sums", "T": "t"}}},
+    )  # fmt: skip
+    hp.materialize(mounts)
+    assert Path(hp.translate_path("/etc/S", mounts)).read_text() == "sums"
+    assert (tmp_path / "s" / "volumes" / "sums" / "T").read_text() == "t"
+    assert Path(hp.translate_path("/w", mounts)).is_dir()
+    assert hp.translate_path("/w2/x", mounts) == f"{tmp_path}/s/volumes/w/sub/x"
 
 
 def test_an_optional_config_map_may_be_missing() -> None:
@@ -294,7 +347,7 @@ def test_an_optional_config_map_may_be_missing() -> None:
     [mount] = hp.plan_mounts(
         pod, container, hosts_root=HOSTS, scratch=Path("/s"), config_maps={"cm": None}
     )
-    assert mount.files == {}
+    assert (mount.files, mount.missing) == ({}, "")
 
 
 @pytest.mark.parametrize(
@@ -882,6 +935,8 @@ def test_init_containers_run_on_the_nodes_files_before_the_engine(
     started = _container(pod)["state"]["running"]["startedAt"]
     assert terminated["finishedAt"] <= started  # RFC 3339 in UTC: compares as text
     assert engine.initializing is False
+    health = f"http://{WORKER_IP}:30000/health"
+    wait_until(lambda: _get(health) == 200, timeout=DEADLINE, what="worker /health 200")
     assert "role=worker dummy health server" in engine.log_path.read_text()
 
 

@@ -54,6 +54,7 @@ TERMINATION_LOG_OPTION: Final = "--termination-log"
 SIM_MODEL_DIR_ENV: Final = "SPARKLLM_SIM_MODEL_DIR"
 MountKind = Literal["hostPath", "configMap", "emptyDir", "projected", "file"]
 _CREATE_TYPES = {"DirectoryOrCreate": "directory", "FileOrCreate": "file"}
+_KINDS: tuple[MountKind, ...] = ("hostPath", "configMap", "emptyDir", "projected")
 
 
 class VolumeUnavailableError(DevClusterError):
@@ -69,11 +70,13 @@ class LocalMount:
     """One volumeMount: the container's path and the local path that backs it."""
 
     mount_path: str
-    local: Path
+    local: Path  # what mount_path is here: the volume's directory (+ subPath)
     kind: MountKind
     volume: str = ""
-    files: Mapping[str, bytes] = field(default_factory=dict)  # configMap: path -> bytes
+    root: Path | None = None  # scratch kinds: the volume's directory, where files go
+    files: Mapping[str, bytes] = field(default_factory=dict)  # relative path -> content
     host_type: str = ""  # hostPath: its ``type``
+    missing: str = ""  # why the content is not there yet (a ConfigMap or key is missing)
 
 
 def host_path(hosts_root: Path, *, node: str, path: str) -> Path:
@@ -165,9 +168,9 @@ def plan_mounts(
 ) -> list[LocalMount]:
     """Every volumeMount of ``container`` as a LocalMount (pure: nothing is touched).
 
-    ``config_maps`` holds each of ``config_map_names`` fetched (None: not found).
-    Raises VolumeUnavailableError for a kind the harness does not provide and VolumeNotReadyError
-    for a missing ConfigMap or key.
+    ``config_maps`` holds each of ``config_map_names`` fetched (None: not found); what is
+    missing is recorded in ``LocalMount.missing`` for ``materialize`` to raise. Raises
+    VolumeUnavailableError for a volume the harness does not provide.
     """
     volumes, node = _volumes(pod), str((pod.get("spec") or {}).get("nodeName") or "")
     mounts = []
@@ -176,66 +179,70 @@ def plan_mounts(
         volume = volumes.get(name)
         if volume is None:
             raise VolumeUnavailableError(f"volumeMount {name!r} names no volume of the pod")
-        if "hostPath" in volume:
-            source = volume["hostPath"]
-            local = host_path(hosts_root, node=node, path=str(source["path"]))
-            kind: MountKind = "hostPath"
-            files: dict[str, bytes] = {}
-        elif "configMap" in volume:
-            source = volume["configMap"]
-            cm = config_maps.get(str(source.get("name", "")))
-            local, kind = scratch / "volumes" / name, "configMap"
-            files = config_map_files(source, cm)
-        elif "emptyDir" in volume:
-            source, local, kind, files = {}, scratch / "volumes" / name, "emptyDir", {}
-        elif "projected" in volume:
-            source, local, kind = {}, scratch / "volumes" / name, "projected"
-            files = _projected_files(pod, volume["projected"], config_maps)
-        else:
-            kinds = sorted(set(volume) - {"name"})
-            raise VolumeUnavailableError(f"volume {name!r} ({', '.join(kinds)}) is not provided")
+        kinds = [kind for kind in _KINDS if kind in volume]
+        if not kinds:
+            others = ", ".join(sorted(set(volume) - {"name"}))
+            raise VolumeUnavailableError(f"volume {name!r} ({others}) is not provided")
+        kind, root, files, missing = kinds[0], scratch / "volumes" / name, {}, ""
+        try:
+            if kind == "configMap":
+                source = volume["configMap"]
+                files = config_map_files(source, config_maps.get(str(source.get("name", ""))))
+            elif kind == "projected":
+                files = _projected_files(pod, volume["projected"], config_maps)
+        except VolumeNotReadyError as exc:
+            missing = str(exc)
+        if kind == "hostPath":
+            root = host_path(hosts_root, node=node, path=str(volume["hostPath"]["path"]))
         sub_path = str(mount.get("subPath") or "")
-        if sub_path:
-            if PurePosixPath(sub_path).is_absolute() or ".." in PurePosixPath(sub_path).parts:
-                raise VolumeUnavailableError(f"volumeMount {name!r}: bad subPath {sub_path!r}")
-            local = local / sub_path
+        if PurePosixPath(sub_path).is_absolute() or ".." in PurePosixPath(sub_path).parts:
+            raise VolumeUnavailableError(f"volumeMount {name!r}: bad subPath {sub_path!r}")
         mounts.append(
             LocalMount(
                 mount_path=mount_path,
-                local=local,
+                local=root / sub_path if sub_path else root,
                 kind=kind,
                 volume=name,
+                root=None if kind == "hostPath" else root,
                 files=files,
-                host_type=str(source.get("type") or "") if kind == "hostPath" else "",
+                host_type=str(volume["hostPath"].get("type") or "") if kind == "hostPath" else "",
+                missing=missing,
             )
         )
     return mounts
 
 
 def materialize(mounts: Sequence[LocalMount]) -> None:
-    """Create what the mounts need locally; VolumeUnavailableError for an absent hostPath."""
-    for mount in mounts:
-        try:
-            if mount.kind == "hostPath":
-                create = _CREATE_TYPES.get(mount.host_type)
-                if create == "directory":
-                    mount.local.mkdir(parents=True, exist_ok=True)
-                elif create == "file":
-                    mount.local.parent.mkdir(parents=True, exist_ok=True)
-                    mount.local.touch(exist_ok=True)
-                elif not mount.local.exists():
-                    raise VolumeUnavailableError(
-                        f"hostPath for volume {mount.volume!r} is absent on this node: "
-                        f"{mount.local}"
-                    )
-            elif mount.kind in ("configMap", "emptyDir", "projected"):
+    """Create what the mounts need locally.
+
+    Host paths are checked first: VolumeUnavailableError for an absent one (the container
+    is not run), before VolumeNotReadyError for a missing ConfigMap (retried).
+    """
+    host_mounts = [m for m in mounts if m.kind == "hostPath"]
+    try:
+        for mount in host_mounts:
+            create = _CREATE_TYPES.get(mount.host_type)
+            if create == "directory":
                 mount.local.mkdir(parents=True, exist_ok=True)
-                for relative, content in mount.files.items():
-                    target = mount.local / relative
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(content)
-        except OSError as exc:
-            raise DevClusterError(f"cannot prepare volume {mount.volume!r}: {exc}") from exc
+            elif create == "file":
+                mount.local.parent.mkdir(parents=True, exist_ok=True)
+                mount.local.touch(exist_ok=True)
+            elif not mount.local.exists():
+                raise VolumeUnavailableError(
+                    f"hostPath for volume {mount.volume!r} is absent on this node: {mount.local}"
+                )
+        for mount in mounts:
+            if mount.missing:
+                raise VolumeNotReadyError(mount.missing)
+            if mount.root is None:
+                continue
+            mount.root.mkdir(parents=True, exist_ok=True)
+            for relative, content in mount.files.items():
+                target = mount.root / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+    except OSError as exc:
+        raise DevClusterError(f"cannot prepare the volumes: {exc}") from exc
 
 
 def _translate_value(value: str, mounts: Sequence[LocalMount]) -> str:

@@ -13,6 +13,8 @@ with ``$(VAR)`` expanded (``kubelet``) and container paths translated to the sim
 node's files (``hostpaths``). The harness has no images, so another image's init
 container, or one whose volumes it cannot provide (the hostPath is absent on the
 simulated node), is not run: it keeps kwok's status (Completed, no message), logged once.
+This module owns the status rules (pure, first) and ``InitSequence``, the runner the
+supervisor advances once per tick without waiting; ``hostpaths.plan_step`` the command.
 
 Kubelet behaviour mirrored:
 

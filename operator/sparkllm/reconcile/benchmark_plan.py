@@ -61,6 +61,8 @@ IN_FLIGHT: Final = frozenset({BenchmarkPhase.WAITING.value, BenchmarkPhase.RUNNI
 
 
 class BenchmarkEvent(NamedTuple):
+    """An Event for the reconciler to post about the InferenceCluster."""
+
     warning: bool
     reason: Reason
     message: str

@@ -64,7 +64,9 @@ def prepare(argv: Sequence[str], *, env: Mapping[str, str]) -> SimulatedRank:
         parsed = parse_sglang_argv(sglang_args)
     except SpecError as exc:
         raise UsageError(f"usage: sglang serve [-h] ...\nsglang serve: error: {exc}") from exc
-    model = load_model_files(str(parsed["model_path"]))
+    # The dev cluster's engine harness maps the node's hostPath model directory to a local
+    # one; --model-path itself stays as rendered, so /get_server_info echoes the spec.
+    model = load_model_files(env.get("SPARKLLM_SIM_MODEL_DIR") or str(parsed["model_path"]))
     config = build_engine_config(parsed=parsed, sim=sim, env=env, model_config=model.config)
     app: ASGIApp
     if config.is_worker:
