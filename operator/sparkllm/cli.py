@@ -11,8 +11,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from sparkllm.errors import SparkllmError
+from sparkllm.errors import DevClusterError, SparkllmError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -37,6 +38,15 @@ def _devcluster(args: argparse.Namespace) -> int:
         from sparkllm.devcluster.engines import run_engine_harness
 
         return run_engine_harness(cluster, sim_args=args.sim_args, namespace=args.namespace)
+    if args.action == "gateways":
+        from sparkllm.devcluster.gateway_pods import run_gateway_pods
+
+        if args.tokenizer_dir is None:
+            raise DevClusterError("devcluster gateways needs --tokenizer-dir")
+        state = args.state_file or cluster.paths.state_dir / "gateways.json"
+        return run_gateway_pods(
+            cluster, tokenizer_dir=args.tokenizer_dir, namespace=args.namespace, state_file=state
+        )
     if args.action == "down":
         cluster.down()
         print("[devcluster] down; no control-plane process left")
@@ -141,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
         _lazy_subcommand(command, module)
 
     dev = sub.add_parser("devcluster", help="local control plane with simulated DGX Spark nodes")
-    dev.add_argument("action", choices=["up", "down", "status", "engines"])
+    dev.add_argument("action", choices=["up", "down", "status", "engines", "gateways"])
+    dev.add_argument("--tokenizer-dir", type=Path, help="gateways: the model's tokenizer files")
+    dev.add_argument("--state-file", type=Path, help="gateways: where to write the endpoints")
     dev.add_argument("-n", "--namespace", help="engines: only this namespace")
     dev.add_argument(
         "--sim-arg",

@@ -23,6 +23,7 @@ pod Ready), resources, images.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -355,9 +356,37 @@ def _stop_containers(containers: Sequence[_Container]) -> None:
         container.process = None
 
 
+def run_gateway_pods(
+    cluster: DevCluster, *, tokenizer_dir: Path, namespace: str | None, state_file: Path
+) -> int:
+    """``sparkllm devcluster gateways``: run gateway pods until SIGINT/SIGTERM.
+
+    The admission endpoints (``namespace/pod -> URL``) are written to ``state_file`` as
+    JSON whenever they change, so another process (the demo) can tell users where the
+    front door is.
+    """
+    import signal  # local: only this CLI entry handles signals
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="[gateways] %(asctime)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    written: dict[str, str] | None = None
+    with GatewayPods(cluster, tokenizer_dir=tokenizer_dir, namespace=namespace) as pods:
+        while not stop.wait(timeout=0.5):
+            current = {f"{g.namespace}/{g.pod}": g.admission_url for g in pods.gateways()}
+            if current != written:
+                state_file.write_text(json.dumps(current, indent=2))
+                written = current
+    state_file.unlink(missing_ok=True)
+    return 0
+
+
 __all__ = [  # free_port and localize_router_args are re-exported for the benchmarks
     "GatewayInfo",
     "GatewayPods",
     "free_port",
     "localize_router_args",
+    "run_gateway_pods",
 ]
