@@ -49,6 +49,7 @@ EXPECTED_NAMESPACED = {
     "pods": {"get", "list", "watch"},  # rank pods; get: the gateway's router Role
     "secrets": {"get", "create"},  # the engine API key
     "events": {"create"},  # transitions and failures
+    "jobs.batch": {"list", "create", "delete"},  # the acceptance benchmark on demand
     "deployments.apps": {"list", "create", "patch", "delete"},  # gateway
     "serviceaccounts": {"list", "create", "patch", "delete"},  # gateway
     "roles.rbac.authorization.k8s.io": {"list", "create", "patch", "delete"},  # gateway

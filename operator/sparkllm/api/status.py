@@ -3,8 +3,8 @@
 Status is written only by the operator, so its models validate shape, not policy, and
 the CRD gives its fields no defaults (an absent field means "not observed yet", which a
 default would hide). Condition types are documented constants; ``Ready`` is derived from
-the others. Reasons come from :mod:`sparkllm.api.reasons`. ``benchmark`` is left open
-(its keys follow SGLang's bench_serving output, which the benchmark job owns).
+the others. Reasons come from :mod:`sparkllm.api.reasons`. ``benchmark`` is left open:
+its summary follows the benchmark's report (docs/proof-of-service.md).
 
 Condition types and what True means:
 
@@ -177,6 +177,9 @@ class InferenceClusterStatus(ApiModel):
     )
     benchmark: dict[str, Any] | None = Field(
         default=None,
-        description="benchmark is the latest acceptance benchmark summary (TTFT, TPOT, "
-        "end-to-end latency, throughput per scenario); its keys are open.",
+        description="benchmark is the latest acceptance benchmark run on demand (annotation "
+        "sparkllm.io/benchmark=<user>): job, user, phase (Waiting, Running, Succeeded, "
+        "Failed, Cancelled), succeeded, requestedAt, completedAt, message, and summary "
+        "(TTFT, TPOT, end-to-end latency and throughput per scenario, each with its basis: "
+        "input/output tokens, concurrency, cache state); the summary's keys are open.",
     )

@@ -28,6 +28,7 @@ from sparkllm.api import (
 )
 from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.reconcile import metrics
+from sparkllm.reconcile.benchmark import reconcile_benchmark
 from sparkllm.reconcile.events import PendingEvent, event_manifest
 from sparkllm.reconcile.kube import JSON, KubeAPI, kind_of, lookup_kind
 from sparkllm.reconcile.proofs import (
@@ -44,7 +45,8 @@ from sparkllm.reconcile.replicas import (
     plan_replica,
 )
 from sparkllm.reconcile.secrets import ensure_engine_key
-from sparkllm.reconcile.status import ClusterReport, ReplicaReport, derive_status
+from sparkllm.reconcile.status import ClusterReport, ReplicaReport, cluster_phase, derive_status
+from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
 from sparkllm.render.names import (
     ANNOTATION_RESTART,
@@ -139,12 +141,29 @@ class ClusterReconciler:
             previous_status=previous_status,
             capacity=capacity,
         )
+        benchmark = await reconcile_benchmark(
+            self.api,
+            ic,
+            obj,
+            ready=cluster_phase(report) is Phase.READY and report.desired_replicas > 0,
+            image=self.gateway_image,
+            now=now,
+        )
+        for warning, reason, message in benchmark.events:
+            self._event(obj, warning=warning, reason=reason, message=message)
         await self._apply(desired, observed)
         await self._prune(desired, keep, observed)
-        await self._write_status(obj, report, previous_status, now)
+        await self._write_status(
+            obj, report, previous_status, now, benchmark=benchmark.status_value(previous_status)
+        )
         await self._post_events(obj)
+        consumed: dict[str, None] = {}
         if (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now":
-            patch = {"metadata": {"annotations": {ANNOTATION_RESTART: None}}}
+            consumed[ANNOTATION_RESTART] = None
+        if benchmark.remove_annotation:
+            consumed[ANNOTATION_BENCHMARK] = None
+        if consumed:
+            patch = {"metadata": {"annotations": consumed}}
             await self.api.merge_patch(IC, name, namespace, patch)
             metrics.WRITES.labels(verb="patch", kind=KIND).inc()
         metrics.record_replica_phases(namespace, name, [r.phase for r in report.replicas])
@@ -334,9 +353,20 @@ class ClusterReconciler:
                 metrics.WRITES.labels(verb="delete", kind=kind.kind).inc()
 
     async def _write_status(
-        self, obj: JSON, report: ClusterReport, previous: Mapping[str, Any], now: datetime
+        self,
+        obj: JSON,
+        report: ClusterReport,
+        previous: Mapping[str, Any],
+        now: datetime,
+        *,
+        benchmark: JSON | None = None,
     ) -> None:
         status = derive_status(report, previous, now)
+        # status.benchmark is written by the benchmark step; every status write carries it
+        # (server-side apply drops a field our manager stops sending).
+        kept = benchmark if benchmark is not None else previous.get("benchmark")
+        if kept is not None:
+            status["benchmark"] = kept
         if all(previous.get(k) == v for k, v in status.items()):
             return
         meta = obj["metadata"]

@@ -44,8 +44,8 @@ from sparkllm.errors import SpecError
 from sparkllm.render.gateway import (
     GATEWAY_HTTP_PORT,
     RUN_AS_ID,
-    _model_node_affinity,
-    _model_volume,
+    model_node_affinity,
+    model_volume,
 )
 from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, gateway_name, owner_reference
 from sparkllm.render.objects import JSON, render_template, stamp_hash
@@ -185,7 +185,7 @@ def render_benchmark_job(
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        affinity=_model_node_affinity(ic),
+        affinity=model_node_affinity(ic),
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         image=image,
         container={
@@ -206,7 +206,7 @@ def render_benchmark_job(
                 {"name": "tmp", "mountPath": "/tmp"},
             ],
         },
-        volumes=[_model_volume(ic), {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+        volumes=[model_volume(ic), {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
     )
     return stamp_hash(job)
 

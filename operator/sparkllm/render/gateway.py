@@ -204,7 +204,7 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     return env
 
 
-def _model_volume(ic: InferenceCluster) -> JSON:
+def model_volume(ic: InferenceCluster) -> JSON:
     model = ic.spec.model
     if model.persistent_volume_claim is not None:
         claim = {"claimName": model.persistent_volume_claim.claim_name, "readOnly": True}
@@ -212,7 +212,7 @@ def _model_volume(ic: InferenceCluster) -> JSON:
     return {"name": "model", "hostPath": {"path": model.path, "type": "Directory"}}
 
 
-def _model_node_affinity(ic: InferenceCluster) -> JSON | None:
+def model_node_affinity(ic: InferenceCluster) -> JSON | None:
     """With a hostPath model, only the placement's nodes are known to hold the files."""
     spec = ic.spec
     if spec.model.persistent_volume_claim is not None:
@@ -330,7 +330,7 @@ def render_gateway(
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        affinity=_model_node_affinity(ic),
+        affinity=model_node_affinity(ic),
         # Spark nodes may carry the GPU taint; a dead node should not hold the front door
         # for the default five minutes.
         tolerations=[
@@ -353,7 +353,7 @@ def render_gateway(
                     "defaultMode": 0o440,
                 },
             },
-            _model_volume(ic),
+            model_volume(ic),
             {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         ],
     )
