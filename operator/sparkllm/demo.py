@@ -139,17 +139,7 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     )
     if cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", NAMESPACE)
-    key = secrets.token_hex(16)
-    if cluster.kubectl("get", "secret", "llm-user-keys", "-n", NAMESPACE, check=False).returncode:
-        cluster.kubectl(
-            "create",
-            "secret",
-            "generic",
-            "llm-user-keys",
-            "-n",
-            NAMESPACE,
-            f"--from-literal=demo={key}",
-        )
+    key = _demo_key(cluster)
     # The sample's model directory on each Spark of group a: a tiny but real stand-in
     # (valid safetensors shards, index, config, tokenizer), so the integrity check runs
     # and the gateway counts tokens with a real tokenizer.

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from tests.bench.common import (
     Timeline,
     bench_namespace,
     engine_pods,
+    fresh_log_dir,
     generation_of,
     machine_facts,
     operator_stack,
@@ -229,6 +229,7 @@ class FaultResult:
     stopped_early: str = ""
     causes: dict[str, int] = field(default_factory=dict)
     passes: list[float] = field(default_factory=list)  # reconcile passes (operator log)
+    logs: Path = Path()
 
 
 def run(cluster: DevCluster, *, injections: int) -> FaultResult:
@@ -236,12 +237,9 @@ def run(cluster: DevCluster, *, injections: int) -> FaultResult:
     started = time.monotonic()
     done: list[Injection] = []
     stopped_early = ""
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-faults-") as scratch,
-        bench_namespace(cluster, prefix="bench-faults") as namespace,
-    ):
+    logs = fresh_log_dir(cluster, "faults")
+    with bench_namespace(cluster, prefix="bench-faults") as namespace:
         user_keys(cluster, namespace)
-        logs = Path(scratch)
         group, _ = pick_group(cluster, namespace, prefer="b")
         doc = sample(GROUPS[group])
         doc["spec"]["restartPolicy"] = {"maxRestartsPerHour": 60, "backoffSeconds": [1]}
@@ -283,6 +281,7 @@ def run(cluster: DevCluster, *, injections: int) -> FaultResult:
         stopped_early=stopped_early,
         causes=causes,
         passes=passes,
+        logs=logs,
     )
     report(result)
     return result
@@ -333,6 +332,7 @@ def report(result: FaultResult) -> None:
     notes.append(
         "unready until /health answers; the operator may say Ready in between (dev-cluster)."
     )
+    notes.append(f"logs of this run: {result.logs}")
     notes.append(f"node group {result.group}; restart causes in status (lastRestart.reason):")
     notes += [f"  {count} x {cause}" for cause, count in sorted(result.causes.items())]
     if result.stopped_early:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import copy
 import re
-import tempfile
 import threading
 import time
 import uuid
@@ -41,6 +40,7 @@ import yaml
 
 from sparkllm.api import LABEL_CLUSTER
 from sparkllm.devcluster import DevCluster, wait_until
+from sparkllm.errors import DevClusterError
 from tests.bench.common import (
     JSON,
     ROOT,
@@ -49,6 +49,7 @@ from tests.bench.common import (
     Timeline,
     bench_namespace,
     condition,
+    fresh_log_dir,
     label_of,
     machine_facts,
     operator_stack,
@@ -289,6 +290,8 @@ class ReconcileResult:
     passes: list[float]  # the sample's reconcile passes, from the operator's log
     machine: dict[str, str]
     elapsed: float
+    failures: list[str]  # cycles that timed out (then cleaned up and skipped)
+    logs: Path
 
 
 def run(cluster: DevCluster, *, runs: int, objects: int) -> ReconcileResult:
@@ -296,21 +299,26 @@ def run(cluster: DevCluster, *, runs: int, objects: int) -> ReconcileResult:
     started = time.monotonic()
     cycles: list[Cycle] = []
     memory = Memory(objects=objects)
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-reconcile-") as scratch,
-        bench_namespace(cluster, prefix="bench-reconcile") as namespace,
-    ):
+    failures: list[str] = []
+    logs = fresh_log_dir(cluster, "reconcile")
+    with bench_namespace(cluster, prefix="bench-reconcile") as namespace:
         user_keys(cluster, namespace)
-        logs = Path(scratch)
         with (
             operator_stack(cluster, namespace=namespace, log_dir=logs) as pid,
             Timeline(cluster, namespace=namespace) as timeline,
         ):
             memory.idle_start = settled_memory(pid)
-            one_cycle(cluster, timeline, namespace, prefer="b")  # warm-up, not counted
-            for index in range(runs):
-                prefer = "a" if index % 2 else "b"
-                cycles.append(one_cycle(cluster, timeline, namespace, prefer=prefer))
+            for index in range(-1, runs):  # cycle -1 warms up and is not counted
+                try:
+                    cycle = one_cycle(cluster, timeline, namespace, prefer="ab"[index % 2])
+                except DevClusterError as exc:  # record, clean up, go on (at most 3 times)
+                    failures.append(f"cycle {index + 1}: {exc}")
+                    cluster.kubectl("delete", "icl", NAME, "-n", namespace, check=False)
+                    if len(failures) >= 3:
+                        break
+                    continue
+                if index >= 0:
+                    cycles.append(cycle)
             memory.idle_after_runs = settled_memory(pid)
             many_clusters(cluster, timeline, namespace, pid=pid, memory=memory)
         passes = reconcile_pass_seconds(logs / "operator.log", name=NAME)
@@ -321,6 +329,8 @@ def run(cluster: DevCluster, *, runs: int, objects: int) -> ReconcileResult:
         passes=passes,
         machine=machine_facts(cluster),
         elapsed=time.monotonic() - started,
+        failures=failures,
+        logs=logs,
     )
     report(result)
     return result
@@ -353,6 +363,8 @@ def report(result: ReconcileResult) -> None:
             "can report Ready in between (a dev-cluster artefact; a kubelet starts it unready).",
             f"node groups used: {groups}; cycles that first waited for a free group: {waited}.",
             "p99 is nearest-rank: below 100 samples it is the slowest one.",
+            f"logs of this run: {result.logs}",
+            *(f"FAILED {failure}" for failure in result.failures),
         ],
     )
 

@@ -1,5 +1,5 @@
 """Shared pieces of the benchmarks: statistics, tables, machine facts, an API timeline,
-and the operator under test (a namespace of our own, the operator process, the engines).
+predicates over pods, and the operator under test (own namespace, operator, engines).
 
 Why a timeline: the cluster benchmarks time control-plane reactions of a few hundred
 milliseconds, where polling with kubectl (a process start per look, ~0.2 s) would
@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import platform
+import shutil
 import threading
 import time
 import uuid
@@ -343,49 +344,49 @@ class Timeline:
                 self._responses.pop(kind, None)
 
 
-@contextlib.contextmanager
-def bench_namespace(cluster: DevCluster, *, prefix: str) -> Iterator[str]:
-    """A fresh namespace of our own; deleted (without waiting) afterwards."""
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    wait_until(  # pods need the namespace's default ServiceAccount
-        lambda: cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
-        timeout=60,
-        what=f"default ServiceAccount in {name}",
-    )
-    try:
-        yield name
-    finally:
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+@dataclass(frozen=True)
+class Stack:
+    namespace: str  # ours alone, deleted at the end
+    pid: int  # the operator's
+    logs: Path  # ~/.cache/sparkllm/bench/<name>: this run's operator, harness, engine logs
 
 
 @contextlib.contextmanager
-def operator_stack(cluster: DevCluster, *, namespace: str, log_dir: Path) -> Iterator[int]:
-    """The real operator (a child process) and an engine harness, both for ``namespace``.
+def operator_stack(cluster: DevCluster, *, name: str) -> Iterator[Stack]:
+    """A namespace of our own, the real operator (a child process) and an engine harness.
 
-    Yields the operator's pid once kopf's node watch has delivered (its watches run). At
-    the end the namespace's InferenceClusters are deleted while the operator still runs,
-    then the harness and the operator stop.
+    Yields once kopf's node watch has delivered (its watches run). At the end the
+    namespace's InferenceClusters are deleted while the operator still runs, then the
+    harness and the operator stop and the namespace is deleted (without waiting).
     """
+    logs = cluster.paths.state_dir.parent / "bench" / name
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    namespace = f"bench-{name}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    cluster.kubectl("create", "namespace", namespace)
     harness_log = logging.getLogger("sparkllm.devcluster")
-    handler = logging.FileHandler(log_dir / "harness.log")
+    handler = logging.FileHandler(logs / "harness.log")
     harness_log.addHandler(handler)
     harness_log.setLevel(logging.INFO)
     harness_log.propagate = False  # its warnings belong in the log, not in the tables
-    operator = OperatorProcess(cluster, [namespace], str(log_dir / "operator.log"))
-    operator.start()
+    operator = OperatorProcess(cluster, [namespace], str(logs / "operator.log"))
     try:
-        with EngineHarness(cluster, namespace=namespace, log_dir=log_dir / "engines"):
+        wait_until(  # pods need the namespace's default ServiceAccount
+            lambda: cluster.kubectl_json("get", "sa", "default", "-n", namespace),
+            timeout=60,
+            what=f"default ServiceAccount in {namespace}",
+        )
+        operator.start()
+        with EngineHarness(cluster, namespace=namespace, log_dir=logs / "engines"):
             wait_until(
                 lambda: "Handler 'on_node' succeeded" in operator.log(),
                 timeout=60,
                 what="operator start-up",
             )
             assert operator.proc is not None
-            yield operator.proc.pid
+            yield Stack(namespace=namespace, pid=operator.proc.pid, logs=logs)
             cluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
             wait_until(
                 lambda: not cluster.kubectl_json("get", "icl", "-n", namespace)["items"],
@@ -396,3 +397,4 @@ def operator_stack(cluster: DevCluster, *, namespace: str, log_dir: Path) -> Ite
         operator.stop()
         harness_log.removeHandler(handler)
         handler.close()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
