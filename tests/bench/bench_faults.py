@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from pathlib import Path
 import yaml
 
 from sparkllm.devcluster import DevCluster, FaultInjector
+from sparkllm.errors import DevClusterError
 from sparkllm.reconcile.observe import describe_pod_failure
 from tests.bench.bench_reconcile import (
     GROUPS,
@@ -55,9 +55,7 @@ from tests.bench.common import (
     RanksServing,
     State,
     Timeline,
-    bench_namespace,
     engine_pods,
-    fresh_log_dir,
     generation_of,
     machine_facts,
     operator_stack,
@@ -224,8 +222,6 @@ def inject_once(
 class FaultResult:
     injections: list[Injection]
     group: str
-    machine: dict[str, str]
-    elapsed: float
     stopped_early: str = ""
     causes: dict[str, int] = field(default_factory=dict)
     passes: list[float] = field(default_factory=list)  # reconcile passes (operator log)
@@ -234,41 +230,38 @@ class FaultResult:
 
 def run(cluster: DevCluster, *, injections: int) -> FaultResult:
     """Measure; print the tables; return the numbers (for the summary)."""
-    started = time.monotonic()
     done: list[Injection] = []
     stopped_early = ""
-    logs = fresh_log_dir(cluster, "faults")
-    with bench_namespace(cluster, prefix="bench-faults") as namespace:
+    with (
+        operator_stack(cluster, name="faults") as stack,
+        Timeline(cluster, namespace=stack.namespace) as timeline,
+    ):
+        namespace = stack.namespace
         user_keys(cluster, namespace)
         group, _ = pick_group(cluster, namespace, prefer="b")
         doc = sample(GROUPS[group])
         doc["spec"]["restartPolicy"] = {"maxRestartsPerHour": 60, "backoffSeconds": [1]}
-        with (
-            operator_stack(cluster, namespace=namespace, log_dir=logs),
-            Timeline(cluster, namespace=namespace) as timeline,
-        ):
-            since = timeline.now()
-            cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
-            timeline.wait_for(cluster_ready(1), since=since, timeout=STEP_TIMEOUT, what="Ready")
-            timeline.wait_for(
-                RanksServing(NAME, generation=1), since=since, timeout=STEP_TIMEOUT, what="ranks"
-            )
-            faults = FaultInjector(cluster)
-            generation = 1
-            try:
-                for kind in KINDS:
-                    for index in range(injections):
-                        done.append(
-                            inject_once(
-                                cluster, timeline, faults, namespace=namespace, kind=kind,
-                                rank=index % 3, generation=generation, first=generation == 1,
-                            )
-                        )  # fmt: skip
-                        generation += 1
-            except Exception as exc:  # report what was measured, and why it stopped
-                tail = (logs / "operator.log").read_text(errors="replace").splitlines()[-15:]
-                stopped_early = "\n      ".join([f"{type(exc).__name__}: {exc}", *tail])
-        passes = reconcile_pass_seconds(logs / "operator.log")
+        since = timeline.now()
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
+        timeline.wait_for(cluster_ready(1), since=since, timeout=STEP_TIMEOUT, what="Ready")
+        timeline.wait_for(
+            RanksServing(NAME, generation=1), since=since, timeout=STEP_TIMEOUT, what="ranks"
+        )
+        faults = FaultInjector(cluster)
+        generation = 1
+        try:
+            for kind in KINDS:
+                for index in range(injections):
+                    done.append(
+                        inject_once(
+                            cluster, timeline, faults, namespace=namespace, kind=kind,
+                            rank=index % 3, generation=generation, first=generation == 1,
+                        )
+                    )  # fmt: skip
+                    generation += 1
+        except DevClusterError as exc:  # report what was measured, and why it stopped
+            stopped_early = f"{exc} (see the logs)"
+    passes = reconcile_pass_seconds(stack.logs / "operator.log")
     causes: dict[str, int] = {}
     for item in done:
         cause = re.sub(r"rank \d", "rank k", item.cause)
@@ -276,12 +269,10 @@ def run(cluster: DevCluster, *, injections: int) -> FaultResult:
     result = FaultResult(
         injections=done,
         group=group,
-        machine=machine_facts(cluster),
-        elapsed=time.monotonic() - started,
         stopped_early=stopped_early,
         causes=causes,
         passes=passes,
-        logs=logs,
+        logs=stack.logs,
     )
     report(result)
     return result
@@ -310,7 +301,8 @@ def report(result: FaultResult) -> None:
             verdict = "" if goal is None else "p99 " + _goal(samples, goal)
             rows.append([kind, label, *spread_cells(samples), verdict])
     firsts = [i for i in result.injections if i.first_injection]
-    early = sum(1 for i in result.injections if i.cluster_ready < i.serving)
+    done = result.injections
+    early = sum(1 for i in done if i.cluster_ready < i.serving)
     notes = [
         "basis: arrival times of watch events; from t_fault = the injection command returned",
         "(kubectl annotate + label for a container exit, kubectl delete for a pod), unless",
@@ -325,13 +317,11 @@ def report(result: FaultResult) -> None:
             f"the first injection (no backoff): (b) = {firsts[0].serving * 1000:.0f} ms "
             f"({firsts[0].kind}, rank {firsts[0].rank})."
         )
-    notes.append(
-        f"InferenceCluster Ready before rank 0's probe passed in {early} of "
-        f"{len(result.injections)}: kwok marks a new pod Ready, the harness then sets rank 0"
-    )
-    notes.append(
-        "unready until /health answers; the operator may say Ready in between (dev-cluster)."
-    )
+    notes += [
+        f"InferenceCluster Ready before rank 0's probe passed: {early} of {len(done)} (kwok",
+        "marks a new pod Ready; the harness then sets rank 0 unready until /health answers;",
+        "the operator may say Ready in between: a dev-cluster artefact, kubelets start unready).",
+    ]
     notes.append(f"logs of this run: {result.logs}")
     notes.append(f"node group {result.group}; restart causes in status (lastRestart.reason):")
     notes += [f"  {count} x {cause}" for cause, count in sorted(result.causes.items())]

@@ -1,13 +1,10 @@
 """Benchmark (issue 4): create -> StatefulSets -> Ready, garbage collection, operator memory.
 
-Not a pytest test (benchmarks report numbers, they never pass or fail). Needs the dev
-cluster (started if it is not running; it is shared, so everything happens in a
-namespace of our own that is deleted at the end). Run from the repository root:
+Not a pytest test (numbers, never pass/fail). Needs the shared dev cluster (started if
+down): the real operator (a child process) and an engine harness (the simulators and
+rank 0's readiness prober) run for a namespace of our own, deleted at the end. Run:
 
     .venv/bin/python -m tests.bench.bench_reconcile [--runs 20] [--objects 50]
-
-The real operator runs as a child process watching only our namespace; an engine
-harness scoped to it runs the SGLang simulators and acts as rank 0's readiness prober.
 
 1. ``--runs`` times (after one uncounted warm-up): ``kubectl apply`` of the sample
    (manifests/samples/deepseek-v4-flash.yaml) on a free node group (b or a: other
@@ -26,7 +23,6 @@ harness scoped to it runs the SGLang simulators and acts as rank 0's readiness p
 from __future__ import annotations
 
 import argparse
-import copy
 import re
 import threading
 import time
@@ -39,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from sparkllm.api import LABEL_CLUSTER
-from sparkllm.devcluster import DevCluster, wait_until
+from sparkllm.devcluster import DevCluster, WaitTimeoutError, wait_until
 from sparkllm.errors import DevClusterError
 from tests.bench.common import (
     JSON,
@@ -47,9 +43,7 @@ from tests.bench.common import (
     RanksServing,
     State,
     Timeline,
-    bench_namespace,
     condition,
-    fresh_log_dir,
     label_of,
     machine_facts,
     operator_stack,
@@ -60,10 +54,7 @@ from tests.bench.common import (
 
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
 NAME = "deepseek-v4-flash"
-GROUPS = {
-    "b": ["spark-b0", "spark-b1", "spark-b2"],
-    "a": ["spark-a0", "spark-a1", "spark-a2"],
-}
+GROUPS = {group: [f"spark-{group}{rank}" for rank in range(3)] for group in "ba"}
 OWNED_KINDS = "sts,svc,secret,pods,deploy,sa,role,rolebinding"
 STEP_TIMEOUT = 120.0
 
@@ -100,19 +91,19 @@ def free_node_group(cluster: DevCluster, *, groups: dict[str, list[str]], mine: 
 def pick_group(cluster: DevCluster, namespace: str, *, prefer: str) -> tuple[str, bool]:
     """(a free node group, whether we had to wait for one); ``prefer`` is tried first."""
     order = dict(sorted(GROUPS.items(), key=lambda item: item[0] != prefer))
-    found = free_node_group(cluster, groups=order, mine=namespace)
-    if found is not None:
+    if (found := free_node_group(cluster, groups=order, mine=namespace)) is not None:
         return found, False
     try:
-        found = wait_until(
-            lambda: free_node_group(cluster, groups=order, mine=namespace),
-            timeout=120,
-            interval=1.0,
-            what="a node group free of other namespaces' engines",
-        )
-    except Exception:  # still shared after two minutes: measure anyway, flagged
+        return str(
+            wait_until(
+                lambda: free_node_group(cluster, groups=order, mine=namespace),
+                timeout=120,
+                interval=1.0,
+                what="a node group free of other namespaces' engines",
+            )
+        ), True
+    except WaitTimeoutError:  # still shared after two minutes: measure anyway, flagged
         return prefer, True
-    return found or prefer, True
 
 
 def reconcile_pass_seconds(log_path: Path, *, name: str = r"\S+") -> list[float]:
@@ -122,9 +113,7 @@ def reconcile_pass_seconds(log_path: Path, *, name: str = r"\S+") -> list[float]
 
 
 @dataclass
-class Cycle:
-    """One create/delete cycle, seconds (from kubectl apply/delete returning)."""
-
+class Cycle:  # one create/delete cycle, seconds from kubectl apply/delete returning
     group: str
     waited_for_group: bool
     kubectl_apply: float
@@ -147,6 +136,19 @@ def _gone(state: State) -> bool:
     return not any(
         name == NAME if kind == "inferenceclusters" else label_of(obj, LABEL_CLUSTER) == NAME
         for (kind, name), obj in state.items()
+    )
+
+
+def wait_collected(cluster: DevCluster, namespace: str) -> None:
+    """Until nothing the sample's InferenceCluster owned is left (polled with kubectl)."""
+    selector = f"{LABEL_CLUSTER}={NAME}"
+    wait_until(
+        lambda: (
+            not cluster.kubectl_json("get", OWNED_KINDS, "-n", namespace, "-l", selector)["items"]
+        ),
+        timeout=STEP_TIMEOUT,
+        interval=0.2,
+        what="everything the InferenceCluster owned garbage-collected",
     )
 
 
@@ -173,16 +175,7 @@ def one_cycle(cluster: DevCluster, timeline: Timeline, namespace: str, *, prefer
     gone_at, _ = timeline.wait_for(
         _gone, since=deleting, timeout=STEP_TIMEOUT, what="InferenceCluster, sts, pods gone"
     )
-    wait_until(
-        lambda: (
-            not cluster.kubectl_json(
-                "get", OWNED_KINDS, "-n", namespace, "-l", f"sparkllm.io/cluster={NAME}"
-            )["items"]
-        ),
-        timeout=STEP_TIMEOUT,
-        interval=0.2,
-        what="everything the InferenceCluster owned garbage-collected",
-    )
+    wait_collected(cluster, namespace)
     return Cycle(
         group=group,
         waited_for_group=waited,
@@ -225,17 +218,17 @@ def settled_memory(pid: int, *, seconds: float = 2.0) -> tuple[int, int]:
 
 
 def unplaceable(index: int, label: str) -> JSON:
-    doc = copy.deepcopy(sample())
+    doc = sample()
     doc["metadata"] = {"name": f"bench-mem-{index:03d}"}
     doc["spec"]["placement"] = {"nodeGroupLabel": label}
     return doc
 
 
 def _status_written(obj: JSON) -> bool:
-    progressing = condition(obj, "Progressing") or {}
-    return (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get(
-        "generation"
-    ) and progressing.get("reason") == "InsufficientNodeGroups"
+    current = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+    return (
+        current and (condition(obj, "Progressing") or {}).get("reason") == "InsufficientNodeGroups"
+    )
 
 
 def many_clusters(
@@ -288,49 +281,44 @@ class ReconcileResult:
     cycles: list[Cycle]
     memory: Memory
     passes: list[float]  # the sample's reconcile passes, from the operator's log
-    machine: dict[str, str]
-    elapsed: float
     failures: list[str]  # cycles that timed out (then cleaned up and skipped)
     logs: Path
 
 
 def run(cluster: DevCluster, *, runs: int, objects: int) -> ReconcileResult:
     """Measure; print the tables; return the numbers (for the summary)."""
-    started = time.monotonic()
     cycles: list[Cycle] = []
     memory = Memory(objects=objects)
     failures: list[str] = []
-    logs = fresh_log_dir(cluster, "reconcile")
-    with bench_namespace(cluster, prefix="bench-reconcile") as namespace:
+    with (
+        operator_stack(cluster, name="reconcile") as stack,
+        Timeline(cluster, namespace=stack.namespace) as timeline,
+    ):
+        namespace = stack.namespace
         user_keys(cluster, namespace)
-        with (
-            operator_stack(cluster, namespace=namespace, log_dir=logs) as pid,
-            Timeline(cluster, namespace=namespace) as timeline,
-        ):
-            memory.idle_start = settled_memory(pid)
-            for index in range(-1, runs):  # cycle -1 warms up and is not counted
-                try:
-                    cycle = one_cycle(cluster, timeline, namespace, prefer="ab"[index % 2])
-                except DevClusterError as exc:  # record, clean up, go on (at most 3 times)
-                    failures.append(f"cycle {index + 1}: {exc}")
-                    cluster.kubectl("delete", "icl", NAME, "-n", namespace, check=False)
-                    if len(failures) >= 3:
-                        break
-                    continue
-                if index >= 0:
-                    cycles.append(cycle)
-            memory.idle_after_runs = settled_memory(pid)
-            many_clusters(cluster, timeline, namespace, pid=pid, memory=memory)
-        passes = reconcile_pass_seconds(logs / "operator.log", name=NAME)
-        memory.passes = reconcile_pass_seconds(logs / "operator.log", name="bench-mem-\\d+")
+        memory.idle_start = settled_memory(stack.pid)
+        for index in range(-1, runs):  # cycle -1 warms up and is not counted
+            try:
+                cycle = one_cycle(cluster, timeline, namespace, prefer="ab"[index % 2])
+            except DevClusterError as exc:  # record, clean up, go on (at most 3 times)
+                failures.append(f"cycle {index + 1}: {exc}")
+                cluster.kubectl("delete", "icl", NAME, "-n", namespace, check=False)
+                wait_collected(cluster, namespace)
+                if len(failures) >= 3:
+                    break
+                continue
+            if index >= 0:
+                cycles.append(cycle)
+        memory.idle_after_runs = settled_memory(stack.pid)
+        many_clusters(cluster, timeline, namespace, pid=stack.pid, memory=memory)
+    passes = reconcile_pass_seconds(stack.logs / "operator.log", name=NAME)
+    memory.passes = reconcile_pass_seconds(stack.logs / "operator.log", name="bench-mem-\\d+")
     result = ReconcileResult(
         cycles=cycles,
         memory=memory,
         passes=passes,
-        machine=machine_facts(cluster),
-        elapsed=time.monotonic() - started,
         failures=failures,
-        logs=logs,
+        logs=stack.logs,
     )
     report(result)
     return result

@@ -220,7 +220,28 @@ def test_scale_by_whole_replicas_with_insufficient_groups(
         )
         assert replica_status(obj, 1)["nodes"] == GROUP_B
         devcluster.kubectl("scale", "icl", NAME, "-n", namespace, "--replicas=1")
+        # Replica 1 leaves the router's pool (serving=false) before it is removed.
+        wait_until(
+            lambda: (
+                devcluster.kubectl_json("get", "pod", f"{NAME}-r1-rank0-0", "-n", namespace)[
+                    "metadata"
+                ]["labels"].get("sparkllm.io/serving")
+                == "false"
+            ),
+            timeout=30,
+            what="replica 1's rank 0 out of routing",
+        )
+        assert (
+            devcluster.kubectl(
+                "get", "sts", f"{NAME}-r1-rank0", "-n", namespace, check=False
+            ).returncode
+            == 0
+        ), "still there while draining"
         wait_until(ready_at(devcluster, namespace, 1, replicas=1), timeout=90, what="back to one")
+        drained = devcluster.kubectl_json(
+            "get", "events", "-n", namespace, "--field-selector", "reason=ScalingDown"
+        )["items"]
+        assert any("replica 1: out of routing" in e["message"] for e in drained)
         names = [
             s["metadata"]["name"]
             for s in devcluster.kubectl_json("get", "sts,svc", "-n", namespace)["items"]

@@ -46,7 +46,7 @@ EXPECTED_NAMESPACED = {
     "inferenceclusters.sparkllm.io/status": {"patch"},  # status by server-side apply
     "statefulsets.apps": {"list", "watch", "create", "patch", "delete"},  # ranks
     "services": {"list", "create", "patch", "delete"},  # per-replica Service
-    "pods": {"get", "list", "watch"},  # rank pods; get: the gateway's router Role
+    "pods": {"get", "list", "watch", "patch"},  # rank pods; get: the router Role; patch: drain
     "secrets": {"get", "create"},  # the engine API key
     "events": {"create"},  # transitions and failures
     "jobs.batch": {"list", "create", "delete"},  # the acceptance benchmark on demand

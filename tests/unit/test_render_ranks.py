@@ -250,7 +250,12 @@ def test_every_object_is_named_labelled_owned_and_stamped() -> None:
         assert sts["spec"]["serviceName"] == "deepseek-v4-flash-r1"
         assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
         template_labels = sts["spec"]["template"]["metadata"]["labels"]
-        assert template_labels == {**sts["metadata"]["labels"], LABEL_GENERATION: "1"}
+        # Pods also carry serving=true: the router's selector, flipped to drain a replica.
+        assert template_labels == {
+            **sts["metadata"]["labels"],
+            LABEL_GENERATION: "1",
+            "sparkllm.io/serving": "true",
+        }
 
 
 def test_the_service_selects_rank_zero_only() -> None:

@@ -29,6 +29,7 @@ from sparkllm.api import (
 from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.benchmark import reconcile_benchmark
+from sparkllm.reconcile.drain import RunningRequests, drain_removed_replicas
 from sparkllm.reconcile.events import PendingEvent, event_manifest
 from sparkllm.reconcile.kube import JSON, KubeAPI, kind_of, lookup_kind
 from sparkllm.reconcile.proofs import (
@@ -104,6 +105,7 @@ class ClusterReconciler:
         self.clock = clock
         self._keys: dict[Key, str | None] = {}  # engine key per cluster, for ConfigApplied
         self.config_probe = ConfigProbe()
+        self.running_requests = RunningRequests()
         # Passes of different clusters run concurrently: Events are kept per cluster.
         self._events: dict[Key, list[PendingEvent]] = {}
 
@@ -151,8 +153,15 @@ class ClusterReconciler:
         )
         for warning, reason, message in benchmark.events:
             self._event(obj, warning=warning, reason=reason, message=message)
+        draining, drain_retry, drain_events = await drain_removed_replicas(
+            self.api, ic, observed, now=now, running=self.running_requests
+        )
+        for event in drain_events:
+            self._event(obj, warning=event.warning, reason=event.reason, message=event.message)
+        if drain_retry is not None:
+            outcome.retry_after = min(outcome.retry_after or drain_retry, drain_retry)
         await self._apply(desired, observed)
-        await self._prune(desired, keep, observed)
+        await self._prune(desired, keep | draining, observed)
         await self._write_status(
             obj, report, previous_status, now, benchmark=benchmark.status_value(previous_status)
         )

@@ -36,6 +36,7 @@ from sparkllm.render.names import (
     COMPONENT_ENGINE,
     COMPONENT_GATEWAY,
     LABEL_COMPONENT,
+    LABEL_SERVING,
     cluster_labels,
     gateway_name,
     owner_reference,
@@ -118,7 +119,12 @@ def gateway_selector_labels(cluster: str) -> dict[str, str]:
 
 def engine_discovery_selector(cluster: str) -> dict[str, str]:
     """What smg discovers: rank-0 engine pods of this cluster, never ranks > 0."""
-    return {LABEL_CLUSTER: cluster, LABEL_RANK: "0", LABEL_COMPONENT: COMPONENT_ENGINE}
+    return {
+        LABEL_CLUSTER: cluster,
+        LABEL_RANK: "0",
+        LABEL_COMPONENT: COMPONENT_ENGINE,
+        LABEL_SERVING: "true",  # a replica being scaled away is drained first
+    }
 
 
 def router_args(ic: InferenceCluster) -> list[str]:

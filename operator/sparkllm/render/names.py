@@ -14,6 +14,11 @@ from sparkllm.api import API_VERSION, KIND, LABEL_CLUSTER, LABEL_RANK, LABEL_REP
 
 LABEL_GENERATION: Final = "sparkllm.io/restart-generation"
 LABEL_NODE_GROUP: Final = "sparkllm.io/node-group"
+# On rank pods: "true" while the router may send them requests. Scaling down flips the
+# live rank-0 pod to "false" (the router's selector requires "true"), waits for the
+# router to let go, then removes the replica: draining at the gateway.
+LABEL_SERVING: Final = "sparkllm.io/serving"
+ANNOTATION_DRAIN_STARTED: Final = "sparkllm.io/drain-started"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 ANNOTATION_HASH: Final = "sparkllm.io/desired-hash"
 # On rank pod templates: digest of the template without the restart generation, so a

@@ -1,0 +1,136 @@
+"""Scaling down without dropping requests: take a replica out of routing, then remove it.
+
+The router discovers rank-0 pods by labels, including ``sparkllm.io/serving=true``. To
+remove a replica the operator first flips its live rank-0 pod to ``serving=false`` (the
+router drops it from the pool within seconds and sends nothing new), then waits until the
+engine reports no running requests (``sglang:num_running_reqs`` on its /metrics) or a
+deadline passes, and only then deletes the replica's objects. The drain's start is an
+annotation on that pod, so an operator restart mid-drain resumes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, InferenceCluster, Reason
+from sparkllm.reconcile import metrics
+from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.kube import KubeAPI, lookup_kind
+from sparkllm.reconcile.replicas import Observed, label, timestamp
+from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
+
+ROUTER_LET_GO: Final = timedelta(seconds=6)  # smg drains a vanished worker for 5 s
+DRAIN_DEADLINE: Final = timedelta(seconds=300)  # the documents' long requests take minutes
+RUNNING_METRIC: Final = "sglang:num_running_reqs"
+JSON = dict[str, Any]
+POD = lookup_kind("v1", "Pod")
+
+
+@dataclass(frozen=True)
+class DrainStep:
+    """What to do with one replica being scaled away."""
+
+    mark: bool  # flip rank 0 to serving=false (and stamp the start) now
+    done: bool  # its objects may be deleted now
+    retry_after: float | None = None
+    started: datetime | None = None
+
+
+def drain_step(rank0: Mapping[str, Any] | None, *, running: int | None, now: datetime) -> DrainStep:
+    """Pure: the next step for a replica whose live rank-0 pod is ``rank0``."""
+    if rank0 is None or rank0["metadata"].get("deletionTimestamp"):
+        return DrainStep(mark=False, done=True)  # nothing serves: remove now
+    labels = rank0["metadata"].get("labels") or {}
+    stamp = (rank0["metadata"].get("annotations") or {}).get(ANNOTATION_DRAIN_STARTED)
+    if labels.get(LABEL_SERVING) != "false" or stamp is None:
+        return DrainStep(mark=True, done=False, retry_after=ROUTER_LET_GO.total_seconds())
+    started = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    elapsed = now - started
+    if elapsed >= DRAIN_DEADLINE or (elapsed >= ROUTER_LET_GO and running == 0):
+        return DrainStep(mark=False, done=True, started=started)
+    wait = (ROUTER_LET_GO - elapsed) if elapsed < ROUTER_LET_GO else timedelta(seconds=2)
+    return DrainStep(
+        mark=False, done=False, retry_after=max(wait.total_seconds(), 0.5), started=started
+    )
+
+
+def rank0_pod(pods: list[JSON]) -> JSON | None:
+    live = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_RANK) == "0"]
+    return live[0] if live else None
+
+
+@dataclass(frozen=True)
+class RunningRequests:
+    """Reads how many requests an engine is running, from its Prometheus endpoint."""
+
+    timeout: float = 3.0
+
+    async def count(self, endpoint: str) -> int | None:
+        """Sum of ``sglang:num_running_reqs``; None when the engine cannot be read."""
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout) as client:
+                response = await client.get(f"{endpoint}/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError:
+            return None
+        total = 0.0
+        for family in text_string_to_metric_families(response.text):
+            if family.name == RUNNING_METRIC:
+                total += sum(sample.value for sample in family.samples)
+        return int(total)
+
+
+async def drain_removed_replicas(
+    api: KubeAPI,
+    ic: InferenceCluster,
+    observed: Observed,
+    *,
+    now: datetime,
+    running: RunningRequests,
+) -> tuple[set[str], float | None, list[PendingEvent]]:
+    """Replicas being scaled away: out of routing first, removed once drained.
+
+    Returns the names of objects to keep for now, when to look again, and Events.
+    """
+    keep: set[str] = set()
+    retry: float | None = None
+    events: list[PendingEvent] = []
+    removed = sorted(
+        {
+            int(r)
+            for o in observed.statefulsets
+            if (r := label(o, LABEL_REPLICA)) is not None
+            and r.isdigit()
+            and int(r) >= ic.spec.replicas
+        }
+    )
+    for index in removed:
+        rank0 = rank0_pod(observed.by_replica(observed.pods, index))
+        count = None
+        if rank0 is not None and (rank0.get("status") or {}).get("hostIP"):
+            count = await running.count(f"http://{rank0['status']['hostIP']}:{ENGINE_HTTP_PORT}")
+        step = drain_step(rank0, running=count, now=now)
+        if step.mark and rank0 is not None:
+            patch = {
+                "metadata": {
+                    "labels": {LABEL_SERVING: "false"},
+                    "annotations": {ANNOTATION_DRAIN_STARTED: timestamp(now)},
+                }
+            }
+            meta = rank0["metadata"]
+            await api.merge_patch(POD, meta["name"], meta["namespace"], patch)
+            metrics.WRITES.labels(verb="patch", kind="Pod").inc()
+            message = f"replica {index}: out of routing; removed once its requests finish"
+            events.append(PendingEvent(False, Reason.SCALING_DOWN, message))
+        if not step.done:
+            owned = observed.by_replica(observed.statefulsets + observed.services, index)
+            keep.update(o["metadata"]["name"] for o in owned)
+            if step.retry_after is not None:
+                retry = min(retry or step.retry_after, step.retry_after)
+    return keep, retry, events
