@@ -50,6 +50,7 @@ _CONTROL_PLANE = (
     "kube-controller-manager",
     "kube-scheduler",
     "kwok",
+    "kwok-controller",
 )
 
 
@@ -235,9 +236,10 @@ class DevCluster:
         self._kill_leftover_processes()
 
     def _our_processes(self) -> list[tuple[str, int]]:
-        """(binary name, pid) of control-plane processes started from our bin dir."""
+        """(binary name, pid) of control-plane processes run from our cache directory."""
         found = []
-        bin_dir = str(self.paths.bin_dir)
+        # kwokctl copies the binaries into its cluster directory and runs them from there.
+        roots = (str(self.paths.bin_dir), str(self.paths.kwok_workdir))
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
@@ -245,7 +247,7 @@ class DevCluster:
                 exe = os.readlink(proc / "exe")
             except OSError:
                 continue
-            if exe.startswith(bin_dir) and Path(exe).name in _CONTROL_PLANE:
+            if exe.startswith(roots) and Path(exe).name in _CONTROL_PLANE:
                 found.append((Path(exe).name, int(proc.name)))
         return found
 
