@@ -244,7 +244,7 @@ class DevCluster:
             if not proc.name.isdigit():
                 continue
             try:
-                exe = os.readlink(proc / "exe")
+                exe = os.readlink(proc / "exe").removesuffix(" (deleted)")  # rebuilt binary
             except OSError:
                 continue
             if exe.startswith(roots) and Path(exe).name in _CONTROL_PLANE:
