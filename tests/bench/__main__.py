@@ -15,9 +15,10 @@ Benchmarks (in this order; ``--only`` picks some, ``--list`` shows them):
 
 The last two run the real operator and the engine harness against the shared dev
 cluster (started if it is not running, never stopped; every object lives in a namespace
-of the benchmark's own, deleted at the end). ``--quick`` runs fewer iterations (about
-three minutes on two cores instead of about ten). A benchmark that crashes is reported
-and the rest still run; the exit status is 1 then. Timing never fails a run.
+of the benchmark's own, deleted at the end). On two cores a full run takes about five
+minutes (up to ten when the machine is busy), ``--quick`` about two. A benchmark that
+crashes is reported and the rest still run; the exit status is 1 then. Timing never
+fails a run. What each measures, and on what basis: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from tests.bench import bench_faults, bench_reconcile
 from tests.bench.common import ROOT, machine_facts, percentile, print_table
 
 Row = list[str]  # benchmark, figure, value, basis or goal
+BACKOFF_NOTE = (
+    "* faults: every restart but the first includes 0-1 s of backoff (backoffSeconds [1])."
+)
 
 
 @dataclass(frozen=True)
@@ -170,8 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.bench", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME")
-    parser.add_argument("--quick", action="store_true", help="fewer iterations (~3 min)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only this one (repeatable): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (about 2 min)")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -204,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes=[
             "p50 / p99 unless stated; p99 is nearest-rank (the slowest sample below 100).",
             "Other processes shared these two cores: read differences, not absolutes.",
-            "* faults: every restart but the first includes 0-1 s of backoff (backoffSeconds [1]).",
+            *([BACKOFF_NOTE] if "faults" in chosen else []),
             f"machine: {facts['cores']} cores, {facts['python']}, Kubernetes "
             f"{facts.get('kubernetes', 'not used')}, load {facts['load average (1/5/15 min)']}",
             f"wall time: {', '.join(durations)}; total {time.monotonic() - started:.0f} s",

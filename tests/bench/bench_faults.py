@@ -5,7 +5,7 @@ goals are printed next to the figures, never asserted). Needs the dev cluster (s
 if it is not running; shared: everything happens in a namespace of our own, deleted at
 the end). Run from the repository root:
 
-    .venv/bin/python -m tests.bench.bench_faults [--injections 20]
+    .venv/bin/python -m tests.bench.bench_faults [--injections 20] [--detail]
 
 The real operator runs as a child process and an engine harness runs the simulators,
 both for our namespace only. One InferenceCluster (the sample, on a free node group)

@@ -371,8 +371,8 @@ def report(result: ReconcileResult) -> None:
         ],
         notes=[
             f"all {n} statuses written {memory.all_status * 1000:.0f} ms after the first was"
-            f" created (watch arrival times; one kubectl apply of all {n} took"
-            f" {memory.kubectl_apply * 1000:.0f} ms).",
+            " created (watch arrival",
+            f"times; the one kubectl apply of all {n} took {memory.kubectl_apply * 1000:.0f} ms).",
             "placement: nodeGroupLabel = a label key no node has, so no replica can be placed;",
             f"phases seen: {memory.phases}; Progressing reasons: {memory.reasons}.",
             "Each still gets its gateway (Deployment, Service, RBAC) and engine-key Secret.",

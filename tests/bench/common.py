@@ -57,7 +57,7 @@ def spread_cells(samples: Sequence[float]) -> list[str]:
     if not samples:
         return ["0", "-", "-", "-"]
     values = (percentile(samples, 0.5), percentile(samples, 0.99), max(samples))
-    return [str(len(samples)), *(f"{v * 1000:.0f}" for v in values)]
+    return [str(len(samples)), *(str(round(v * 1000)) for v in values)]  # no "-0"
 
 
 def print_table(
