@@ -74,7 +74,9 @@ Key = tuple[str, str]
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
+    """Now, in UTC, to the millisecond (restart times and backoffs need sub-second care)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 @dataclass

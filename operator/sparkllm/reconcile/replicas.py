@@ -117,6 +117,12 @@ def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def precise_timestamp(moment: datetime) -> str:
+    """RFC 3339 with milliseconds: restart times feed the backoff, which is in seconds."""
+    text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return text[:-3] + "Z"
+
+
 def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs) -> ReplicaResult:
     """Observe, decide and render one replica."""
     index, nodes, previous = inputs.index, inputs.nodes, inputs.previous
@@ -190,7 +196,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         endpoint=f"http://{rank0_ip}:30000" if rank0_ip else None,
         restarts=restarts,
         last_restart=last_restart,
-        recent_restarts=tuple(timestamp(t) for t in decision.restart_times),
+        recent_restarts=tuple(precise_timestamp(t) for t in decision.restart_times),
         members=decision.members,
         budget_exhausted=decision.exhausted,
         node_down=decision.node_down,
