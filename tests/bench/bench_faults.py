@@ -27,8 +27,8 @@ InferenceCluster. By default every injection is the first restart of a fresh bud
 window (before each, ``restartPolicy.maxRestartsPerHour`` flips between 60 and 59: a
 spec change resets the window and restarts nothing), so (b) measures the restart
 mechanism without the policy's backoff. With ``--shared-window`` all injections share one
-window and every restart but the first waits the 1 s backoff (0-1 s after its stop, as
-restart times have 1 s resolution); the breakdown table shows where.
+window and every restart but the first waits the 1 s backoff after its stop (restart
+times are kept to the millisecond); the breakdown table shows where.
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ def report(result: FaultResult) -> None:
         + (
             "each injection starts a fresh budget window (no backoff in (b))."
             if result.fresh_window
-            else "one window for all injections: every restart but the first waits 0-1 s."
+            else "one window for all injections: every restart but the first waits 1 s."
         ),
     ]
     if firsts:
