@@ -47,7 +47,9 @@ async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineK
         return ref, base64.b64decode(encoded).decode() if encoded else None
     if ic.spec.engine.api_key_secret_ref is not None:
         return ref, None
-    value = secrets.token_urlsafe(32)
+    # Hex, not urlsafe base64: a key starting with "-" would be read by SGLang's (and
+    # smg's) argparse as an option in `--api-key $(KEY)` ("expected one argument").
+    value = secrets.token_hex(32)
     token = base64.b64encode(value.encode()).decode()
     await api.create(
         {
