@@ -14,15 +14,12 @@ The first tests pin the harness's pure helpers and need no cluster.
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
 from sparkllm.devcluster import DevCluster, wait_until
 from sparkllm.devcluster.bench_jobs import (
@@ -33,15 +30,14 @@ from sparkllm.devcluster.bench_jobs import (
     service_address,
     with_option,
 )
-from sparkllm.devcluster.gateway_pods import GatewayInfo, GatewayPods
+from sparkllm.devcluster.gateway_pods import GatewayInfo
 from sparkllm.devcluster.hostpaths import LocalMount
 from sparkllm.errors import DevClusterError
 from tests.conftest import OperatorProcess
-from tests.unit.gateway_fixtures import MODEL, train_tokenizer, write_model_dir
+from tests.e2e.serving import DEADLINE, serve
 
 NAME = "bench"
 GROUP = ["spark-a0", "spark-a1", "spark-a2"]
-DEADLINE = 180  # seconds; generous, the machine is busy
 PASSES_AFTER = 3  # reconcile passes that must write nothing once the result is in
 OPERATOR_AGENT = "sparkllm-operator"  # KubeAPI's user agent (kopf's own writes differ)
 
@@ -132,21 +128,6 @@ def test_the_gateway_service_resolves_to_its_deployments_pod(tmp_path: Path) -> 
 # --- the benchmark on the dev cluster ---------------------------------------------------
 
 
-def _manifest(model_dir: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "sparkllm.io/v1alpha1",
-        "kind": "InferenceCluster",
-        "metadata": {"name": NAME},
-        "spec": {
-            "replicas": 1,
-            "model": {"path": str(model_dir), "servedName": MODEL},
-            "engine": {"image": "nvcr.io/nvidia/sglang:26.07-py3", "pipelineParallel": 3},
-            "admission": {"apiKeysSecretRef": {"name": "user-keys"}, "maxInputTokens": 8192},
-            "placement": {"nodeGroups": [GROUP]},
-        },
-    }
-
-
 def _icl(cluster: DevCluster, namespace: str) -> dict[str, Any]:
     return cluster.kubectl_json("get", "icl", NAME, "-n", namespace)
 
@@ -173,45 +154,27 @@ def _operator_writes(cluster: DevCluster, namespace: str, since: datetime) -> li
 
 @pytest.mark.cluster
 def test_benchmark_on_demand_lands_in_status(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    devcluster: DevCluster,
+    namespace: str,
+    operator: OperatorProcess,
+    model_dir: Path,
+    tmp_path: Path,
 ) -> None:
     operator.stop()
     operator.start("--resync-seconds", "5")  # several passes to watch once the result is in
-    model_dir = write_model_dir(tmp_path / "model", train_tokenizer())
-    devcluster.kubectl(
-        "create", "secret", "generic", "user-keys", "-n", namespace,
-        f"--from-literal=alice={secrets.token_urlsafe(24)}",
-    )  # fmt: skip
-    devcluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(_manifest(model_dir))
-    )
     with (
-        GatewayPods(
-            devcluster, tokenizer_dir=model_dir, namespace=namespace, log_dir=tmp_path / "gw"
-        ) as gateways,
+        serve(
+            devcluster, namespace, name=NAME, model_dir=model_dir, groups=[GROUP],
+            log_dir=tmp_path / "gw",
+        ) as serving,
         BenchJobs(
             devcluster,
-            resolve_service=gateway_service_resolver(gateways),
+            resolve_service=gateway_service_resolver(serving.gateways),
             namespace=namespace,
             model_dir=model_dir,
             log_dir=tmp_path / "bench",
         ),
-    ):
-        wait_until(
-            lambda: (_icl(devcluster, namespace).get("status") or {}).get("readyReplicas") == 1,
-            timeout=DEADLINE,
-            what="one ready replica",
-        )
-        gateway: GatewayInfo = wait_until(
-            lambda: next(iter(gateways.gateways()), None), timeout=DEADLINE, what="gateway pod run"
-        )
-        wait_until(
-            lambda: httpx.get(f"{gateway.router_url}/readiness", timeout=5).json().get(
-                "healthy_workers"
-            ) == 1,
-            timeout=DEADLINE,
-            what="the front door to reach the engine",
-        )  # fmt: skip
+    ):  # fmt: skip
         devcluster.kubectl(
             "annotate", "icl", NAME, "-n", namespace,
             "sparkllm.io/benchmark=alice", "sparkllm.io/benchmark-scenarios=short-c1",

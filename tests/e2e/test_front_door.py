@@ -27,29 +27,22 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.gateway_pods import (
-    GatewayInfo,
-    GatewayPods,
+from sparkllm.devcluster.gateway_io import (
     localize_router_args,
     service_account_kubeconfig,
     write_secret_volume,
 )
+from sparkllm.devcluster.gateway_pods import GatewayInfo
 from sparkllm.errors import DevClusterError
 from tests.conftest import OperatorProcess
-from tests.unit.gateway_fixtures import (
-    MODEL,
-    TOKENIZER_CORPUS_WORD,
-    train_tokenizer,
-    write_model_dir,
-)
+from tests.e2e.serving import DEADLINE, USERS_SECRET, serve
+from tests.unit.gateway_fixtures import MODEL, TOKENIZER_CORPUS_WORD
 
 NAME = "front"
 GROUPS = [["spark-a0", "spark-a1", "spark-a2"], ["spark-b0", "spark-b1", "spark-b2"]]
-DEADLINE = 180  # seconds; generous, the machine is busy
 FAILOVER_FAILURES_ALLOWED = 3
 AFTER_SWITCH = 20
 
@@ -103,26 +96,6 @@ def test_service_account_kubeconfig_keeps_the_server_and_swaps_the_user() -> Non
 # --- the front door on the dev cluster -------------------------------------------------
 
 
-def _manifest(model_dir: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "sparkllm.io/v1alpha1",
-        "kind": "InferenceCluster",
-        "metadata": {"name": NAME},
-        "spec": {
-            "replicas": 2,
-            "model": {"path": str(model_dir), "servedName": MODEL},
-            "engine": {"image": "nvcr.io/nvidia/sglang:26.07-py3", "pipelineParallel": 3},
-            "admission": {"apiKeysSecretRef": {"name": "user-keys"}, "maxInputTokens": 8192},
-            "placement": {"nodeGroups": GROUPS},
-        },
-    }
-
-
-def _ready_replicas(cluster: DevCluster, namespace: str) -> int:
-    obj = cluster.kubectl_json("get", "icl", NAME, "-n", namespace)
-    return int((obj.get("status") or {}).get("readyReplicas") or 0)
-
-
 def _rank0_ips(cluster: DevCluster, namespace: str) -> dict[int, str]:
     pods = cluster.kubectl_json(
         "get", "pods", "-n", namespace, "-l", f"sparkllm.io/cluster={NAME},sparkllm.io/rank=0"
@@ -152,12 +125,6 @@ def _chat(content: str, *, stream: bool = False, max_tokens: int = 8) -> dict[st
 
 
 @pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
-    """A tiny byte-level BPE and chat template: read by the simulators and the gateway."""
-    return write_model_dir(tmp_path / "model", train_tokenizer())
-
-
-@pytest.fixture
 def front_door(
     devcluster: DevCluster,
     namespace: str,
@@ -165,44 +132,19 @@ def front_door(
     model_dir: Path,
     tmp_path: Path,
 ) -> Iterator[tuple[GatewayInfo, str]]:
-    """Two ready replicas and their running gateway: (gateway, alice's key)."""
-    alice = secrets.token_urlsafe(24)
-    devcluster.kubectl(
-        "create", "secret", "generic", "user-keys", "-n", namespace, f"--from-literal=alice={alice}"
-    )
-    devcluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(_manifest(model_dir))
-    )
-    # The operator fixture runs the engine harness (a simulator per engine pod).
-    with GatewayPods(
-        devcluster, tokenizer_dir=model_dir, namespace=namespace, log_dir=tmp_path / "gw"
-    ) as gateways:
-        wait_until(
-            lambda: _ready_replicas(devcluster, namespace) == 2,
-            timeout=DEADLINE,
-            what="two ready replicas",
-        )
-        # The operator created the front door (Deployment, Service, RBAC) with the ranks.
-        gateway: GatewayInfo = wait_until(
-            lambda: next(iter(gateways.gateways()), None), timeout=DEADLINE, what="gateway pod run"
-        )
-        wait_until(
-            lambda: httpx.get(f"{gateway.admission_url}/health", timeout=5).status_code == 200,
-            timeout=DEADLINE,
-            what="admission layer up",
-        )
-        wait_until(
-            lambda: httpx.get(f"{gateway.router_url}/readiness", timeout=5).json().get(
-                "healthy_workers"
-            ) == 2,
-            timeout=DEADLINE,
-            what="smg to discover both rank-0 engines",
-        )  # fmt: skip
-        try:
-            yield gateway, alice
-        finally:
-            for log in sorted(gateway.log_dir.glob("*.log")):  # shown when the test fails
-                print(f"--- {log.name} (tail)\n" + "\n".join(log.read_text().splitlines()[-40:]))
+    """Two ready replicas and their running gateway: (gateway, alice's key).
+
+    The operator fixture runs the engine harness (a simulator per engine pod).
+    """
+    with serve(
+        devcluster,
+        namespace,
+        name=NAME,
+        model_dir=model_dir,
+        groups=GROUPS,
+        log_dir=tmp_path / "gw",
+    ) as serving:
+        yield serving.gateway, serving.alice
 
 
 @pytest.mark.cluster
@@ -275,7 +217,7 @@ def _keys_are_checked_and_reloaded(door: Door, cluster: DevCluster, namespace: s
     assert door.post(_chat("hi"), key="nope").json()["error"]["code"] == "invalid_api_key"
     bob = secrets.token_urlsafe(24)
     patch = {"data": {"bob": base64.b64encode(bob.encode()).decode()}}
-    cluster.kubectl("patch", "secret", "user-keys", "-n", namespace, "-p", json.dumps(patch))
+    cluster.kubectl("patch", "secret", USERS_SECRET, "-n", namespace, "-p", json.dumps(patch))
     wait_until(
         lambda: door.post(_chat("hi"), key=bob).status_code == 200,
         timeout=60,

@@ -1,9 +1,17 @@
-"""Proof of service in status: capacity plan, config really applied, model check pending."""
+"""Proof of service in status: capacity plan, config really applied, model check pending.
+
+The Ready cluster here also runs with a user's engine key (``spec.engine.apiKeySecretRef``)
+that starts with "-": rank 0's simulator must start with the rendered, kubelet-expanded
+command (``--api-key=<key>``, one word) and enforce exactly that key, which ConfigApplied
+proves too, since the operator reads ``/get_server_info`` with the key from the Secret.
+"""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
+import httpx
 import pytest
 
 from sparkllm.devcluster import DevCluster, wait_until
@@ -12,6 +20,7 @@ from tests.integration.test_reconcile import apply, condition, icl, ready, sampl
 
 pytestmark = pytest.mark.cluster
 GROUP_A = ["spark-a0", "spark-a1", "spark-a2"]
+ENGINE_KEY_SECRET = "user-engine-key"
 
 
 def settled(cluster: DevCluster, namespace: str, kind: str) -> dict[str, Any] | None:
@@ -24,8 +33,31 @@ def test_ready_cluster_proves_capacity_and_config(
     devcluster: DevCluster, namespace: str, operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
-    apply(devcluster, namespace, sample(GROUP_A))
-    wait_until(lambda: ready(devcluster, namespace), timeout=90, what="Ready")
+    engine_key = "-" + secrets.token_urlsafe(24)  # argparse would take it for an option
+    devcluster.kubectl(
+        "create", "secret", "generic", ENGINE_KEY_SECRET, "-n", namespace,
+        f"--from-literal=token={engine_key}",
+    )  # fmt: skip
+    doc = sample(GROUP_A)
+    doc["spec"]["engine"]["apiKeySecretRef"] = {"name": ENGINE_KEY_SECRET, "key": "token"}
+    apply(devcluster, namespace, doc)
+    ready_obj = wait_until(lambda: ready(devcluster, namespace), timeout=90, what="Ready")
+    selector = "sparkllm.io/rank=0,app.kubernetes.io/component=engine"
+    rank0 = devcluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+    assert len(rank0) == 1
+    container = rank0[0]["spec"]["containers"][0]
+    assert "--api-key=$(SPARKLLM_ENGINE_API_KEY)" in container["args"]
+    key_env = next(e for e in container["env"] if e["name"] == "SPARKLLM_ENGINE_API_KEY")
+    assert key_env["valueFrom"]["secretKeyRef"] == {"name": ENGINE_KEY_SECRET, "key": "token"}
+    endpoint = ready_obj["status"]["replicaStatuses"][0]["endpoint"]
+    for key, status in ((engine_key, 200), (engine_key[1:], 401)):
+        reply = httpx.get(
+            f"{endpoint}/get_server_info",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=10,
+            trust_env=False,
+        )
+        assert reply.status_code == status, (key == engine_key, reply.text[:200])
     obj = wait_until(
         lambda: settled(devcluster, namespace, "ConfigApplied"),
         timeout=60,

@@ -28,6 +28,7 @@ from sparkllm.configcheck import (
     redact_server_info,
     values_match,
 )
+from sparkllm.devcluster import kubelet
 from sparkllm.render.engine import ENGINE_API_KEY_ENV, ENGINE_COMMAND, engine_args
 from sparkllm.sim.server import prepare
 
@@ -45,8 +46,11 @@ def sample_spec(**engine: Any) -> InferenceClusterSpec:
 
 
 def rank0_command(spec: InferenceClusterSpec) -> list[str]:
+    """Rank 0's command as the kubelet starts it: ``$(VAR)`` expanded from its env."""
     args = engine_args(spec, rank=0, rank0_ip="127.0.0.1", api_key=True)
-    return [*ENGINE_COMMAND, *(KEY if a == f"$({ENGINE_API_KEY_ENV})" else a for a in args)]
+    return kubelet.command_line(
+        {"command": list(ENGINE_COMMAND), "args": args}, {ENGINE_API_KEY_ENV: KEY}
+    )
 
 
 def server_info_in_process(spec: InferenceClusterSpec, sim: Sequence[str]) -> dict[str, Any]:

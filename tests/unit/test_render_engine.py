@@ -19,6 +19,7 @@ import yaml
 import sparkllm.render.engine as engine_module
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
 from sparkllm.errors import SpecError
+from sparkllm.render.argv import flag_name, option_value
 from sparkllm.render.engine import (
     CUDA_GRAPH_DECODE_FLAG,
     ENGINE_API_KEY_ENV,
@@ -58,7 +59,10 @@ def with_extra_args(spec: InferenceClusterSpec, *args: str) -> InferenceClusterS
 
 
 def value_of(args: list[str], flag: str) -> str:
-    return args[args.index(flag) + 1]
+    """The flag's value in either form (``--flag VALUE`` or ``--flag=VALUE``)."""
+    value = option_value(args, flag)
+    assert value is not None, f"{flag} not rendered"
+    return value
 
 
 # --- the command line ------------------------------------------------------------------
@@ -83,7 +87,7 @@ def test_rank0_command_line_of_the_sample() -> None:
         "--enable-metrics",
         "--tool-call-parser", "deepseekv4",
         "--reasoning-parser", "deepseek-v4",
-        "--api-key", KEY_PLACEHOLDER,
+        f"--api-key={KEY_PLACEHOLDER}",  # one word: the key may start with "-"
     ]  # fmt: skip
 
 
@@ -146,12 +150,13 @@ def test_parsers_only_when_set(
 @pytest.mark.parametrize(("rank", "api_key"), [(0, True), (0, False), (1, True), (2, False)])
 def test_api_key_flag_only_when_asked_and_never_a_literal(rank: int, api_key: bool) -> None:
     args = engine_args(spec_with(), rank=rank, rank0_ip=RANK0_IP, api_key=api_key)
+    key_words = [arg for arg in args if flag_name(arg) == "--api-key"]
     if api_key:
+        assert key_words == [f"--api-key={KEY_PLACEHOLDER}"]
         assert value_of(args, "--api-key") == KEY_PLACEHOLDER
-        assert args.count("--api-key") == 1
     else:
-        assert "--api-key" not in args
-        assert KEY_PLACEHOLDER not in args
+        assert key_words == []
+        assert not any(KEY_PLACEHOLDER in arg for arg in args)
 
 
 @pytest.mark.parametrize(
@@ -227,6 +232,7 @@ def test_invalid_extra_args_are_refused(extra: list[str], message: str) -> None:
         (["--pipeline-parallel-size=2"], "--pipeline-parallel-size"),
         (["--nccl-init-addr", "1.2.3.4:5"], "--nccl-init-addr"),
         (["--api-key", "literal"], "--api-key"),
+        (["--api-key=-literal"], "--api-key"),
         (["--enable-metrics"], "--enable-metrics"),
         (["--host", "127.0.0.1"], "--host"),
         (["--cuda-graph-max-bs-decode", "16"], "--cuda-graph-max-bs-decode"),
@@ -266,7 +272,7 @@ def test_every_emitted_flag_exists_and_parses_as_the_pinned_sglang(
 ) -> None:
     spec = spec_with(**SPEC_VARIANTS[variant])
     args = engine_args(spec, rank=rank, rank0_ip=RANK0_IP, api_key=api_key)
-    flags = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    flags = [name for name in map(flag_name, args) if name is not None]
     assert flags
     assert [f for f in flags if f not in known_flags()] == []
     parsed = parse_sglang_argv(args)

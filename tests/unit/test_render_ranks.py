@@ -291,11 +291,11 @@ def test_only_rank_zero_has_probes_and_the_api_key() -> None:
                 {"name": ENGINE_API_KEY_ENV,
                  "valueFrom": {"secretKeyRef": {"name": KEY.secret, "key": KEY.key}}},
             ]  # fmt: skip
-            assert f"$({ENGINE_API_KEY_ENV})" in container["args"]
+            assert f"--api-key=$({ENGINE_API_KEY_ENV})" in container["args"]  # one word
         else:
             assert probes == set()
             assert key_env == []
-            assert "--api-key" not in container["args"]
+            assert not [arg for arg in container["args"] if arg.startswith("--api-key")]
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from sparkllm.errors import SpecError
@@ -142,6 +144,8 @@ def test_validate_extra_args_rejects_unknown_reserved_names() -> None:
         (["--enable-metrics-for-all"], {"enable_metrics_for_all_schedulers": True}),
         (["--tool-call-parser", "deepseekv4"], {"tool_call_parser": "deepseekv4"}),
         (["--reasoning-parser", "deepseek-v4"], {"reasoning_parser": "deepseek-v4"}),
+        (["--api-key=-dash-key"], {"api_key": "-dash-key"}),  # attached: any value
+        (["--api-key=--pp-size=3"], {"api_key": "--pp-size=3"}),
     ],
 )
 def test_parse_sglang_argv(argv: list[str], expected: dict[str, object]) -> None:
@@ -161,11 +165,32 @@ def test_parse_sglang_argv(argv: list[str], expected: dict[str, object]) -> None
         (["--pp", "3"], "ambiguous option: --pp could match"),
         (["--reasoning-parser", "nope"], "argument --reasoning-parser: invalid choice: 'nope'"),
         (["--context-length", "lots"], "invalid human_readable_int value: 'lots'"),
+        (["--api-key", "-dash-key"], "argument --api-key: expected one argument"),
     ],
 )
 def test_parse_sglang_argv_refuses_like_argparse(argv: list[str], message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace("?", r"\?")):
         parse_sglang_argv([*BASE, *argv])
+
+
+@pytest.mark.parametrize("attach", [True, False])
+@pytest.mark.parametrize("key", ["-dash", "--looks-like-a-flag", "--pp-size", "-1", "-k=v", "k"])
+def test_a_key_parses_as_pythons_own_argparse_reads_it(key: str, attach: bool) -> None:
+    """The model against the real thing: argparse with SGLang's two options that matter."""
+    real = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
+    real.add_argument("--model-path", required=True)
+    real.add_argument("--api-key")
+    words = [*BASE, *([f"--api-key={key}"] if attach else ["--api-key", key])]
+    try:
+        expected = real.parse_args(words).api_key
+    except argparse.ArgumentError:
+        expected = None
+    try:
+        modelled = parse_sglang_argv(words).get("api_key")
+    except SpecError:
+        modelled = None
+    assert modelled == expected
+    assert (modelled == key) is (attach or not key.startswith("-") or key == "-1")
 
 
 def test_parse_requires_model_path() -> None:

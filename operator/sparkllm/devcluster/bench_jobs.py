@@ -23,7 +23,8 @@ What a kubelet and the cluster network would provide:
   admission layer ``GatewayPods`` runs (``gateway_service_resolver``). Until it answers
   the container does not start (a client would find no endpoints).
 
-Level-based: a supervisor thread lists benchmark pods every tick, runs each pod once,
+Level-based: the supervisor thread (``pod_supervisor.PodSupervisor``, shared with the
+engine harness and the gateway pods) lists benchmark pods every tick, runs each pod once,
 reports its exit once, and stops a process whose pod is deleted (a cancel, the Job's
 deadline). Not done: probes, resources, images, restart policies other than Never.
 """
@@ -37,11 +38,9 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import urlsplit
@@ -50,16 +49,24 @@ from sparkllm.devcluster import engine_io, hostpaths, init_containers, kubelet
 from sparkllm.devcluster.cluster import DevCluster
 from sparkllm.devcluster.gateway_pods import GatewayInfo
 from sparkllm.devcluster.kubelet import JSON
+from sparkllm.devcluster.pod_supervisor import (
+    PodSupervisor,
+    pod_key,
+    pods_by_uid,
+    scratch_directory,
+    stop_processes,
+    utc_timestamp,
+)
 from sparkllm.errors import ClusterAPIError, DevClusterError
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT
 
 logger = logging.getLogger(__name__)
 
 SELECTOR: Final = "app.kubernetes.io/component=benchmark"
-TICK_SECONDS: Final = 0.5
 STOP_GRACE_SECONDS: Final = 5.0
 BASE_URL_OPTION: Final = "--base-url"
 TERMINATION_FILE: Final = "termination-log"  # in the pod's scratch directory
+_DELETED, _EXITED = "pod deleted", "exited"  # why a run ends
 _MODEL_VOLUME_KINDS: Final = frozenset({"hostPath", "persistentVolumeClaim"})
 # (namespace, service, port) -> the local base URL that stands for it, or None (not yet).
 ServiceResolver = Callable[[str, str, int], str | None]
@@ -156,10 +163,6 @@ def gateway_service_resolver(gateways: RunningGateways) -> ServiceResolver:
     return resolve
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # --- the shell ---------------------------------------------------------------------------
 
 
@@ -174,6 +177,7 @@ class _BenchKube(engine_io.KubeClient):
 
 @dataclass
 class _Run:
+    uid: str
     key: tuple[str, str]
     container: JSON
     scratch: Path
@@ -182,8 +186,12 @@ class _Run:
     process: subprocess.Popen[bytes]
 
 
-class BenchJobs:
+class BenchJobs(PodSupervisor[_Run]):
     """Run every Running benchmark pod's ``sparkllm bench`` once, and report its exit."""
+
+    name, noun = "benchmark pods", "benchmark pod"
+    stop_grace_seconds = STOP_GRACE_SECONDS
+    retry_seconds = 0.0  # every tick: the gateway's Service may answer any moment
 
     def __init__(
         self,
@@ -195,127 +203,97 @@ class BenchJobs:
         hosts_root: Path | None = None,
         log_dir: Path | None = None,
     ) -> None:
+        super().__init__()
         self.cluster, self.resolve_service = cluster, resolve_service
         self.namespace, self.model_dir = namespace, model_dir
         self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
         self.log_dir = log_dir or cluster.paths.state_dir / "bench-jobs"
-        self._runs: dict[str, _Run] = {}
         self._done: set[str] = set()  # pods whose process ran (or cannot run): never again
-        self._said: dict[str, str] = {}  # why a pod is not started yet, logged once
-        self._stopped = threading.Event()
         self._kube: _BenchKube | None = None
         self._workdir: Path | None = None
-        self._supervisor: threading.Thread | None = None
 
-    def start(self) -> None:
-        if self._supervisor is not None:
-            raise DevClusterError("benchmark job runner already started")
-        self._kube = _BenchKube(self.cluster.paths.kubeconfig)
-        self._workdir = Path(tempfile.mkdtemp(prefix="sparkllm-bench-jobs-"))
-        self._stopped.clear()
-        self._supervisor = threading.Thread(target=self._supervise, name="bench-jobs", daemon=True)
-        self._supervisor.start()
+    # --- the supervisor's hooks --------------------------------------------------------
 
-    def stop(self) -> None:
-        """Stop every process and the supervisor. Idempotent."""
-        self._stopped.set()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=STOP_GRACE_SECONDS + 10)
-            self._supervisor = None
-        if self._kube is not None:
-            self._kube.close()
-            self._kube = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+    def _open(self, resources: ExitStack) -> None:
+        self._kube = resources.enter_context(closing(_BenchKube(self.cluster.paths.kubeconfig)))
+        self._workdir = scratch_directory(resources, prefix="sparkllm-bench-jobs-")
 
-    def __enter__(self) -> BenchJobs:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _supervise(self) -> None:
-        try:
-            while not self._stopped.wait(TICK_SECONDS):
-                try:
-                    self._tick()
-                except (ClusterAPIError, DevClusterError) as exc:
-                    logger.warning("benchmark pods tick failed (retrying): %s", exc)
-        finally:
-            for run in self._runs.values():
-                _stop(run.process)
-            self._runs.clear()
-
-    def _tick(self) -> None:
+    def _list_pods(self) -> dict[str, JSON]:
         assert self._kube is not None
-        pods = {
-            str(p["metadata"]["uid"]): p
-            for p in self._kube.list_bench_pods(namespace=self.namespace)
-        }
-        for uid, run in list(self._runs.items()):
-            pod = pods.get(uid)
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return pods_by_uid(self._kube.list_bench_pods(namespace=self.namespace))
+
+    def _stop_reason(self, run: _Run, pod: JSON | None) -> str | None:
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return _DELETED  # a cancel, or the Job's deadline
+        return _EXITED if run.process.poll() is not None else None
+
+    def _retire(self, run: _Run, *, why: str) -> None:
+        """Report an exit (once: the pod is never run again); stop a process still running."""
+        if why == _EXITED:
+            self._report(run)
+        else:
+            if why == _DELETED:
                 logger.info("benchmark pod %s/%s deleted: stopping its process", *run.key)
-                _stop(run.process)
-                self._finish(uid)
-            elif run.process.poll() is not None:
-                self._report(run)
-                self._finish(uid)
-        for uid, pod in pods.items():
-            if uid not in self._runs and uid not in self._done and kubelet.should_run(pod):
-                self._launch(uid, pod)
+            stop_processes([run.process], grace_seconds=STOP_GRACE_SECONDS)
+        self._done.add(run.uid)
+        shutil.rmtree(run.scratch, ignore_errors=True)
+
+    def _housekeep(self, pods: Mapping[str, JSON]) -> None:
         self._done &= set(pods)
-        self._said = {uid: why for uid, why in self._said.items() if uid in pods}
 
-    def _finish(self, uid: str) -> None:
-        self._done.add(uid)
-        shutil.rmtree(self._runs.pop(uid).scratch, ignore_errors=True)
+    def _may_start(self, uid: str, pod: JSON) -> bool:
+        return uid not in self._done and kubelet.should_run(pod)
 
-    def _launch(self, uid: str, pod: JSON) -> None:
+    def _start_pod(self, uid: str, pod: JSON) -> _Run:
         assert self._kube is not None
         assert self._workdir is not None
-        meta = pod["metadata"]
-        key = (str(meta["namespace"]), str(meta["name"]))
+        key = pod_key(pod)
         container = dict((pod["spec"].get("containers") or [{}])[0])
         scratch = self._workdir / f"{key[0]}_{key[1]}_{uid}"
-        try:
-            refs = kubelet.key_refs(container)
-            values = {ref: self._kube.read_key(ref, namespace=key[0]) for ref in refs}
-            env = kubelet.container_env(pod, container, values=values)
-            words = kubelet.command_line(container, env)
-            target = hostpaths.option_value(words, BASE_URL_OPTION)
-            address = service_address(target) if target else None
-            base_url = self.resolve_service(*address) if address else None
-            if address is not None and base_url is None:
-                raise DevClusterError(f"service {address[1]}.{address[0]} has no endpoint here yet")
-            termination_file = scratch / TERMINATION_FILE
-            message_path = str(container.get("terminationMessagePath") or "/dev/termination-log")
-            mounts = [
-                *self._mounts(pod, container, scratch=scratch),
-                hostpaths.LocalMount(mount_path=message_path, local=termination_file, kind="file"),
-            ]
-            argv = bench_argv(words, python=sys.executable, mounts=mounts, base_url=base_url)
-            hostpaths.materialize(mounts)
-            termination_file.parent.mkdir(parents=True, exist_ok=True)
-            termination_file.write_bytes(b"")
-        except (kubelet.ContainerConfigError, DevClusterError, OSError) as exc:
-            if self._said.get(uid) != str(exc):
-                logger.warning("benchmark pod %s/%s cannot start yet: %s", *key, exc)
-            self._said[uid] = str(exc)
-            shutil.rmtree(scratch, ignore_errors=True)
-            return
         log_path = self.log_dir / f"{key[0]}_{key[1]}.log"
         base = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
         as_written = shlex.join([*container.get("command", []), *container.get("args", [])])
-        header = f"--- {_now()} benchmark pod {key[0]}/{key[1]}: {as_written}"
-        process = engine_io.spawn_simulator(
-            argv, env={**base, **env}, log_path=log_path, header=header
-        )
-        self._runs[uid] = _Run(key, container, scratch, log_path, _now(), process)
-        self._said.pop(uid, None)
+        header = f"--- {utc_timestamp()} benchmark pod {key[0]}/{key[1]}: {as_written}"
+        try:
+            argv, env = self._command(pod, container, scratch=scratch)
+            process = engine_io.spawn_simulator(
+                argv, env={**base, **env}, log_path=log_path, header=header
+            )
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
         logger.info("benchmark pod %s/%s started", *key)
+        return _Run(uid, key, container, scratch, log_path, utc_timestamp(), process)
+
+    def _command(
+        self, pod: JSON, container: JSON, *, scratch: Path
+    ) -> tuple[list[str], dict[str, str]]:
+        """(argv, env) of the container as a local process; its files laid out in ``scratch``.
+
+        DevClusterError while the ``--base-url`` Service has no endpoint here yet.
+        """
+        assert self._kube is not None
+        namespace = str(pod["metadata"]["namespace"])
+        refs = kubelet.key_refs(container)
+        values = {ref: self._kube.read_key(ref, namespace=namespace) for ref in refs}
+        env = kubelet.container_env(pod, container, values=values)
+        words = kubelet.command_line(container, env)
+        target = hostpaths.option_value(words, BASE_URL_OPTION)
+        address = service_address(target) if target else None
+        base_url = self.resolve_service(*address) if address else None
+        if address is not None and base_url is None:
+            raise DevClusterError(f"service {address[1]}.{address[0]} has no endpoint here yet")
+        termination_file = scratch / TERMINATION_FILE
+        message_path = str(container.get("terminationMessagePath") or "/dev/termination-log")
+        mounts = [
+            *self._mounts(pod, container, scratch=scratch),
+            hostpaths.LocalMount(mount_path=message_path, local=termination_file, kind="file"),
+        ]
+        argv = bench_argv(words, python=sys.executable, mounts=mounts, base_url=base_url)
+        hostpaths.materialize(mounts)
+        termination_file.parent.mkdir(parents=True, exist_ok=True)
+        termination_file.write_bytes(b"")
+        return argv, env
 
     def _mounts(self, pod: JSON, container: JSON, *, scratch: Path) -> list[hostpaths.LocalMount]:
         """The container's mounts made local; the model volume is ``model_dir`` if given."""
@@ -351,7 +329,7 @@ class BenchJobs:
             exit_code=code,
             message=message,
             started_at=run.started_at,
-            finished_at=_now(),
+            finished_at=utc_timestamp(),
         )
         try:
             self._kube.patch_pod_status(run.key[0], run.key[1], body=patch)
@@ -366,17 +344,6 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 __all__ = [

@@ -17,6 +17,8 @@ Threads: the pod cache (``engine_io.PodCache``); a supervisor that reconciles
 processes against the cache every tick (0.5 s, or at once on a pod event) — level-based,
 so a missed event costs one tick, never a stray process; one prober per engine with an
 HTTP readiness probe. Only the supervisor starts or stops processes and writes status.
+The thread, the tick and the pod -> engine map are ``pod_supervisor.PodSupervisor``'s,
+shared with the gateway pods and benchmark Jobs; this module supplies the engine's part.
 
 Safety: a lock file admits one all-namespaces harness XOR any number of namespaced ones;
 processes run in their own session and, on Linux, die with the thread that started them
@@ -30,26 +32,31 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 from sparkllm.devcluster import engine_io, hostpaths, init_containers, kubelet
 from sparkllm.devcluster.cluster import DevCluster
 from sparkllm.devcluster.init_containers import InitRun, InitSequence, InitView
 from sparkllm.devcluster.kubelet import JSON, ContainerView
+from sparkllm.devcluster.pod_supervisor import (
+    PodSupervisor,
+    cli_logging,
+    pod_key,
+    stop_signal,
+    utc_timestamp,
+    wait_or_kill,
+)
 from sparkllm.errors import ClusterAPIError, DevClusterError
 
 logger = logging.getLogger(__name__)
 
-TICK_SECONDS = 0.5
 STOP_GRACE_SECONDS = 8.0  # the simulator drains in-flight requests for up to 5 s
 CONFIG_RETRY_SECONDS = 2.0
 
@@ -91,8 +98,12 @@ class _Engine:
     kill_at: float = 0.0
 
 
-class EngineHarness:
+class EngineHarness(PodSupervisor[_Engine]):
     """Run the simulator for every Running engine pod of the dev cluster, like a kubelet."""
+
+    name, noun = "engine harness", "engine"
+    stop_grace_seconds = STOP_GRACE_SECONDS
+    retry_seconds = CONFIG_RETRY_SECONDS
 
     def __init__(
         self,
@@ -105,6 +116,7 @@ class EngineHarness:
         crash_backoff_seconds: float = kubelet.BACKOFF_INITIAL_SECONDS,
         hosts_root: Path | None = None,
     ) -> None:
+        super().__init__()
         self.cluster = cluster
         self.sim_args = tuple(sim_args)
         self.log_dir = log_dir or cluster.paths.state_dir / "engines"
@@ -112,70 +124,12 @@ class EngineHarness:
         self.namespace = namespace
         self.probe_interval = probe_interval
         self.crash_backoff_seconds = crash_backoff_seconds
-        self._engines: dict[str, _Engine] = {}
         self._stopping: list[_Engine] = []
-        self._config_retry: dict[str, tuple[float, str]] = {}
         self._snapshot: tuple[EngineInfo, ...] = ()
         self._init_runs: deque[InitRun] = deque(maxlen=1000)
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
         self._lock = engine_io.HarnessLock(cluster.paths.state_dir, namespace=namespace)
         self._kube: engine_io.KubeClient | None = None
         self._cache: engine_io.PodCache | None = None
-        self._supervisor: threading.Thread | None = None
-
-    # --- lifecycle ------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start watching and supervising; returns once the first pod list is in."""
-        if self._supervisor is not None:
-            raise DevClusterError("engine harness already started")
-        self._lock.acquire()
-        try:
-            self._kube = engine_io.KubeClient(self.cluster.paths.kubeconfig)
-            self._cache = engine_io.PodCache(
-                self._kube, namespace=self.namespace, on_change=self._wake.set
-            )
-            self._cache.start()
-            if not self._cache.synced.wait(timeout=30):
-                raise DevClusterError("engine harness: no pod list from the API server in 30 s")
-        except BaseException:
-            self._shutdown_watch()
-            self._lock.release()
-            raise
-        self._stopped.clear()
-        self._supervisor = threading.Thread(
-            target=self._supervise, name="engine-harness", daemon=True
-        )
-        self._supervisor.start()
-        logger.info("engine harness started; simulator logs in %s", self.log_dir)
-
-    def stop(self) -> None:
-        """Stop every simulator (SIGTERM, then SIGKILL) and the threads. Idempotent."""
-        self._stopped.set()
-        self._wake.set()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=STOP_GRACE_SECONDS + 10)
-            self._supervisor = None
-        for engine in [*self._engines.values(), *self._stopping]:  # only if the join failed
-            _stop_prober(engine)
-            if engine.init is not None:
-                engine.init.close()
-            if engine.process is not None and engine.process.poll() is None:
-                engine.process.kill()
-                engine.process.wait()
-        self._engines.clear()
-        self._stopping.clear()
-        self._snapshot = ()
-        self._shutdown_watch()
-        self._lock.release()
-
-    def __enter__(self) -> EngineHarness:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def engines(self) -> tuple[EngineInfo, ...]:
         """The engines as of the supervisor's last tick."""
@@ -185,79 +139,72 @@ class EngineHarness:
         """Every init container run that ended (the last 1000), oldest first."""
         return tuple(self._init_runs)
 
-    def _shutdown_watch(self) -> None:
-        if self._cache is not None:
-            self._cache.stop()
-            self._cache = None
-        if self._kube is not None:
-            self._kube.close()
-            self._kube = None
+    # --- resources (before and after the supervisor thread) --------------------------
 
-    # --- the supervisor ----------------------------------------------------------------
+    def _open(self, resources: ExitStack) -> None:
+        """Take the lock and fill the pod cache; ``start()`` returns once the list is in."""
+        self._lock.acquire()
+        resources.callback(self._lock.release)
+        self._kube = resources.enter_context(
+            closing(engine_io.KubeClient(self.cluster.paths.kubeconfig))
+        )
+        self._cache = engine_io.PodCache(
+            self._kube, namespace=self.namespace, on_change=self._wake.set
+        )
+        self._cache.start()
+        resources.callback(self._cache.stop)
+        if not self._cache.synced.wait(timeout=30):
+            raise DevClusterError("engine harness: no pod list from the API server in 30 s")
+        logger.info("engine harness started; simulator logs in %s", self.log_dir)
 
-    def _supervise(self) -> None:
-        try:
-            while not self._stopped.is_set():
-                self._wake.wait(timeout=TICK_SECONDS)
-                self._wake.clear()
-                if self._stopped.is_set():
-                    break
-                try:
-                    self._tick()
-                except Exception:  # one bad tick must not end the harness
-                    logger.exception("engine harness tick failed; retrying")
-        finally:
-            self._stop_all()
+    def _close(self) -> None:
+        """Kill what is left: only if the thread did not end in time (its join failed)."""
+        for engine in [*self._pod_states.values(), *self._stopping]:
+            _stop_prober(engine)
+            if engine.init is not None:
+                engine.init.close()
+            if engine.process is not None and engine.process.poll() is None:
+                engine.process.kill()
+                engine.process.wait()
+        self._pod_states.clear()
+        self._stopping.clear()
+        self._snapshot = ()
 
-    def _tick(self) -> None:
+    # --- the supervisor's hooks --------------------------------------------------------
+
+    def _list_pods(self) -> dict[str, JSON]:
         assert self._cache is not None
-        pods = self._cache.snapshot()
-        for uid in list(self._engines):
-            pod = pods.get(uid)
-            if pod is None or not kubelet.should_run(pod):
-                self._retire(self._engines.pop(uid), why="pod gone" if pod is None else "pod ended")
-        self._reap_stopping()
-        self._config_retry = {u: v for u, v in self._config_retry.items() if u in pods}
-        for uid, pod in pods.items():
-            if uid not in self._engines and kubelet.should_run(pod):
-                self._launch(pod)
-        for engine in self._engines.values():  # a new engine's first status goes out now
-            self._follow(engine, pods[engine.uid])
-        self._snapshot = tuple(_info(engine) for engine in self._engines.values())
+        return self._cache.snapshot()
 
-    def _launch(self, pod: JSON) -> None:
-        meta = pod["metadata"]
-        uid, key = str(meta["uid"]), (str(meta["namespace"]), str(meta["name"]))
-        node_ip, container = kubelet.host_ip(pod), kubelet.engine_container(pod)
+    def _housekeep(self, pods: Mapping[str, JSON]) -> None:
+        self._reap_stopping()
+
+    def _after_tick(self) -> None:
+        self._snapshot = tuple(_info(engine) for engine in self._pod_states.values())
+
+    def _start_pod(self, uid: str, pod: JSON) -> _Engine | None:
+        """The pod's engine: its init containers first if it has any, else the simulator."""
+        key, node_ip = pod_key(pod), kubelet.host_ip(pod)
+        container = kubelet.engine_container(pod)
         assert node_ip is not None
         assert container is not None
         if any(engine.node_ip == node_ip for engine in self._stopping):
-            return  # the node's previous engine still holds its address
-        retry_at, _ = self._config_retry.get(uid, (0.0, ""))
-        if time.monotonic() < retry_at:
-            return
+            return None  # the node's previous engine still holds its address
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-        try:
-            assert self._kube is not None
-            refs = kubelet.key_refs(container)
-            values = {ref: self._kube.read_key(ref, namespace=key[0]) for ref in refs}
-            env = kubelet.container_env(pod, container, values=values)
-            init = init_containers.build_sequence(
-                pod, kube=self._kube, hosts_root=self.hosts_root, log_dir=self.log_dir,
-                python=sys.executable, base_env=base_env,
-                backoff_initial=self.crash_backoff_seconds, now=_now(),
-            )  # fmt: skip
-        except (kubelet.ContainerConfigError, ClusterAPIError) as exc:
-            if self._config_retry.get(uid, (0.0, ""))[1] != str(exc):
-                logger.warning("engine %s/%s cannot start yet: %s", *key, exc)
-            self._config_retry[uid] = (time.monotonic() + CONFIG_RETRY_SECONDS, str(exc))
-            return
-        self._config_retry.pop(uid, None)
+        assert self._kube is not None
+        refs = kubelet.key_refs(container)
+        values = {ref: self._kube.read_key(ref, namespace=key[0]) for ref in refs}
+        env = kubelet.container_env(pod, container, values=values)
+        init = init_containers.build_sequence(
+            pod, kube=self._kube, hosts_root=self.hosts_root, log_dir=self.log_dir,
+            python=sys.executable, base_env=base_env,
+            backoff_initial=self.crash_backoff_seconds, now=utc_timestamp(),
+        )  # fmt: skip
         command = kubelet.command_line(container, env)
         restarts, last = kubelet.observed_restarts(pod, str(container["name"]))
         probe = kubelet.readiness_probe(pod, container)
         view = ContainerView(
-            running_since=None if init else _now(),
+            running_since=None if init else utc_timestamp(),
             ready=probe is None and init is None,
             restart_count=restarts,
             last_terminated=last,
@@ -284,7 +231,7 @@ class EngineHarness:
         )
         if init is None:
             self._run(engine, header=engine.header)
-        self._engines[uid] = engine
+        return engine
 
     def _run(self, engine: _Engine, *, header: str) -> None:
         """Start (or restart) the simulator process and, with a probe, its prober."""
@@ -292,7 +239,7 @@ class EngineHarness:
             engine.argv,
             env=engine.env,
             log_path=engine.log_path,
-            header=f"--- {_now()} engine harness: {header}",
+            header=f"--- {utc_timestamp()} engine harness: {header}",
         )
         if engine.probe is not None:
             engine.prober = engine_io.Prober(
@@ -306,11 +253,13 @@ class EngineHarness:
         """Notice a crash, restart after back-off, follow the probe, write status."""
         now = time.monotonic()
         if engine.init is not None and not engine.init.done:
-            finished = engine.init.poll(now=_now())
+            finished = engine.init.poll(now=utc_timestamp())
             if finished is not None:
                 self._init_runs.append(finished)
             if engine.init.done:  # the last init container passed: the engine starts
-                engine.view = replace(engine.view, running_since=_now(), ready=engine.probe is None)
+                engine.view = replace(
+                    engine.view, running_since=utc_timestamp(), ready=engine.probe is None
+                )
                 self._run(engine, header=engine.header)
         elif engine.process is not None and engine.process.poll() is not None:
             returncode, engine.process = engine.process.returncode, None
@@ -320,11 +269,16 @@ class EngineHarness:
             )
             engine.restart_at = now + backoff
             engine.view = kubelet.after_exit(
-                engine.view, returncode=returncode, finished_at=_now(), backoff_seconds=backoff
+                engine.view,
+                returncode=returncode,
+                finished_at=utc_timestamp(),
+                backoff_seconds=backoff,
             )
             logger.warning("engine %s/%s exited with %d", *engine.pod_key, returncode)
         elif engine.process is None and now >= engine.restart_at:
-            engine.view = replace(engine.view, running_since=_now(), ready=engine.probe is None)
+            engine.view = replace(
+                engine.view, running_since=utc_timestamp(), ready=engine.probe is None
+            )
             self._run(engine, header=f"restart {engine.view.restart_count}")
         if engine.prober is not None:
             engine.view = replace(engine.view, ready=engine.prober.ready)
@@ -340,9 +294,9 @@ class EngineHarness:
         if engine.view == engine.written and init_views == engine.written_init:
             return
         assert self._kube is not None
-        body = kubelet.status_patch(pod, name, engine.view, now=_now())
+        body = kubelet.status_patch(pod, name, engine.view, now=utc_timestamp())
         if init_views is not None:
-            body = init_containers.with_init_status(body, pod, init_views, now=_now())
+            body = init_containers.with_init_status(body, pod, init_views, now=utc_timestamp())
         try:
             self._kube.patch_pod_status(*engine.pod_key, body=body)
         except ClusterAPIError as exc:
@@ -353,6 +307,7 @@ class EngineHarness:
     # --- stopping -------------------------------------------------------------------
 
     def _retire(self, engine: _Engine, *, why: str) -> None:
+        """SIGTERM the simulator; ``_reap_stopping`` SIGKILLs it after the grace period."""
         _stop_prober(engine)
         if engine.init is not None:
             engine.init.close()
@@ -371,17 +326,11 @@ class EngineHarness:
             elif time.monotonic() >= engine.kill_at:
                 engine.process.kill()
 
-    def _stop_all(self) -> None:
-        for uid in list(self._engines):
-            self._retire(self._engines.pop(uid), why="harness stopping")
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for engine in self._stopping:
-            assert engine.process is not None
-            try:
-                engine.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                engine.process.kill()
-                engine.process.wait()
+    def _drain(self) -> None:
+        wait_or_kill(
+            [engine.process for engine in self._stopping if engine.process is not None],
+            grace_seconds=STOP_GRACE_SECONDS,
+        )
         self._stopping.clear()
         self._snapshot = ()
 
@@ -411,33 +360,24 @@ def _info(engine: _Engine) -> EngineInfo:
     )
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def run_engine_harness(
     cluster: DevCluster, *, sim_args: Sequence[str] = (), namespace: str | None = None
 ) -> int:
     """``sparkllm devcluster engines``: run the harness (all namespaces) until SIGINT/SIGTERM."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="[engines] %(asctime)s %(message)s")
+        cli_logging("engines")
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
     if not cluster.is_running():
         print("[engines] the dev cluster is not running: `sparkllm devcluster up`", file=sys.stderr)
         return 1
-    stop = threading.Event()
-    stop_signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in stop_signals}
-    try:
-        with EngineHarness(cluster, sim_args=sim_args, namespace=namespace):
-            print("[engines] running simulators for engine pods; Ctrl-C stops", flush=True)
-            while not stop.wait(timeout=1.0):
-                pass
-    except DevClusterError as exc:
-        print(f"[engines] {exc}", file=sys.stderr)
-        return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_signal() as stop:
+        try:
+            with EngineHarness(cluster, sim_args=sim_args, namespace=namespace):
+                print("[engines] running simulators for engine pods; Ctrl-C stops", flush=True)
+                while not stop.wait(timeout=1.0):
+                    pass
+        except DevClusterError as exc:
+            print(f"[engines] {exc}", file=sys.stderr)
+            return 1
     print("[engines] stopped; no simulator left running", flush=True)
     return 0

@@ -21,6 +21,7 @@ from typing import Any
 from sparkllm.devcluster import engine_io
 from sparkllm.devcluster.kubelet import JSON
 from sparkllm.errors import ClusterAPIError, DevClusterError
+from sparkllm.render.argv import option_value, replace_option_values
 
 SELECTOR = "app.kubernetes.io/component=gateway"
 TOKEN_SECONDS = 2 * 3600
@@ -40,17 +41,17 @@ def free_port(host: str) -> int:
 def localize_router_args(args: Sequence[str], *, ports: Mapping[str, int]) -> list[str]:
     """The router's args with its listeners on 127.0.0.1 and the given ports.
 
-    ``ports`` maps each flag of ``ROUTER_PORT_FLAGS`` present in ``args`` to a port.
+    ``ports`` maps each flag of ``ROUTER_PORT_FLAGS`` present in ``args`` to a port. A flag
+    may be written ``--port 1`` or ``--port=1``; the rewrite keeps the form, and a value
+    attached to another flag (``--api-key=--port``) is never taken for a flag.
     """
-    out = list(args)
-    for index, word in enumerate(out[:-1]):
-        if word in ROUTER_HOST_FLAGS:
-            out[index + 1] = "127.0.0.1"
-        elif word in ROUTER_PORT_FLAGS:
-            if word not in ports:
-                raise DevClusterError(f"no local port for router flag {word}")
-            out[index + 1] = str(ports[word])
-    return out
+    present = [flag for flag in ROUTER_PORT_FLAGS if option_value(args, flag) is not None]
+    missing = [flag for flag in present if flag not in ports]
+    if missing:
+        raise DevClusterError(f"no local port for router flag {missing[0]}")
+    values = {flag: "127.0.0.1" for flag in ROUTER_HOST_FLAGS}
+    values |= {flag: str(ports[flag]) for flag in present}
+    return replace_option_values(args, values)
 
 
 def write_secret_volume(directory: Path, data: Mapping[str, bytes]) -> None:

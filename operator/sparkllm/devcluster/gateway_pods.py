@@ -16,7 +16,8 @@ kubelet would provide:
 - in-cluster credentials: smg's ``KUBECONFIG`` authenticates as the pod's
   ServiceAccount (a TokenRequest token), so the gateway Role is what allows its watch.
 
-Level-based: a supervisor thread lists gateway pods every tick and starts, restarts
+Level-based: the supervisor thread (``pod_supervisor.PodSupervisor``, shared with the
+engine harness and the benchmark Jobs) lists gateway pods every tick and starts, restarts
 (after a back-off) or stops processes. Not done: probes and pod status (kwok shows the
 pod Ready), resources, images.
 """
@@ -29,10 +30,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,13 +50,21 @@ from sparkllm.devcluster.gateway_io import (
     write_secret_volume,
 )
 from sparkllm.devcluster.kubelet import JSON
-from sparkllm.errors import ClusterAPIError, DevClusterError
+from sparkllm.devcluster.pod_supervisor import (
+    PodSupervisor,
+    cli_logging,
+    pod_key,
+    pods_by_uid,
+    scratch_directory,
+    stop_processes,
+    stop_signal,
+)
+from sparkllm.errors import DevClusterError
 from sparkllm.gateway.config import ENV_PREFIX, env_var_name
 
 logger = logging.getLogger(__name__)
 
 ROUTER, ADMISSION = "router", "admission"
-TICK_SECONDS = 0.5
 STOP_GRACE_SECONDS = 8.0
 RESTART_SECONDS = 2.0
 
@@ -94,8 +102,11 @@ class _Gateway:
     keys_seen: dict[str, dict[str, bytes] | None] = field(default_factory=dict)
 
 
-class GatewayPods:
+class GatewayPods(PodSupervisor[_Gateway]):
     """Run the router and admission containers of every Running gateway pod, like a kubelet."""
+
+    name, noun = "gateway pods", "gateway"
+    stop_grace_seconds = STOP_GRACE_SECONDS
 
     def __init__(
         self,
@@ -106,50 +117,15 @@ class GatewayPods:
         host: str = "127.0.0.1",
         log_dir: Path | None = None,
     ) -> None:
+        super().__init__()
         self.cluster = cluster
         self.tokenizer_dir = tokenizer_dir
         self.namespace = namespace
         self.host = host
         self.log_dir = log_dir or cluster.paths.state_dir / "gateways"
-        self._gateways: dict[str, _Gateway] = {}
-        self._retry_at: dict[str, tuple[float, str]] = {}
         self._snapshot: dict[tuple[str, str], GatewayInfo] = {}
-        self._stopped = threading.Event()
         self._kube: GatewayKube | None = None
         self._workdir: Path | None = None
-        self._supervisor: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._supervisor is not None:
-            raise DevClusterError("gateway pods already started")
-        self._kube = GatewayKube(self.cluster.paths.kubeconfig)
-        self._workdir = Path(tempfile.mkdtemp(prefix="sparkllm-gateways-"))
-        self._stopped.clear()
-        self._supervisor = threading.Thread(
-            target=self._supervise, name="gateway-pods", daemon=True
-        )
-        self._supervisor.start()
-
-    def stop(self) -> None:
-        """Stop every process (SIGTERM, then SIGKILL) and the supervisor. Idempotent."""
-        self._stopped.set()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=STOP_GRACE_SECONDS + 10)
-            self._supervisor = None
-        self._snapshot = {}
-        if self._kube is not None:
-            self._kube.close()
-            self._kube = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def __enter__(self) -> GatewayPods:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def gateways(self) -> tuple[GatewayInfo, ...]:
         """The gateway pods running here, as of the supervisor's last tick."""
@@ -162,57 +138,36 @@ class GatewayPods:
             raise DevClusterError(f"gateway pod {namespace}/{pod} is not running here")
         return info.admission_url
 
-    # --- the supervisor ----------------------------------------------------------------
+    # --- the supervisor's hooks --------------------------------------------------------
 
-    def _supervise(self) -> None:
-        try:
-            while not self._stopped.wait(TICK_SECONDS):
-                try:
-                    self._tick()
-                except (ClusterAPIError, DevClusterError) as exc:
-                    logger.warning("gateway pods tick failed (retrying): %s", exc)
-        finally:
-            for gateway in list(self._gateways.values()):
-                _stop_containers(gateway.containers)
-            self._gateways.clear()
+    def _open(self, resources: ExitStack) -> None:
+        self._kube = resources.enter_context(closing(GatewayKube(self.cluster.paths.kubeconfig)))
+        self._workdir = scratch_directory(resources, prefix="sparkllm-gateways-")
 
-    def _tick(self) -> None:
+    def _close(self) -> None:
+        self._snapshot = {}
+
+    def _list_pods(self) -> dict[str, JSON]:
         assert self._kube is not None
-        pods = {
-            str(p["metadata"]["uid"]): p
-            for p in self._kube.list_gateway_pods(namespace=self.namespace)
-        }
-        for uid in list(self._gateways):
-            if uid not in pods or not kubelet.should_run(pods[uid]):
-                gateway = self._gateways.pop(uid)
-                logger.info("gateway %s/%s stopping: pod gone", *gateway.key)
-                _stop_containers(gateway.containers)
-                shutil.rmtree(gateway.workdir, ignore_errors=True)
-        self._retry_at = {u: v for u, v in self._retry_at.items() if u in pods}
-        for uid, pod in pods.items():
-            if uid not in self._gateways and kubelet.should_run(pod):
-                self._launch(pod)
-        for gateway in self._gateways.values():
-            self._sync_keys(gateway)
-            _keep_running(gateway)
-        self._snapshot = {g.key: g.info for g in self._gateways.values()}
+        return pods_by_uid(self._kube.list_gateway_pods(namespace=self.namespace))
 
-    def _launch(self, pod: JSON) -> None:
-        meta = pod["metadata"]
-        uid, key = str(meta["uid"]), (str(meta["namespace"]), str(meta["name"]))
-        if time.monotonic() < self._retry_at.get(uid, (0.0, ""))[0]:
-            return
-        try:
-            gateway = self._prepare(pod, uid=uid, key=key)
-        except (kubelet.ContainerConfigError, ClusterAPIError, DevClusterError) as exc:
-            if self._retry_at.get(uid, (0.0, ""))[1] != str(exc):
-                logger.warning("gateway %s/%s cannot start yet: %s", *key, exc)
-            self._retry_at[uid] = (time.monotonic() + 2.0, str(exc))
-            return
-        self._retry_at.pop(uid, None)
-        self._gateways[uid] = gateway
+    def _start_pod(self, uid: str, pod: JSON) -> _Gateway:
+        """The pod's processes, ready to run: ``_follow`` starts them in this same tick."""
+        gateway = self._prepare(pod, uid=uid, key=pod_key(pod))
+        logger.info("gateway %s/%s started: %s", *gateway.key, gateway.info.admission_url)
+        return gateway
+
+    def _follow(self, gateway: _Gateway, pod: JSON) -> None:
+        self._sync_keys(gateway)
         _keep_running(gateway)
-        logger.info("gateway %s/%s started: %s", *key, gateway.info.admission_url)
+
+    def _retire(self, gateway: _Gateway, *, why: str) -> None:
+        logger.info("gateway %s/%s stopping: %s", *gateway.key, why)
+        _stop_containers(gateway.containers)
+        shutil.rmtree(gateway.workdir, ignore_errors=True)
+
+    def _after_tick(self) -> None:
+        self._snapshot = {g.key: g.info for g in self._pod_states.values()}
 
     def _prepare(self, pod: JSON, *, uid: str, key: tuple[str, str]) -> _Gateway:
         assert self._kube is not None
@@ -341,17 +296,9 @@ def _keep_running(gateway: _Gateway) -> None:
             )
 
 
-def _stop_containers(containers: Sequence[_Container]) -> None:
-    running = [c.process for c in containers if c.process is not None and c.process.poll() is None]
-    for process in running:
-        process.terminate()
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for process in running:
-        try:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def _stop_containers(containers: list[_Container]) -> None:
+    processes = [c.process for c in containers if c.process is not None]
+    stop_processes(processes, grace_seconds=STOP_GRACE_SECONDS)
     for container in containers:
         container.process = None
 
@@ -365,15 +312,12 @@ def run_gateway_pods(
     JSON whenever they change, so another process (the demo) can tell users where the
     front door is.
     """
-    import signal  # local: only this CLI entry handles signals
-
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="[gateways] %(asctime)s %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    cli_logging("gateways")
     written: dict[str, str] | None = None
-    with GatewayPods(cluster, tokenizer_dir=tokenizer_dir, namespace=namespace) as pods:
+    with (
+        stop_signal() as stop,
+        GatewayPods(cluster, tokenizer_dir=tokenizer_dir, namespace=namespace) as pods,
+    ):
         while not stop.wait(timeout=0.5):
             current = {f"{g.namespace}/{g.pod}": g.admission_url for g in pods.gateways()}
             if current != written:

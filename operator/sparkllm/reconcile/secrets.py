@@ -47,8 +47,9 @@ async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineK
         return ref, base64.b64decode(encoded).decode() if encoded else None
     if ic.spec.engine.api_key_secret_ref is not None:
         return ref, None
-    # Hex, not urlsafe base64: a key starting with "-" would be read by SGLang's (and
-    # smg's) argparse as an option in `--api-key $(KEY)` ("expected one argument").
+    # Hex, not urlsafe base64: defence in depth. The rendered args attach the key with
+    # "=" (`--api-key=$(KEY)`, render/argv.py), so a leading "-" no longer reaches
+    # argparse as an option; a generated key still never starts with one.
     value = secrets.token_hex(32)
     token = base64.b64encode(value.encode()).decode()
     await api.create(

@@ -4,8 +4,13 @@ Every flag emitted here must exist in the pinned SGLang's flag table
 (``sglang_flags.json``, extracted from the wheel); ``engine_args`` asserts it, and a unit
 test renders the samples and checks each flag too. The layer partition has no flag in
 SGLang — it is the env ``SGLANG_PP_LAYER_PARTITION``. The engine API key never appears
-in the pod spec: the args say ``$(SPARKLLM_ENGINE_API_KEY)``, which the kubelet expands
-from an env var that a secretKeyRef fills.
+in the pod spec: the args say ``--api-key=$(SPARKLLM_ENGINE_API_KEY)``, which the kubelet
+expands from an env var that a secretKeyRef fills. It is attached with "=" as one word
+because the key is a Secret's value, possibly a user's, that may start with "-", which
+argparse would read as an option if it stood alone (``render/argv.py``). Every other
+value here is the operator's own or constrained by the API so that it cannot start with
+"-" (paths are absolute, served names start with a letter or digit, parsers are enums);
+``extraArgs`` are the user's own argv words, checked as SGLang would parse them.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any, Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, OPERATOR_OWNED_FLAGS, InferenceClusterSpec
 from sparkllm.errors import SpecError
+from sparkllm.render.argv import attached, flag_name
 from sparkllm.render.sglang_flags import known_flags, validate_extra_args
 
 ENGINE_API_KEY_ENV: Final = "SPARKLLM_ENGINE_API_KEY"
@@ -51,8 +57,9 @@ def engine_args(
     if engine.reasoning_parser is not None:
         args += ["--reasoning-parser", engine.reasoning_parser]
     if api_key:
-        args += ["--api-key", f"$({ENGINE_API_KEY_ENV})"]
-    unknown = sorted({a for a in args if a.startswith("--") and a not in known_flags()})
+        args.append(attached("--api-key", f"$({ENGINE_API_KEY_ENV})"))
+    names = {name for name in map(flag_name, args) if name is not None}
+    unknown = sorted(names - known_flags())
     if unknown:  # a programming error, but never ship a command SGLang would refuse
         raise SpecError(f"rendered SGLang flags unknown to the pinned SGLang: {unknown}")
     reserved = [flag for flag in OPERATOR_OWNED_FLAGS if flag in known_flags()]

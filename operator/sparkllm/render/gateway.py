@@ -31,6 +31,7 @@ from typing import Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, LABEL_CLUSTER, LABEL_RANK, InferenceCluster
 from sparkllm.gateway.config import env_var_name
+from sparkllm.render.argv import attached
 from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.names import (
     COMPONENT_ENGINE,
@@ -128,7 +129,11 @@ def engine_discovery_selector(cluster: str) -> dict[str, str]:
 
 
 def router_args(ic: InferenceCluster) -> list[str]:
-    """``smg launch`` arguments; the engine key stays ``$(SPARKLLM_ENGINE_API_KEY)``."""
+    """``smg launch`` arguments; the engine key stays ``$(SPARKLLM_ENGINE_API_KEY)``.
+
+    smg parses them with Python's argparse, so the key is attached with "=" exactly as
+    on rank 0's command line; every other value is the operator's or a DNS name.
+    """
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     admission, engine = ic.spec.admission, ic.spec.engine
     selector = [f"{key}={value}" for key, value in engine_discovery_selector(name).items()]
@@ -147,7 +152,8 @@ def router_args(ic: InferenceCluster) -> list[str]:
         "--balance-abs-threshold", str(max(1, engine.max_running_requests // 4)),
         "--max-tree-size", str(ROUTER_MAX_TREE_CHARS),
         "--disable-tokenizer-autoload",
-        "--api-key", f"$({ENGINE_API_KEY_ENV})",
+        # One word: the key may start with "-" (a user's Secret); see render/argv.py.
+        attached("--api-key", f"$({ENGINE_API_KEY_ENV})"),
         "--health-check-endpoint", HEALTH_PATH,
         "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_SECONDS),
         "--health-check-timeout-secs", str(HEALTH_TIMEOUT_SECONDS),

@@ -1,0 +1,305 @@
+"""A Secret value that starts with "-" survives the rendered command lines (render/argv.py).
+
+The engine key comes from a Secret — possibly the user's (``spec.engine.apiKeySecretRef``)
+— and the kubelet substitutes it for ``$(SPARKLLM_ENGINE_API_KEY)`` in rank 0's and the
+router's args. As a word of its own, a key like ``-dash-leading-key`` is an option to
+argparse and the process exits ("expected one argument"). These tests take the rendered
+containers, expand them exactly as the kubelet does (``devcluster.kubelet``), and hand
+the result to the parsers that really read them: the simulator's model of SGLang's
+argparse (rank 0), smg 1.13.0's own argparse, and a real ``smg launch`` process that must
+start and present the key to a worker. The two-word form is checked to fail, so each
+test can tell the forms apart. Also here: the argv helpers, table-driven.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import http.server
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+import yaml
+from smg.launch_router import parse_router_args
+
+from sparkllm.api import InferenceCluster, validate_inference_cluster
+from sparkllm.devcluster import kubelet
+from sparkllm.devcluster.gateway_io import ROUTER_PORT_FLAGS, free_port, localize_router_args
+from sparkllm.errors import DevClusterError, SpecError
+from sparkllm.reconcile.secrets import engine_key_ref
+from sparkllm.render import ReplicaPlan, render_replica
+from sparkllm.render.argv import attached, flag_name, option_value, replace_option_values
+from sparkllm.render.gateway import render_gateway
+from sparkllm.sim.server import UsageError, prepare
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
+USER_SECRET = {"name": "user-engine-key", "key": "token"}
+DASH_KEY = "-dash-leading-key"
+# Keys a user may put in a Secret that argparse would misread as separate words.
+AWKWARD_KEYS = [
+    DASH_KEY,
+    "--looks-like-a-flag",
+    "--port",  # the name of a real flag of both parsers
+    "-1",  # a negative number
+    "-",
+    # Not "--": Python 3.11's argparse drops a "--" even from "--api-key=--", so no form
+    # passes that one key to SGLang or smg (docs/api.md says so).
+    "-k=v=w",  # '=' inside the value: only the first '=' splits
+    "-key with spaces",
+    "0123456789abcdef",  # an ordinary (generated, hex) key still works
+]
+SMG = Path(sys.executable).parent / "smg"
+DEADLINE_SECONDS = 30.0
+
+
+def user_keyed_cluster() -> InferenceCluster:
+    """The sample, its engine key in a user's Secret (the case a generated key avoids)."""
+    doc: dict[str, Any] = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
+    doc["metadata"] = {"name": "llm", "namespace": "serving", "uid": "uid-1"}
+    doc["spec"]["engine"]["apiKeySecretRef"] = USER_SECRET
+    return validate_inference_cluster(doc)
+
+
+def started_command(pod_spec: dict[str, Any], container_name: str, *, key: str) -> list[str]:
+    """The container's command line as the kubelet starts it, its Secret key set to ``key``."""
+    container = next(c for c in pod_spec["containers"] if c["name"] == container_name)
+    refs = kubelet.key_refs(container)
+    assert [(r.kind, r.name, r.key) for r in refs] == [("Secret", *USER_SECRET.values())]
+    pod = {"metadata": {}, "spec": pod_spec, "status": {}}
+    env = kubelet.container_env(pod, container, values=dict.fromkeys(refs, key))
+    return kubelet.command_line(container, env)
+
+
+def rank0_command(*, key: str) -> list[str]:
+    ic = user_keyed_cluster()
+    plan = ReplicaPlan(
+        index=0, group_key="g", nodes=("n0", "n1", "n2"), rank0_ip="127.0.0.1", generation=1
+    )
+    rank0 = render_replica(ic, plan=plan, engine_key=engine_key_ref(ic))[0]
+    assert rank0["metadata"]["name"] == "llm-r0-rank0"
+    return started_command(rank0["spec"]["template"]["spec"], "engine", key=key)
+
+
+def router_command(*, key: str) -> list[str]:
+    ic = user_keyed_cluster()
+    objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image="img:1")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    return started_command(deployment["spec"]["template"]["spec"], "router", key=key)
+
+
+def as_two_words(command: Sequence[str], *, key: str) -> list[str]:
+    """The old rendering, ``--api-key KEY``: what a leading '-' broke."""
+    out: list[str] = []
+    for word in command:
+        out += ["--api-key", key] if word == f"--api-key={key}" else [word]
+    assert out != list(command)
+    return out
+
+
+# --- rank 0: the simulator's parser (the pinned SGLang's argparse contract) -------------
+
+
+@pytest.mark.parametrize("key", AWKWARD_KEYS)
+def test_rank0_starts_with_exactly_the_users_key(key: str) -> None:
+    command = rank0_command(key=key)
+    assert command.count(f"--api-key={key}") == 1  # one word after expansion
+    rank = prepare(["--", *command], env={})
+    assert rank.config.api_key == key
+
+    async def status(headers: dict[str, str]) -> int:
+        transport = httpx.ASGITransport(app=rank.app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://rank0") as client:
+            return (await client.get("/get_server_info", headers=headers)).status_code
+
+    assert asyncio.run(status({"Authorization": f"Bearer {key}"})) == 200
+    assert asyncio.run(status({"Authorization": "Bearer not-the-key"})) == 401
+
+
+def test_rank0_two_word_key_is_what_argparse_refused() -> None:
+    command = as_two_words(rank0_command(key=DASH_KEY), key=DASH_KEY)
+    with pytest.raises(UsageError, match="argument --api-key: expected one argument"):
+        prepare(["--", *command], env={})
+
+
+# --- the router: smg's own argparse, then a real smg process ----------------------------
+
+
+@pytest.mark.parametrize("key", AWKWARD_KEYS)
+def test_router_args_parse_with_smg_and_carry_the_key(key: str) -> None:
+    command = router_command(key=key)
+    assert command[:2] == ["smg", "launch"]
+    parsed = parse_router_args(command[2:])
+    parsed._validate_router_args()
+    assert parsed.api_key == key
+
+
+def test_router_two_word_key_is_what_smg_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    command = as_two_words(router_command(key=DASH_KEY), key=DASH_KEY)
+    with pytest.raises(SystemExit) as exited:
+        parse_router_args(command[2:])
+    assert exited.value.code == 2
+    assert "argument --api-key: expected one argument" in capsys.readouterr().err
+
+
+class _Worker(http.server.BaseHTTPRequestHandler):
+    """A stand-in engine that answers everything and records the Authorization headers."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.headers.get("Authorization"))
+        body = b'{"model_path": "m", "is_generation": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def worker() -> Iterator[str]:
+    _Worker.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def with_worker_url(args: Sequence[str], *, url: str) -> list[str]:
+    """The rendered router args with Kubernetes discovery swapped for one worker URL."""
+    discovery = {
+        "--service-discovery", "--selector",
+        "--service-discovery-namespace", "--service-discovery-port",
+    }  # fmt: skip
+    out: list[str] = []
+    skipping = False
+    for word in args:
+        name = flag_name(word)
+        if name is not None:
+            skipping = name in discovery  # a flag and the values that follow it
+        if not skipping:
+            out.append(word)
+    return [*out, "--worker-urls", url]
+
+
+def test_smg_starts_with_a_dash_leading_key_and_presents_it(worker: str, tmp_path: Path) -> None:
+    command = router_command(key=DASH_KEY)
+    ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
+    args = localize_router_args(with_worker_url(command[2:], url=worker), ports=ports)
+    log = tmp_path / "smg.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(SMG), "launch", *args], stdout=sink, stderr=subprocess.STDOUT
+        )
+    liveness = f"http://127.0.0.1:{ports['--health-check-port']}/liveness"
+    try:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        live = False
+        while time.monotonic() < deadline and not (live and f"Bearer {DASH_KEY}" in _Worker.seen):
+            assert process.poll() is None, f"smg exited: {log.read_text(errors='replace')}"
+            try:
+                live = httpx.get(liveness, timeout=2, trust_env=False).status_code == 200
+            except httpx.HTTPError:
+                live = False
+            time.sleep(0.1)
+        assert live, f"smg never answered {liveness}: {log.read_text(errors='replace')}"
+        assert f"Bearer {DASH_KEY}" in _Worker.seen, _Worker.seen
+    finally:
+        process.kill()  # ours; a graceful stop waits out smg's drain window
+        process.wait(timeout=DEADLINE_SECONDS)
+
+
+# --- the argv helpers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("word", "name"),
+    [
+        ("--port", "--port"),
+        ("--port=1", "--port"),
+        ("--api-key=-x=y", "--api-key"),
+        ("--api-key=", "--api-key"),
+        ("-1", None),
+        ("value", None),
+        ("--", None),
+        ("-h", None),  # short options are not ours to read
+    ],
+)
+def test_flag_name(word: str, name: str | None) -> None:
+    assert flag_name(word) == name
+
+
+@pytest.mark.parametrize(
+    ("words", "flag", "value"),
+    [
+        (["--port", "1"], "--port", "1"),
+        (["--port=1"], "--port", "1"),
+        (["--port", "1", "--port=2"], "--port", "2"),  # the last wins, as in argparse
+        (["--port=1", "--port", "2"], "--port", "2"),
+        (["--api-key=--port", "--host", "h"], "--port", None),  # an attached value
+        (["--port", "-1"], "--port", "-1"),
+        (["--port", "--port", "--host", "h"], "--port", "--port"),  # a value is not a flag
+        (["--port"], "--port", None),  # no value
+        (["--portal", "1", "--portal=2"], "--port", None),  # exact spellings only
+        (["--port=a=b"], "--port", "a=b"),
+    ],
+)
+def test_option_value_reads_both_forms(words: list[str], flag: str, value: str | None) -> None:
+    assert option_value(words, flag) == value
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (["--port", "1", "--host=h"], ["--port", "9", "--host=127.0.0.1"]),
+        (["--port=1", "--keep", "k"], ["--port=9", "--keep", "k"]),
+        (["--api-key=--port", "--port", "1"], ["--api-key=--port", "--port", "9"]),
+        (["--port"], ["--port"]),  # last, with no value: left alone
+        ([], []),
+    ],
+)
+def test_replace_option_values_keeps_the_form(words: list[str], expected: list[str]) -> None:
+    assert replace_option_values(words, {"--port": "9", "--host": "127.0.0.1"}) == expected
+
+
+@pytest.mark.parametrize("flag", ["port", "-p", "--", "--a=b"])
+def test_attached_wants_a_long_option(flag: str) -> None:
+    with pytest.raises(SpecError, match="not a long option name"):
+        attached(flag, "x")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--host", "0.0.0.0", "--port=30080", "--health-check-port", "30081",
+             "--prometheus-host=0.0.0.0", "--prometheus-port", "29000",
+             f"--api-key={DASH_KEY}", "--service-discovery-port=30000"],
+            ["--host", "127.0.0.1", "--port=41000", "--health-check-port", "41002",
+             "--prometheus-host=127.0.0.1", "--prometheus-port", "41001",
+             f"--api-key={DASH_KEY}", "--service-discovery-port=30000"],
+        ),
+        (["--api-key=--port", "--log-level", "info"], ["--api-key=--port", "--log-level", "info"]),
+    ],
+)  # fmt: skip
+def test_router_ports_are_localized_in_either_form(args: list[str], expected: list[str]) -> None:
+    ports = {"--port": 41000, "--prometheus-port": 41001, "--health-check-port": 41002}
+    assert localize_router_args(args, ports=ports) == expected
+
+
+def test_a_router_port_flag_without_a_local_port_is_refused() -> None:
+    with pytest.raises(DevClusterError, match="--health-check-port"):
+        localize_router_args(["--health-check-port=1"], ports={})
