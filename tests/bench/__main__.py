@@ -85,6 +85,9 @@ def run_admission(options: Options) -> list[Row]:
 FRONT_ROW = re.compile(
     r"^\s*(\d+)\s+(direct|smg|admission)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
 )
+GOAL_ROW = re.compile(
+    r"^\s*(TTFT|E2E)\s+p50 ([+-][\d.]+) ms\s+p99 ([+-][\d.]+) ms\s+median .* ([+-][\d.]+) ms"
+)
 LONG_ROW = re.compile(r"^\s*(2048|8192)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)\s+([\d.]+)\s*$")
 
 
@@ -97,6 +100,10 @@ def run_front_door(options: Options) -> list[Row]:
     for line in lines:
         if match := FRONT_ROW.match(line):
             e2e[(match[1], match[2])] = float(match[5])
+        elif match := GOAL_ROW.match(line):
+            figure = f"c=1 {match[1]}: admission over smg, p50 / p99 (paired median)"
+            value = f"{match[2]} / {match[3]} ms ({match[4]})"
+            decisions.append(["front_door", figure, value, "goal <= 1 / 3 ms"])
         elif match := LONG_ROW.match(line):
             figure = f"admission decision, {match[1]}-token prompt"
             decisions.append(["front_door", figure, f"{match[5]} ms", "mean, its histogram"])

@@ -17,6 +17,13 @@ paths, and prints p50/p99 time to first token and end-to-end latency and request
 * ``smg``          client -> smg -> simulator
 * ``admission``    client -> admission -> smg -> simulator (what users get)
 
+At concurrency 1 — the issue's goal: admission adds at most 1 ms p50 and 3 ms p99 over
+smg alone — the three paths are measured *interleaved*, one request each in turn (150
+rounds at scale 1), so that whatever else the machine does at the moment affects all
+three alike; the overhead is printed as the difference of the percentiles and as the
+median of the per-round differences (each admission request minus the smg request next
+to it). At 16 and 64 each path runs its own batch.
+
 Then, at concurrency 1, 2K- and 8K-token prompts without ``max_tokens`` (so the
 admission layer must count the prompt exactly and fill in the rest of the window), via
 smg alone and via admission: the end-to-end difference, and the admission layer's own
@@ -49,6 +56,7 @@ from sparkllm.devcluster.gateway_pods import free_port, localize_router_args
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import env_var_name
 from sparkllm.gateway.tokens import TokenCounter
+from sparkllm.render.argv import flag_name
 from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.gateway import admission_env, router_args
 from sparkllm.render.ranks import EngineKeyRef
@@ -56,7 +64,7 @@ from tests.bench.bench_admission import MODEL, _prompt_of_tokens, train_bench_to
 
 ENGINE_KEY, USER_KEY = "bench-engine-key", "bench-user-key"
 CONCURRENCY = (1, 16, 64)
-REQUESTS = {1: 40, 16: 160, 64: 320}  # per path, times --scale
+REQUESTS = {1: 150, 16: 160, 64: 320}  # per path, times --scale
 OUTPUT_TOKENS = 128
 _DISCOVERY_FLAGS = {"--service-discovery-namespace", "--service-discovery-port"}
 
@@ -88,16 +96,15 @@ def bench_cluster(model_dir: Path) -> Any:
 
 def without_discovery(args: Sequence[str], *, worker_url: str) -> list[str]:
     """The rendered router args with Kubernetes discovery swapped for one worker URL."""
+    dropped = {"--service-discovery", "--selector", *_DISCOVERY_FLAGS}
     out: list[str] = []
     skipping = False
-    for index, word in enumerate(args):
-        if word.startswith("--"):
-            skipping = word in ("--service-discovery", "--selector")
-            if word in _DISCOVERY_FLAGS or skipping:
-                continue
-        elif skipping or (index and args[index - 1] in _DISCOVERY_FLAGS):
-            continue
-        out.append(word)
+    for word in args:
+        name = flag_name(word)
+        if name is not None:
+            skipping = name in dropped
+        if not skipping:
+            out.append(word)
     return [*out, "--worker-urls", worker_url]
 
 
@@ -205,12 +212,36 @@ async def run_load(
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
+    return summarize(samples, elapsed=elapsed)
+
+
+async def run_interleaved(
+    urls: dict[str, str], keys: dict[str, str], body: bytes, *, rounds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Concurrency 1: one request per path in turn, ``rounds`` times; the raw samples."""
+    samples: dict[str, list[tuple[float, float]]] = {path: [] for path in urls}
+    clients = {path: httpx.AsyncClient(timeout=120, trust_env=False) for path in urls}
+    try:
+        for path, url in urls.items():
+            for _ in range(4):
+                await _one(clients[path], url, keys[path], body)  # warm the pools
+        for _ in range(rounds):
+            for path, url in urls.items():
+                samples[path].append(await _one(clients[path], url, keys[path], body))
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return samples
+
+
+def summarize(samples: Sequence[tuple[float, float]], *, elapsed: float) -> dict[str, float]:
+    """p50/p99 (nearest rank) of TTFT and E2E in ms, and requests/s."""
     ttft = sorted(s[0] * 1000 for s in samples)
     e2e = sorted(s[1] * 1000 for s in samples)
     p99 = min(len(e2e) - 1, int(len(e2e) * 0.99))
     return {
         "ttft_p50": statistics.median(ttft), "ttft_p99": ttft[p99],
-        "e2e_p50": statistics.median(e2e), "e2e_p99": e2e[p99], "rps": total / elapsed,
+        "e2e_p50": statistics.median(e2e), "e2e_p99": e2e[p99], "rps": len(samples) / elapsed,
     }  # fmt: skip
 
 
@@ -253,6 +284,26 @@ def main() -> None:
                     process.kill()
 
 
+def _concurrency_one(
+    urls: dict[str, str], keys: dict[str, str], body: bytes, *, rounds: int
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """The interleaved concurrency-1 run: per-path rows, and the smg/admission pairing."""
+    samples = asyncio.run(run_interleaved(urls, keys, body, rounds=rounds))
+    # requests/s as if each path had run alone, back to back: its rounds over their E2E sum.
+    rows = {
+        path: summarize(found, elapsed=sum(sample[1] for sample in found))
+        for path, found in samples.items()
+    }
+    pairs = list(zip(samples["admission"], samples["smg"], strict=True))
+    paired: dict[str, Any] = {
+        "smg": rows["smg"],
+        "admission": rows["admission"],
+        "ttft_paired": statistics.median((a[0] - s[0]) * 1000 for a, s in pairs),
+        "e2e_paired": statistics.median((a[1] - s[1]) * 1000 for a, s in pairs),
+    }
+    return rows, paired
+
+
 def _report(
     urls: dict[str, str], counter: TokenCounter, template: ChatTemplate, *, scale: float
 ) -> None:
@@ -263,14 +314,29 @@ def _report(
     print(f"streamed chat, 256-token prompt, {OUTPUT_TOKENS} output tokens (simulator: 1 ms/token)")
     header = ("conc", "path", "TTFT p50 ms", "p99", "E2E p50 ms", "p99", "req/s")
     print("{:>4} {:<10} {:>11} {:>8} {:>10} {:>8} {:>7}".format(*header))
+    paired: dict[str, Any] = {}
     for concurrency in CONCURRENCY:
         total = max(concurrency, int(REQUESTS[concurrency] * scale))
-        for path in ("direct", "smg", "admission"):
-            r = asyncio.run(
-                run_load(urls[path], keys[path], body, concurrency=concurrency, total=total)
-            )
-            print(f"{concurrency:>4} {path:<10} {r['ttft_p50']:>11.1f} {r['ttft_p99']:>8.1f} "
+        if concurrency == 1:
+            rows, paired = _concurrency_one(urls, keys, body, rounds=max(20, total))
+        else:
+            rows = {
+                path: asyncio.run(
+                    run_load(urls[path], keys[path], body, concurrency=concurrency, total=total)
+                )
+                for path in ("direct", "smg", "admission")
+            }
+        for path, r in rows.items():
+            print(f"{concurrency:>4} {path:<10} {r['ttft_p50']:>11.2f} {r['ttft_p99']:>8.2f} "
                   f"{r['e2e_p50']:>10.1f} {r['e2e_p99']:>8.1f} {r['rps']:>7.1f}")  # fmt: skip
+    smg, gated = paired["smg"], paired["admission"]
+    print("\nconcurrency 1, what admission adds over smg alone (goal: <= 1 ms p50, <= 3 ms p99)")
+    print(f"  TTFT  p50 {gated['ttft_p50'] - smg['ttft_p50']:+.2f} ms   "
+          f"p99 {gated['ttft_p99'] - smg['ttft_p99']:+.2f} ms   "
+          f"median of per-round differences {paired['ttft_paired']:+.2f} ms")  # fmt: skip
+    print(f"  E2E   p50 {gated['e2e_p50'] - smg['e2e_p50']:+.2f} ms   "
+          f"p99 {gated['e2e_p99'] - smg['e2e_p99']:+.2f} ms   "
+          f"median of per-round differences {paired['e2e_paired']:+.2f} ms")  # fmt: skip
     print("\nlong prompts, no max_tokens (exact count + rest of the window), concurrency 1")
     header = ("prompt", "smg E2E p50 ms", "admission E2E p50 ms", "diff ms", "decide mean ms")
     print("{:>7} {:>15} {:>21} {:>8} {:>15}".format(*header))

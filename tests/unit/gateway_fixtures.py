@@ -27,6 +27,7 @@ import uvicorn
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from sparkllm.gateway.config import GatewayConfig
+from sparkllm.gateway.server import HTTP_PROTOCOL
 
 BOS = "<|endoftext|>"
 SPECIAL_TOKENS = [BOS, "<|im_start|>", "<|im_end|>"]
@@ -208,7 +209,10 @@ def free_port() -> int:
 
 
 class ServerThread:
-    """A real uvicorn server for ``app`` on a free 127.0.0.1 port, in a daemon thread."""
+    """A real uvicorn server for ``app`` on a free 127.0.0.1 port, in a daemon thread.
+
+    The gateway's own protocol implementation (``HTTP_PROTOCOL``), for the stand-ins too.
+    """
 
     def __init__(self, app: Any, *, lifespan: Lifespan = "on") -> None:
         # proto=IPPROTO_TCP, or asyncio skips TCP_NODELAY on accepted connections and
@@ -217,7 +221,7 @@ class ServerThread:
         self._socket.bind(("127.0.0.1", 0))
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
-            app, lifespan=lifespan, http="h11", loop="asyncio", log_level="warning"
+            app, lifespan=lifespan, http=HTTP_PROTOCOL, loop="asyncio", log_level="warning"
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

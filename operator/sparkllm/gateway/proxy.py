@@ -1,8 +1,9 @@
 """Relaying admitted requests to the router (smg) and its answers back, byte for byte.
 
 Why this way:
-* one shared ``httpx.AsyncClient`` for the gateway's life: pooled keep-alive connections
-  to the router, no TLS/TCP setup per request;
+* one connection pool to the router for the gateway's life (``upstream.py``): keep-alive
+  connections, no TCP setup per request, and a lean client because the admission
+  layer's whole latency budget is about a millisecond;
 * the user's key never travels on: upstream requests are built from scratch with only
   the headers the engine needs, plus the upstream key when configured;
 * the answer is streamed: the upstream's body chunks are sent on as they arrive
@@ -13,25 +14,28 @@ Why this way:
   unchanged; when it could not be reached, the client gets 503; a broken exchange gets
   502, no response in time 504 — in OpenAI's error format (replies.py).
 
-httpx errors are translated here and do not leave this module.
+The upstream module's errors are translated here and do not leave this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.util
 import logging
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import httpx
-
 from sparkllm.gateway import replies
 from sparkllm.gateway.asgi import Receive, Send, send_reply, wait_for_disconnect
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.upstream import (
+    Response,
+    UpstreamBrokenError,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,20 +64,6 @@ _SSE_ERROR = (
 READY_PROBE_TIMEOUT_SECONDS = 2.0
 
 
-def _cache_missing_sniffio() -> None:
-    """Make httpcore's per-request ``import sniffio`` cheap when sniffio is not installed.
-
-    httpcore 1.0 tries ``import sniffio`` twice per request; without the package every
-    attempt searches sys.path (dozens of stat calls, ~50 us each time). A None entry in
-    sys.modules makes the import fail at once, which httpcore already handles (asyncio).
-    """
-    if importlib.util.find_spec("sniffio") is None:
-        sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
-
-
-_cache_missing_sniffio()
-
-
 @dataclass(frozen=True, slots=True)
 class RelayResult:
     """How a relayed exchange went: status sent, whether the client left, timing."""
@@ -86,7 +76,7 @@ class RelayResult:
 
 
 class UpstreamClient:
-    """The gateway's one connection pool to the router."""
+    """The gateway's one connection pool to the router, and the relay on top of it."""
 
     def __init__(
         self,
@@ -98,28 +88,22 @@ class UpstreamClient:
         max_connections: int,
     ) -> None:
         self.base_url = base_url
-        self._urls: dict[str, httpx.URL] = {}  # absolute URL per path: no merging per request
-        self._auth = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
-        self._client = httpx.AsyncClient(
+        self._pool = UpstreamPool(
             base_url=base_url,
-            timeout=httpx.Timeout(read_timeout, connect=connect_timeout, pool=read_timeout),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            trust_env=False,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_connections=max_connections,
         )
+        self._auth = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        self._pool.close()
 
-    def _headers(self, extra: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-        return [(b"accept-encoding", b"identity"), *self._auth, *extra]
-
-    def _url(self, path: str) -> httpx.URL:
-        url = self._urls.get(path)
-        if url is None:  # a handful of fixed paths: the cache stays tiny
-            url = self._urls[path] = httpx.URL(self.base_url + path)
-        return url
+    def _request(
+        self, method: str, path: str, body: bytes, extra: Iterable[tuple[bytes, bytes]]
+    ) -> bytes:
+        headers = [(b"accept-encoding", b"identity"), *self._auth, *extra]
+        return self._pool.request_bytes(method=method, path=path, headers=headers, body=body)
 
     async def relay(
         self,
@@ -135,29 +119,36 @@ class UpstreamClient:
 
         Runs until the answer is complete or the client disconnects, whichever is first.
         """
-        request = self._client.build_request(
-            method, self._url(path), content=body or None, headers=self._headers(headers)
-        )
-        exchange = asyncio.ensure_future(self._exchange(request, send))
-        disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
+        request = self._request(method, path, body, headers)
+        # The exchange runs in this task; one watcher task cancels it if the client goes.
+        # (Not two tasks and asyncio.wait: this is on every request's path.)
+        exchanging = asyncio.current_task()
+        assert exchanging is not None
+        watch = _DisconnectWatch(exchanging)
+        watcher = asyncio.ensure_future(watch.run(receive))
         try:
-            await asyncio.wait((exchange, disconnect), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            disconnect.cancel()
-            if not exchange.done():
-                exchange.cancel()  # closes the upstream connection: the engine aborts
-                with contextlib.suppress(asyncio.CancelledError):
-                    await exchange
-        if exchange.cancelled():
+            result = await self._exchange(request, send)
+        except asyncio.CancelledError:
+            if not watch.fired or exchanging.uncancel() > 0:
+                raise  # not ours: the server is shutting down, or someone else cancelled
             return RelayResult(
                 0, upstream_answered=False, complete=False, client_closed=True, first_byte_at=None
             )
-        return exchange.result()
+        finally:
+            watch.armed = False
+            watcher.cancel()
+        return result
 
-    async def _exchange(self, request: httpx.Request, send: Send) -> RelayResult:
+    async def _exchange(self, request: bytes, send: Send) -> RelayResult:
+        answered: Response | None = None
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
+            async with self._pool.exchange(request) as response:
+                answered = response
+                first_byte_at = time.perf_counter()
+                complete = await self._stream(response, send)
+        except UpstreamError as exc:
+            if answered is not None:  # the stream itself failed: _stream reported it
+                raise
             reply = _reply_for(exc)
             logger.warning("upstream request failed status=%d error=%r", reply.status, exc)
             await send_reply(send, reply)
@@ -168,58 +159,71 @@ class UpstreamClient:
                 client_closed=False,
                 first_byte_at=None,
             )
-        first_byte_at = time.perf_counter()
-        try:
-            complete = await self._stream(response, send)
-        finally:
-            await response.aclose()
         return RelayResult(
-            response.status_code,
+            answered.status,
             upstream_answered=True,
             complete=complete,
             client_closed=False,
             first_byte_at=first_byte_at,
         )
 
-    async def _stream(self, response: httpx.Response, send: Send) -> bool:
+    async def _stream(self, response: Response, send: Send) -> bool:
         """Forward status, headers and body chunks; False if the upstream broke off."""
         headers = [
-            (name.lower(), value)
-            for name, value in response.headers.raw
-            if name.lower() not in _DROPPED_RESPONSE_HEADERS
+            (name, value)
+            for name, value in response.headers
+            if name not in _DROPPED_RESPONSE_HEADERS
         ]
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
         complete = True
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             logger.warning("upstream stream broke off error=%r", exc)
             complete = False
-            if response.headers.get("content-type", "").startswith("text/event-stream"):
+            if dict(response.headers).get(b"content-type", b"").startswith(b"text/event-stream"):
                 await send({"type": "http.response.body", "body": _SSE_ERROR, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return complete
 
     async def probe(self, path: str) -> str | None:
         """None when the upstream answers ``path`` with 2xx, else why it is not ready."""
+        request = self._request("GET", path, b"", ())
         try:
-            response = await self._client.get(
-                self._url(path), headers=self._headers(()), timeout=READY_PROBE_TIMEOUT_SECONDS
-            )
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(READY_PROBE_TIMEOUT_SECONDS):
+                async with self._pool.exchange(request) as response:
+                    async for _chunk in response.chunks():
+                        pass
+        except TimeoutError:
+            return f"UpstreamTimeoutError: no answer within {READY_PROBE_TIMEOUT_SECONDS:g} s"
+        except UpstreamError as exc:
             return f"{type(exc).__name__}: {exc}"
-        if response.is_success:
+        if 200 <= response.status < 300:
             return None
-        return f"{path} answered {response.status_code}"
+        return f"{path} answered {response.status}"
 
 
-def _reply_for(exc: httpx.HTTPError) -> ErrorReply:
+class _DisconnectWatch:
+    """Cancels the relaying task when the client disconnects, while armed."""
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self._task = task
+        self.armed = True
+        self.fired = False
+
+    async def run(self, receive: Receive) -> None:
+        await wait_for_disconnect(receive)
+        if self.armed:
+            self.fired = True
+            self._task.cancel()  # closes the upstream connection: the engine aborts
+
+
+def _reply_for(exc: UpstreamError) -> ErrorReply:
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+    if isinstance(exc, UpstreamUnavailableError):
         return replies.upstream_unavailable(detail)
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, UpstreamTimeoutError):
         return replies.upstream_timeout(detail)
+    assert isinstance(exc, UpstreamBrokenError)
     return replies.upstream_failed(detail)
