@@ -563,7 +563,7 @@ def _rank_statefulset(
     if nnodes > 1:
         args += ["--dist-init-addr", f"{RANK0_IP}:5000"]
     if key_secret is not None:
-        args += ["--api-key", f"$({KEY_ENV})"]
+        args.append(f"--api-key=$({KEY_ENV})")  # one word, as the operator renders it
         env.append(
             {"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": key_secret, "key": "token"}}}
         )

@@ -58,6 +58,7 @@ from sparkllm.devcluster.pod_supervisor import (
     utc_timestamp,
 )
 from sparkllm.errors import ClusterAPIError, DevClusterError
+from sparkllm.render.argv import option_value
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT
 
 logger = logging.getLogger(__name__)
@@ -278,7 +279,7 @@ class BenchJobs(PodSupervisor[_Run]):
         values = {ref: self._kube.read_key(ref, namespace=namespace) for ref in refs}
         env = kubelet.container_env(pod, container, values=values)
         words = kubelet.command_line(container, env)
-        target = hostpaths.option_value(words, BASE_URL_OPTION)
+        target = option_value(words, BASE_URL_OPTION)
         address = service_address(target) if target else None
         base_url = self.resolve_service(*address) if address else None
         if address is not None and base_url is None:

@@ -47,6 +47,7 @@ from typing import Any, Final, Literal
 from sparkllm.devcluster import kubelet
 from sparkllm.devcluster.kubelet import JSON, ContainerConfigError
 from sparkllm.errors import DevClusterError
+from sparkllm.render.argv import option_value
 
 DEFAULT_TERMINATION_PATH: Final = "/dev/termination-log"
 TERMINATION_LOG_OPTION: Final = "--termination-log"
@@ -267,17 +268,6 @@ def translate_path(word: str, mounts: Sequence[LocalMount]) -> str:
 
 def translate_args(words: Sequence[str], mounts: Sequence[LocalMount]) -> list[str]:
     return [translate_path(word, mounts) for word in words]
-
-
-def option_value(words: Sequence[str], option: str) -> str | None:
-    """The value of ``option`` in ``words`` (``--opt VALUE`` or ``--opt=VALUE``); last wins."""
-    found = None
-    for index, word in enumerate(words):
-        if word == option and index + 1 < len(words):
-            found = words[index + 1]
-        elif word.startswith(option + "="):
-            found = word[len(option) + 1 :]
-    return found
 
 
 def model_dir_env(

@@ -16,11 +16,12 @@ Modules, cheapest check first along a request's path::
       chat_template.py  the model's Jinja chat template, as HF/SGLang render it
       tokens.py       exact token counts and the byte bound
     limits.py         concurrency slots, bounded FIFO queue, 429
-    proxy.py          httpx relay to the router, streaming, disconnects, 502/503/504
+    proxy.py          the relay to the router: streaming, disconnects, 502/503/504
+      upstream.py     keep-alive HTTP/1.1 pool to the router (httptools parsing)
     metrics.py        Prometheus families
     replies.py        OpenAI-style error bodies
     asgi.py           typed ASGI primitives (body reading, replies)
-    server.py         main(): uvicorn
+    server.py         main(): uvicorn (httptools protocol)
 """
 
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve the gateway (see ``server.main``); ``argv`` defaults to ``sys.argv[1:]``.
 
     Imported lazily so that ``sparkllm.gateway.config`` (which the operator uses to
-    render the gateway's environment) does not pull in uvicorn, httpx and tokenizers.
+    render the gateway's environment) does not pull in uvicorn, httptools and tokenizers.
     """
     from sparkllm.gateway.server import main as serve
 

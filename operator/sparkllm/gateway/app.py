@@ -175,10 +175,34 @@ class GatewayApp:
         if isinstance(user, ErrorReply):
             await self._refuse(route, send, user, user_id=None)
             return
-        decision = await self._admit(route, scope, receive)
+        decision, deciding = await self._admit(route, scope, receive)
         if isinstance(decision, ErrorReply):
+            if deciding is not None:
+                self.metrics.admission_seconds.observe(deciding)
             await self._refuse(route, send, decision, user_id=user)
             return
+        assert deciding is not None  # an admitted request was always decided
+        try:
+            await self._forward(route, decision, scope, receive, send, user=user, arrived=arrived)
+        finally:
+            # Observed after the exchange, not before it: off the time to the first token.
+            self.metrics.admission_seconds.observe(deciding)
+            self.metrics.observe_input_tokens(
+                decision.input_tokens, exact=decision.input_tokens_exact
+            )
+
+    async def _forward(
+        self,
+        route: Route,
+        decision: Admitted,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        user: str,
+        arrived: float,
+    ) -> None:
+        """Take a concurrency slot (or answer 429) and relay the admitted request."""
         slot = SlotResult.ACQUIRED if self.limiter.try_acquire() else await self._queue(receive)
         if slot is None:  # the client gave up while queued
             self.metrics.count_request(route.value, Outcome.CLIENT_CLOSED)
@@ -239,25 +263,23 @@ class GatewayApp:
                     await waiting
         return None if waiting.cancelled() else waiting.result()
 
-    async def _admit(self, route: Route, scope: Scope, receive: Receive) -> Admitted | ErrorReply:
+    async def _admit(
+        self, route: Route, scope: Scope, receive: Receive
+    ) -> tuple[Admitted | ErrorReply, float | None]:
+        """The decision, and how long deciding took (None when refused by size alone)."""
         limit = self.config.max_body_bytes
         declared = declared_length(scope)
         if declared is not None and declared > limit:
-            return replies.request_too_large(limit)
+            return replies.request_too_large(limit), None
         body = await read_body(receive, limit=limit)
         if body is None:
-            return replies.request_too_large(limit)
+            return replies.request_too_large(limit), None
         started = time.perf_counter()
         if len(body) > OFFLOAD_BODY_BYTES:
             decision = await asyncio.to_thread(self.admission.decide, route, body)
         else:
             decision = self.admission.decide(route, body)
-        self.metrics.admission_seconds.observe(time.perf_counter() - started)
-        if isinstance(decision, Admitted):
-            self.metrics.observe_input_tokens(
-                decision.input_tokens, exact=decision.input_tokens_exact
-            )
-        return decision
+        return decision, time.perf_counter() - started
 
     async def _refuse(
         self, route: Route, send: Send, reply: ErrorReply, *, user_id: str | None
