@@ -117,6 +117,34 @@ def test_sequential_requests_share_one_keep_alive_connection() -> None:
     assert connections == 1
 
 
+def test_the_head_is_handed_over_before_any_body_arrives() -> None:
+    # Like an engine that answers with its headers and then prefills: the server sends
+    # the body only after the client has seen the head. If the head waited for the body
+    # (or counted as no data), this would stall until the read timeout.
+    head_seen = asyncio.Event()
+
+    async def head_first(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int
+    ) -> None:
+        await read_request(reader)
+        writer.write(OK_CHUNKED[: OK_CHUNKED.index(b"\r\n\r\n") + 4])
+        await writer.drain()
+        await head_seen.wait()
+        writer.write(OK_CHUNKED[OK_CHUNKED.index(b"\r\n\r\n") + 4 :])
+        await writer.drain()
+
+    async def scenario() -> tuple[int, bytes]:
+        async with ScriptedServer(head_first).running() as server:
+            with pool_for(server, read_timeout=1.0) as pool:
+                request = pool.request_bytes(method="POST", path="/v1/x", headers=[], body=b"{}")
+                async with pool.exchange(request) as response:
+                    head_seen.set()
+                    body = b"".join([chunk async for chunk in response.chunks()])
+                return response.status, body
+
+    assert asyncio.run(scenario()) == (200, b"data: hi\n")
+
+
 def test_content_length_bodies_and_connection_close_are_honoured() -> None:
     response = b"HTTP/1.1 404 Not Found\r\ncontent-length: 5\r\nconnection: close\r\n\r\nnope!"
 

@@ -140,15 +140,18 @@ class UpstreamClient:
         return result
 
     async def _exchange(self, request: bytes, send: Send) -> RelayResult:
-        answered: Response | None = None
         try:
             async with self._pool.exchange(request) as response:
-                answered = response
                 first_byte_at = time.perf_counter()
-                complete = await self._stream(response, send)
-        except UpstreamError as exc:
-            if answered is not None:  # the stream itself failed: _stream reported it
-                raise
+                complete = await self._stream(response, send)  # reports a broken stream itself
+                return RelayResult(
+                    response.status,
+                    upstream_answered=True,
+                    complete=complete,
+                    client_closed=False,
+                    first_byte_at=first_byte_at,
+                )
+        except UpstreamError as exc:  # no answer: could not connect, no head in time, broken
             reply = _reply_for(exc)
             logger.warning("upstream request failed status=%d error=%r", reply.status, exc)
             await send_reply(send, reply)
@@ -159,13 +162,6 @@ class UpstreamClient:
                 client_closed=False,
                 first_byte_at=None,
             )
-        return RelayResult(
-            answered.status,
-            upstream_answered=True,
-            complete=complete,
-            client_closed=False,
-            first_byte_at=first_byte_at,
-        )
 
     async def _stream(self, response: Response, send: Send) -> bool:
         """Forward status, headers and body chunks; False if the upstream broke off."""

@@ -92,7 +92,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
-        self._head: asyncio.Future[tuple[int, Headers]] | None = None
+        self._head_complete = False
         self._headers: Headers = []
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
@@ -132,8 +132,8 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if (b"connection", b"close") in self._headers:
             self._close_requested = True
-        if self._head is not None and not self._head.done():
-            self._head.set_result((self._parser.get_status_code(), self._headers))
+        self._head_complete = True
+        self._signal()
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
@@ -156,13 +156,12 @@ class _Connection(asyncio.Protocol):
     def reusable(self) -> bool:
         return self._complete and not self.closed and not self._close_requested
 
-    def send_request(self, request: bytes) -> asyncio.Future[tuple[int, Headers]]:
-        """Write a whole request; the future resolves with (status, headers)."""
+    def send_request(self, request: bytes) -> None:
+        """Write a whole request; ``head()`` then waits for the answer's status and headers."""
         assert self._transport is not None
-        self._headers, self._complete, self._received_any = [], False, False
-        self._head = asyncio.get_running_loop().create_future()
+        self._headers, self._head_complete = [], False
+        self._complete, self._received_any = False, False
         self._transport.write(request)
-        return self._head
 
     async def body(self, *, read_timeout: float) -> AsyncIterator[bytes]:
         """The response body as it arrives (de-chunked), until the message is complete."""
@@ -181,14 +180,13 @@ class _Connection(asyncio.Protocol):
                 raise self.error
             await self._wait(read_timeout)
 
-    async def head(
-        self, head: asyncio.Future[tuple[int, Headers]], *, read_timeout: float
-    ) -> tuple[int, Headers]:
-        while not head.done():
+    async def head(self, *, read_timeout: float) -> tuple[int, Headers]:
+        """The answer's status and headers, as soon as they are complete."""
+        while not self._head_complete:
             if self.error is not None:
                 raise self.error
             await self._wait(read_timeout)
-        return head.result()
+        return self._parser.get_status_code(), self._headers
 
     async def _wait(self, read_timeout: float) -> None:
         # A bare timer, not asyncio.timeout(): this runs once per body chunk.
@@ -207,10 +205,6 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(False)
-        head = self._head
-        if self.error is not None and head is not None and not head.done():
-            head.set_exception(self.error)
-            head.exception()  # retrieved here: the caller raises self.error instead
 
     def close(self) -> None:
         if self._transport is not None and not self.closed:
@@ -306,20 +300,17 @@ class UpstreamPool:
         try:
             status, headers = await self._send_on(connection, request)
         except UpstreamBrokenError:
-            connection.close()
             if not reused or connection.received_any:
                 raise
             connection = await self._connect()  # a stale keep-alive connection: once more
             status, headers = await self._send_on(connection, request)
-        except BaseException:
-            connection.close()
-            raise
         return connection, status, headers
 
     async def _send_on(self, connection: _Connection, request: bytes) -> tuple[int, Headers]:
-        head = connection.send_request(request)
+        """Send on ``connection`` and wait for the head; the connection is closed on failure."""
+        connection.send_request(request)
         try:
-            return await connection.head(head, read_timeout=self._read_timeout)
+            return await connection.head(read_timeout=self._read_timeout)
         except BaseException:
             connection.close()
             raise
