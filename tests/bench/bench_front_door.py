@@ -52,11 +52,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.devcluster.gateway_pods import free_port, localize_router_args
+from sparkllm.devcluster.gateway_io import free_port, localize_router_args, with_worker_url
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import env_var_name
 from sparkllm.gateway.tokens import TokenCounter
-from sparkllm.render.argv import flag_name
 from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.gateway import admission_env, router_args
 from sparkllm.render.ranks import EngineKeyRef
@@ -66,7 +65,6 @@ ENGINE_KEY, USER_KEY = "bench-engine-key", "bench-user-key"
 CONCURRENCY = (1, 16, 64)
 REQUESTS = {1: 150, 16: 160, 64: 320}  # per path, times --scale
 OUTPUT_TOKENS = 128
-_DISCOVERY_FLAGS = {"--service-discovery-namespace", "--service-discovery-port"}
 
 
 def bench_cluster(model_dir: Path) -> Any:
@@ -92,20 +90,6 @@ def bench_cluster(model_dir: Path) -> Any:
             },
         }
     )
-
-
-def without_discovery(args: Sequence[str], *, worker_url: str) -> list[str]:
-    """The rendered router args with Kubernetes discovery swapped for one worker URL."""
-    dropped = {"--service-discovery", "--selector", *_DISCOVERY_FLAGS}
-    out: list[str] = []
-    skipping = False
-    for word in args:
-        name = flag_name(word)
-        if name is not None:
-            skipping = name in dropped
-        if not skipping:
-            out.append(word)
-    return [*out, "--worker-urls", worker_url]
 
 
 def _spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -142,7 +126,7 @@ def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], list[An
     smg = [
         str(Path(sys.executable).parent / "smg"), "launch",
         *localize_router_args(
-            without_discovery(rendered, worker_url=f"http://127.0.0.1:{sim_port}"), ports=ports
+            with_worker_url(rendered, url=f"http://127.0.0.1:{sim_port}"), ports=ports
         ),
     ]  # fmt: skip
     keys = scratch / "keys"
@@ -286,8 +270,9 @@ def main() -> None:
 
 def _concurrency_one(
     urls: dict[str, str], keys: dict[str, str], body: bytes, *, rounds: int
-) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
-    """The interleaved concurrency-1 run: per-path rows, and the smg/admission pairing."""
+) -> tuple[dict[str, dict[str, float]], tuple[float, float]]:
+    """The interleaved concurrency-1 run: per-path rows, and the median per-round
+    difference admission - smg of (TTFT, E2E) in ms."""
     samples = asyncio.run(run_interleaved(urls, keys, body, rounds=rounds))
     # requests/s as if each path had run alone, back to back: its rounds over their E2E sum.
     rows = {
@@ -295,12 +280,10 @@ def _concurrency_one(
         for path, found in samples.items()
     }
     pairs = list(zip(samples["admission"], samples["smg"], strict=True))
-    paired: dict[str, Any] = {
-        "smg": rows["smg"],
-        "admission": rows["admission"],
-        "ttft_paired": statistics.median((a[0] - s[0]) * 1000 for a, s in pairs),
-        "e2e_paired": statistics.median((a[1] - s[1]) * 1000 for a, s in pairs),
-    }
+    paired = (
+        statistics.median((a[0] - s[0]) * 1000 for a, s in pairs),
+        statistics.median((a[1] - s[1]) * 1000 for a, s in pairs),
+    )
     return rows, paired
 
 
@@ -314,12 +297,13 @@ def _report(
     print(f"streamed chat, 256-token prompt, {OUTPUT_TOKENS} output tokens (simulator: 1 ms/token)")
     header = ("conc", "path", "TTFT p50 ms", "p99", "E2E p50 ms", "p99", "req/s")
     print("{:>4} {:<10} {:>11} {:>8} {:>10} {:>8} {:>7}".format(*header))
-    paired: dict[str, Any] = {}
+    rows, (ttft_paired, e2e_paired) = _concurrency_one(
+        urls, keys, body, rounds=max(20, int(REQUESTS[1] * scale))
+    )
+    smg, gated = rows["smg"], rows["admission"]
     for concurrency in CONCURRENCY:
         total = max(concurrency, int(REQUESTS[concurrency] * scale))
-        if concurrency == 1:
-            rows, paired = _concurrency_one(urls, keys, body, rounds=max(20, total))
-        else:
+        if concurrency > 1:
             rows = {
                 path: asyncio.run(
                     run_load(urls[path], keys[path], body, concurrency=concurrency, total=total)
@@ -329,14 +313,13 @@ def _report(
         for path, r in rows.items():
             print(f"{concurrency:>4} {path:<10} {r['ttft_p50']:>11.2f} {r['ttft_p99']:>8.2f} "
                   f"{r['e2e_p50']:>10.1f} {r['e2e_p99']:>8.1f} {r['rps']:>7.1f}")  # fmt: skip
-    smg, gated = paired["smg"], paired["admission"]
     print("\nconcurrency 1, what admission adds over smg alone (goal: <= 1 ms p50, <= 3 ms p99)")
     print(f"  TTFT  p50 {gated['ttft_p50'] - smg['ttft_p50']:+.2f} ms   "
           f"p99 {gated['ttft_p99'] - smg['ttft_p99']:+.2f} ms   "
-          f"median of per-round differences {paired['ttft_paired']:+.2f} ms")  # fmt: skip
+          f"median of per-round differences {ttft_paired:+.2f} ms")  # fmt: skip
     print(f"  E2E   p50 {gated['e2e_p50'] - smg['e2e_p50']:+.2f} ms   "
           f"p99 {gated['e2e_p99'] - smg['e2e_p99']:+.2f} ms   "
-          f"median of per-round differences {paired['e2e_paired']:+.2f} ms")  # fmt: skip
+          f"median of per-round differences {e2e_paired:+.2f} ms")  # fmt: skip
     print("\nlong prompts, no max_tokens (exact count + rest of the window), concurrency 1")
     header = ("prompt", "smg E2E p50 ms", "admission E2E p50 ms", "diff ms", "decide mean ms")
     print("{:>7} {:>15} {:>21} {:>8} {:>15}".format(*header))

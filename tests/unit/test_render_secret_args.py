@@ -31,7 +31,12 @@ from smg.launch_router import parse_router_args
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.devcluster import kubelet
-from sparkllm.devcluster.gateway_io import ROUTER_PORT_FLAGS, free_port, localize_router_args
+from sparkllm.devcluster.gateway_io import (
+    ROUTER_PORT_FLAGS,
+    free_port,
+    localize_router_args,
+    with_worker_url,
+)
 from sparkllm.errors import DevClusterError, SpecError
 from sparkllm.reconcile.secrets import engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
@@ -178,23 +183,6 @@ def worker() -> Iterator[str]:
     server.server_close()
 
 
-def with_worker_url(args: Sequence[str], *, url: str) -> list[str]:
-    """The rendered router args with Kubernetes discovery swapped for one worker URL."""
-    discovery = {
-        "--service-discovery", "--selector",
-        "--service-discovery-namespace", "--service-discovery-port",
-    }  # fmt: skip
-    out: list[str] = []
-    skipping = False
-    for word in args:
-        name = flag_name(word)
-        if name is not None:
-            skipping = name in discovery  # a flag and the values that follow it
-        if not skipping:
-            out.append(word)
-    return [*out, "--worker-urls", url]
-
-
 def test_smg_starts_with_a_dash_leading_key_and_presents_it(worker: str, tmp_path: Path) -> None:
     command = router_command(key=DASH_KEY)
     ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
@@ -303,3 +291,15 @@ def test_router_ports_are_localized_in_either_form(args: list[str], expected: li
 def test_a_router_port_flag_without_a_local_port_is_refused() -> None:
     with pytest.raises(DevClusterError, match="--health-check-port"):
         localize_router_args(["--health-check-port=1"], ports={})
+
+
+def test_discovery_is_swapped_for_a_worker_url_in_either_form() -> None:
+    args = [
+        "--service-discovery", "--selector", "app=engine", "rank=0",
+        "--service-discovery-namespace=llm", "--service-discovery-port", "30000",
+        f"--api-key={DASH_KEY}", "--policy", "cache_aware",
+    ]  # fmt: skip
+    assert with_worker_url(args, url="http://127.0.0.1:9") == [
+        f"--api-key={DASH_KEY}", "--policy", "cache_aware",
+        "--worker-urls", "http://127.0.0.1:9",
+    ]  # fmt: skip

@@ -1,5 +1,8 @@
 """Local I/O helpers of the dev cluster's gateway pods: ports, Secret volumes, credentials.
 
+Also the pure rewrites of the router's rendered args for running it on this machine
+(``localize_router_args``, ``with_worker_url``), shared by the harness, tests and benches.
+
 Split from ``gateway_pods`` (the supervisor) because these are the kubelet-like chores —
 free loopback ports for the pod's listeners, a Secret volume in the kubelet's atomic
 ``..data`` layout, a kubeconfig that authenticates as the pod's ServiceAccount, and the
@@ -21,7 +24,7 @@ from typing import Any
 from sparkllm.devcluster import engine_io
 from sparkllm.devcluster.kubelet import JSON
 from sparkllm.errors import ClusterAPIError, DevClusterError
-from sparkllm.render.argv import option_value, replace_option_values
+from sparkllm.render.argv import flag_name, option_value, replace_option_values
 
 SELECTOR = "app.kubernetes.io/component=gateway"
 TOKEN_SECONDS = 2 * 3600
@@ -29,6 +32,15 @@ TOKEN_SECONDS = 2 * 3600
 # loopback ports (several gateway pods, and other engineers, share this machine).
 ROUTER_PORT_FLAGS = ("--port", "--health-check-port", "--prometheus-port")
 ROUTER_HOST_FLAGS = ("--host", "--prometheus-host")
+# Router flags of its Kubernetes discovery (a flag and the values that follow it).
+ROUTER_DISCOVERY_FLAGS = frozenset(
+    {
+        "--service-discovery",
+        "--selector",
+        "--service-discovery-namespace",
+        "--service-discovery-port",
+    }
+)
 
 
 def free_port(host: str) -> int:
@@ -52,6 +64,23 @@ def localize_router_args(args: Sequence[str], *, ports: Mapping[str, int]) -> li
     values = {flag: "127.0.0.1" for flag in ROUTER_HOST_FLAGS}
     values |= {flag: str(ports[flag]) for flag in present}
     return replace_option_values(args, values)
+
+
+def with_worker_url(args: Sequence[str], *, url: str) -> list[str]:
+    """The router's args with Kubernetes discovery swapped for one fixed worker URL.
+
+    For running smg outside a cluster (tests, benchmarks): each discovery flag is dropped
+    with the values after it, in either form (``--selector a=b`` or ``--selector=a=b``).
+    """
+    out: list[str] = []
+    skipping = False
+    for word in args:
+        name = flag_name(word)
+        if name is not None:
+            skipping = name in ROUTER_DISCOVERY_FLAGS
+        if not skipping:
+            out.append(word)
+    return [*out, "--worker-urls", url]
 
 
 def write_secret_volume(directory: Path, data: Mapping[str, bytes]) -> None:

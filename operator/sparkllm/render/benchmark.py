@@ -43,6 +43,7 @@ from sparkllm.errors import SpecError
 # mount the model exactly where (and on the nodes where) the front door finds it.
 from sparkllm.render.gateway import (
     GATEWAY_HTTP_PORT,
+    RESTRICTED_CONTAINER_SECURITY,
     RUN_AS_ID,
     model_node_affinity,
     model_volume,
@@ -180,11 +181,7 @@ def render_benchmark_job(
             "runAsGroup": RUN_AS_ID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        container_security={
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        container_security=RESTRICTED_CONTAINER_SECURITY,
         affinity=model_node_affinity(ic),
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         image=image,

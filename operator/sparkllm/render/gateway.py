@@ -60,6 +60,12 @@ ADMISSION_COMMAND: Final = ("python", "-m", "sparkllm.gateway")
 # only with one admission queue, and smg's cache-aware view is per process.
 GATEWAY_REPLICAS: Final = 1
 RUN_AS_ID: Final = 65532  # the image's non-root user
+# The restricted Pod Security profile for the image's containers (gateway, benchmark Job).
+RESTRICTED_CONTAINER_SECURITY: Final[JSON] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 # A rollout waits this long after the new pod is Ready: smg lists the rank-0 pods and
 # registers them in about a second; the old pod keeps serving meanwhile.
 MIN_READY_SECONDS: Final = 5
@@ -337,11 +343,7 @@ def render_gateway(
             "fsGroup": RUN_AS_ID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        container_security={
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        container_security=RESTRICTED_CONTAINER_SECURITY,
         affinity=model_node_affinity(ic),
         # Spark nodes may carry the GPU taint; a dead node should not hold the front door
         # for the default five minutes.
