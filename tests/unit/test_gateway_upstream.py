@@ -357,3 +357,78 @@ def test_requests_are_framed_and_header_injection_is_dropped() -> None:
     )
     get = pool.request_bytes(method="GET", path="/readiness", headers=[], body=b"")
     assert get == b"GET /prefix/readiness HTTP/1.1\r\nhost: 127.0.0.1:9\r\n\r\n"
+
+
+def test_the_pools_own_headers_follow_host_in_every_request_and_cannot_split_it() -> None:
+    pool = UpstreamPool(
+        base_url="http://router:8080",
+        connect_timeout=1,
+        read_timeout=1,
+        max_connections=1,
+        default_headers=[(b"authorization", b"Bearer k"), (b"x-bad", b"1\nx-injected: 1")],
+    )
+    for _ in range(2):  # the second request reuses the built prefix: the same bytes
+        request = pool.request_bytes(
+            method="POST", path="/v1/completions", headers=[(b"accept", b"*/*")], body=b"{}"
+        )
+        assert request == (
+            b"POST /v1/completions HTTP/1.1\r\nhost: router:8080\r\n"
+            b"authorization: Bearer k\r\ncontent-length: 2\r\naccept: */*\r\n\r\n{}"
+        )
+    get = pool.request_bytes(method="GET", path="/v1/models", headers=[], body=b"")
+    assert get == (
+        b"GET /v1/models HTTP/1.1\r\nhost: router:8080\r\nauthorization: Bearer k\r\n\r\n"
+    )
+
+
+def test_on_wait_runs_once_the_request_is_written_or_before_waiting_for_a_connection() -> None:
+    # The relay starts watching for a client disconnect in on_wait: it must run before
+    # every wait of the exchange — for the answer (after the request reached the
+    # upstream), for a new connection, and for a free slot.
+    events: list[str] = []
+    release, arrived = asyncio.Event(), asyncio.Event()
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        while True:
+            request = await read_request(reader)
+            events.append("upstream got " + request.split(b" ")[1].decode())
+            arrived.set()
+            await release.wait()
+            writer.write(OK_CHUNKED)
+            await writer.drain()
+
+    async def exchange(pool: UpstreamPool, path: str) -> None:
+        request = pool.request_bytes(method="POST", path=path, headers=[], body=b"{}")
+        async with pool.exchange(request, on_wait=lambda: events.append("wait " + path)) as r:
+            events.append(f"{path} answered {r.status}")
+            async for _chunk in r.chunks():
+                pass
+
+    async def scenario() -> None:
+        async with ScriptedServer(slow).running() as server:
+            with pool_for(server, max_connections=1) as pool:
+                release.set()
+                await exchange(pool, "/warm")  # leaves one idle keep-alive connection
+                del events[:]
+                release.clear()
+                arrived.clear()
+                first = asyncio.ensure_future(exchange(pool, "/a"))
+                await asyncio.wait_for(arrived.wait(), 5)
+                second = asyncio.ensure_future(exchange(pool, "/b"))
+                await asyncio.sleep(0.05)  # /b now waits for the only slot
+                assert events == ["wait /a", "upstream got /a", "wait /b"]
+                release.set()
+                await asyncio.gather(first, second)
+
+    asyncio.run(scenario())
+    # /a: on an idle connection, so on_wait ran once, after the write. /b: before the
+    # slot wait, then again after its write (it is called before every wait).
+    assert events == [
+        "wait /a",
+        "upstream got /a",
+        "wait /b",
+        "/a answered 200",
+        "wait /b",
+        "upstream got /b",
+        "/b answered 200",
+    ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sparkllm.gateway import replies
@@ -88,22 +88,17 @@ class UpstreamClient:
         max_connections: int,
     ) -> None:
         self.base_url = base_url
+        auth = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
         self._pool = UpstreamPool(
             base_url=base_url,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             max_connections=max_connections,
+            default_headers=[(b"accept-encoding", b"identity"), *auth],
         )
-        self._auth = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
 
     async def aclose(self) -> None:
         self._pool.close()
-
-    def _request(
-        self, method: str, path: str, body: bytes, extra: Iterable[tuple[bytes, bytes]]
-    ) -> bytes:
-        headers = [(b"accept-encoding", b"identity"), *self._auth, *extra]
-        return self._pool.request_bytes(method=method, path=path, headers=headers, body=body)
 
     async def relay(
         self,
@@ -119,15 +114,17 @@ class UpstreamClient:
 
         Runs until the answer is complete or the client disconnects, whichever is first.
         """
-        request = self._request(method, path, body, headers)
+        request = self._pool.request_bytes(method=method, path=path, headers=headers, body=body)
         # The exchange runs in this task; one watcher task cancels it if the client goes.
-        # (Not two tasks and asyncio.wait: this is on every request's path.)
+        # The watcher starts when the exchange first waits — usually once the request is
+        # written, so creating it is off the path to the first token; a client gone
+        # before then is seen at once. (Not two tasks and asyncio.wait: this is on every
+        # request's path.)
         exchanging = asyncio.current_task()
         assert exchanging is not None
-        watch = _DisconnectWatch(exchanging)
-        watcher = asyncio.ensure_future(watch.run(receive))
+        watch = _DisconnectWatch(exchanging, receive)
         try:
-            result = await self._exchange(request, send)
+            result = await self._exchange(request, send, on_wait=watch.start)
         except asyncio.CancelledError:
             if not watch.fired or exchanging.uncancel() > 0:
                 raise  # not ours: the server is shutting down, or someone else cancelled
@@ -135,13 +132,14 @@ class UpstreamClient:
                 0, upstream_answered=False, complete=False, client_closed=True, first_byte_at=None
             )
         finally:
-            watch.armed = False
-            watcher.cancel()
+            watch.stop()
         return result
 
-    async def _exchange(self, request: bytes, send: Send) -> RelayResult:
+    async def _exchange(
+        self, request: bytes, send: Send, *, on_wait: Callable[[], object]
+    ) -> RelayResult:
         try:
-            async with self._pool.exchange(request) as response:
+            async with self._pool.exchange(request, on_wait=on_wait) as response:
                 first_byte_at = time.perf_counter()
                 complete = await self._stream(response, send)  # reports a broken stream itself
                 return RelayResult(
@@ -185,7 +183,7 @@ class UpstreamClient:
 
     async def probe(self, path: str) -> str | None:
         """None when the upstream answers ``path`` with 2xx, else why it is not ready."""
-        request = self._request("GET", path, b"", ())
+        request = self._pool.request_bytes(method="GET", path=path, headers=(), body=b"")
         try:
             async with asyncio.timeout(READY_PROBE_TIMEOUT_SECONDS):
                 async with self._pool.exchange(request) as response:
@@ -201,16 +199,27 @@ class UpstreamClient:
 
 
 class _DisconnectWatch:
-    """Cancels the relaying task when the client disconnects, while armed."""
+    """Cancels the relaying task when the client disconnects, between start and stop."""
 
-    def __init__(self, task: asyncio.Task[object]) -> None:
+    def __init__(self, task: asyncio.Task[object], receive: Receive) -> None:
         self._task = task
-        self.armed = True
+        self._receive = receive
+        self._watcher: asyncio.Future[None] | None = None
+        self._armed = True
         self.fired = False
 
-    async def run(self, receive: Receive) -> None:
-        await wait_for_disconnect(receive)
-        if self.armed:
+    def start(self) -> None:
+        if self._watcher is None and self._armed:
+            self._watcher = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        self._armed = False
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    async def _run(self) -> None:
+        await wait_for_disconnect(self._receive)
+        if self._armed:
             self.fired = True
             self._task.cancel()  # closes the upstream connection: the engine aborts
 

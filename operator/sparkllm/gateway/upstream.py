@@ -31,9 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -212,6 +211,39 @@ class _Connection(asyncio.Protocol):
         self.closed = True
 
 
+def _splits_request(text: bytes) -> bool:
+    return b"\r" in text or b"\n" in text
+
+
+class _Exchange:
+    """The async context manager ``UpstreamPool.exchange`` returns (a class rather than
+    ``contextlib.asynccontextmanager``: it is on every request's path)."""
+
+    __slots__ = ("_connection", "_on_wait", "_pool", "_request")
+
+    def __init__(
+        self, pool: UpstreamPool, request: bytes, on_wait: Callable[[], object] | None
+    ) -> None:
+        self._pool, self._request, self._on_wait = pool, request, on_wait
+        self._connection: _Connection | None = None
+
+    async def __aenter__(self) -> Response:
+        pool = self._pool
+        if self._on_wait is not None and pool._slots.locked():
+            self._on_wait()
+        await pool._acquire()
+        try:
+            connection, status, headers = await pool._send(self._request, self._on_wait)
+        except BaseException:
+            pool._release(None)
+            raise
+        self._connection = connection
+        return Response(status, headers, connection, pool._read_timeout)
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._pool._release(self._connection)
+
+
 def _expire(waiter: asyncio.Future[bool]) -> None:
     if not waiter.done():
         waiter.set_result(True)
@@ -241,6 +273,7 @@ class UpstreamPool:
         read_timeout: float,
         max_connections: int,
         pool_timeout: float | None = None,
+        default_headers: Iterable[tuple[bytes, bytes]] = (),
     ) -> None:
         self.endpoint = Endpoint.from_url(base_url)
         self._connect_timeout = connect_timeout
@@ -249,32 +282,47 @@ class UpstreamPool:
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[_Connection] = []
         self._ssl = ssl.create_default_context() if self.endpoint.tls else None
+        self._host_and_default_headers = b"".join(
+            name + b": " + value + b"\r\n"
+            for name, value in [(b"host", self.endpoint.host_header), *default_headers]
+            if not (_splits_request(name) or _splits_request(value))
+        )
+        self._prefixes: dict[tuple[str, str], bytes] = {}
 
     def request_bytes(
         self, *, method: str, path: str, headers: Iterable[tuple[bytes, bytes]], body: bytes
     ) -> bytes:
-        """The request as written: request line, Host, framing, the given headers, body."""
-        lines = [
-            f"{method} {self.endpoint.path_prefix}{path} HTTP/1.1".encode("ascii"),
-            b"host: " + self.endpoint.host_header,
-        ]
+        """The request as written: request line, Host, the pool's headers, framing, the
+        given headers (any with CR or LF dropped: they could split the request), body."""
+        key = (method, path)
+        prefix = self._prefixes.get(key)
+        if prefix is None:  # a handful of distinct routes: built once each
+            line = f"{method} {self.endpoint.path_prefix}{path} HTTP/1.1".encode("ascii")
+            prefix = self._prefixes[key] = line + b"\r\n" + self._host_and_default_headers
+        lines = [prefix]
         if body or method not in ("GET", "HEAD"):
-            lines.append(b"content-length: %d" % len(body))
+            lines.append(b"content-length: %d\r\n" % len(body))
         for name, value in headers:
-            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-                continue  # never let a header value split the request
-            lines.append(name + b": " + value)
+            if _splits_request(name) or _splits_request(value):
+                continue
+            lines.append(name + b": " + value + b"\r\n")
         lines.append(b"\r\n")
-        return b"\r\n".join(lines) + body
+        lines.append(body)
+        return b"".join(lines)
 
-    @contextlib.asynccontextmanager
-    async def exchange(self, request: bytes) -> AsyncIterator[Response]:
-        """Send ``request``; the Response once its head arrived; the connection released after.
+    def exchange(self, request: bytes, *, on_wait: Callable[[], object] | None = None) -> _Exchange:
+        """``async with pool.exchange(request) as response``: the Response once its head
+        arrived; the connection is released when the block is left.
 
-        Released however the ``async with`` block is left: back to the pool if the body was
-        read to the end and the upstream keeps the connection, closed otherwise (an error,
-        a timeout, the caller cancelled).
+        Released however the block is left: back to the pool if the body was read to the
+        end and the upstream keeps the connection, closed otherwise (an error, a timeout,
+        the caller cancelled). ``on_wait`` is called before the exchange first waits: for
+        a free connection, for a new one, or (the usual case) for the answer once the
+        request is written — it may be called more than once.
         """
+        return _Exchange(self, request, on_wait)
+
+    async def _acquire(self) -> None:
         if self._slots.locked():  # the timeout only where waiting is possible
             try:
                 async with asyncio.timeout(self._pool_timeout):
@@ -283,44 +331,50 @@ class UpstreamPool:
                 raise UpstreamUnavailableError("no free upstream connection in time") from None
         else:
             await self._slots.acquire()
-        connection: _Connection | None = None
-        try:
-            connection, status, headers = await self._send(request)
-            yield Response(status, headers, connection, self._read_timeout)
-        finally:
-            if connection is not None:
-                if connection.reusable:
-                    self._idle.append(connection)
-                else:
-                    connection.close()
-            self._slots.release()
 
-    async def _send(self, request: bytes) -> tuple[_Connection, int, Headers]:
-        connection, reused = await self._connection()
+    def _release(self, connection: _Connection | None) -> None:
+        if connection is not None:
+            if connection.reusable:
+                self._idle.append(connection)
+            else:
+                connection.close()
+        self._slots.release()
+
+    async def _send(
+        self, request: bytes, on_wait: Callable[[], object] | None
+    ) -> tuple[_Connection, int, Headers]:
+        """Write ``request`` and wait for the head; once more on a fresh connection if a
+        reused one broke before answering. The connection is closed on failure."""
+        connection, reused = self._idle_connection()
+        if connection is None:
+            if on_wait is not None:
+                on_wait()
+            connection = await self._connect()
+        connection.send_request(request)
+        if on_wait is not None:
+            on_wait()
         try:
-            status, headers = await self._send_on(connection, request)
+            return connection, *await self._head(connection)
         except UpstreamBrokenError:
             if not reused or connection.received_any:
                 raise
-            connection = await self._connect()  # a stale keep-alive connection: once more
-            status, headers = await self._send_on(connection, request)
-        return connection, status, headers
-
-    async def _send_on(self, connection: _Connection, request: bytes) -> tuple[int, Headers]:
-        """Send on ``connection`` and wait for the head; the connection is closed on failure."""
+        connection = await self._connect()  # a stale keep-alive connection: once more
         connection.send_request(request)
+        return connection, *await self._head(connection)
+
+    async def _head(self, connection: _Connection) -> tuple[int, Headers]:
         try:
             return await connection.head(read_timeout=self._read_timeout)
         except BaseException:
             connection.close()
             raise
 
-    async def _connection(self) -> tuple[_Connection, bool]:
+    def _idle_connection(self) -> tuple[_Connection | None, bool]:
         while self._idle:
             connection = self._idle.pop()
             if not connection.closed:
                 return connection, True
-        return await self._connect(), False
+        return None, False
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()

@@ -48,10 +48,18 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every request (json.loads with an option builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse_json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object (strict JSON: no NaN/Infinity)."""
+    """The body as a JSON object (strict JSON: no NaN/Infinity).
+
+    Decoded as ``json.loads`` decodes bytes: UTF-8, -16 or -32 by the first bytes, lone
+    surrogates passed through (admission rejects them where they matter).
+    """
     try:
-        payload = json.loads(body, parse_constant=_reject_constant)
+        payload = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except (ValueError, RecursionError) as exc:
         reject(
             f"We could not parse the JSON body of your request ({exc}).",
