@@ -242,6 +242,40 @@ def test_silence_past_the_read_timeout_is_a_timeout() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(
+    ("server_gap", "reader_gap"),
+    [(0.15, 0.0), (0.0, 0.4)],
+    ids=["upstream-trickles-within-the-timeout", "reader-slower-than-the-timeout"],
+)
+def test_the_read_timeout_counts_only_silence_while_waiting(
+    server_gap: float, reader_gap: float
+) -> None:
+    # read_timeout 0.25 s, and the whole answer takes over 0.9 s: neither an upstream
+    # sending a chunk every 0.15 s nor a reader that takes 0.4 s per chunk (the data
+    # already buffered) is a timeout. Only silence while the reader waits is.
+    head, chunks = OK_CHUNKED.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n", [b"3\r\nab\n\r\n"] * 6
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        await read_request(reader)
+        for part in [head, *chunks, b"0\r\n\r\n"]:
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(server_gap)
+
+    async def scenario() -> list[bytes]:
+        async with ScriptedServer(trickle).running() as server:
+            with pool_for(server, read_timeout=0.25) as pool:
+                request = pool.request_bytes(method="POST", path="/v1/x", headers=[], body=b"{}")
+                received = []
+                async with pool.exchange(request) as response:
+                    async for chunk in response.chunks():
+                        received.append(chunk)
+                        await asyncio.sleep(reader_gap)
+                return received
+
+    assert b"".join(asyncio.run(scenario())) == b"ab\n" * 6
+
+
 def test_nothing_listening_is_unavailable() -> None:
     async def scenario() -> None:
         async with ScriptedServer(keep_alive(OK_CHUNKED)).running() as server:

@@ -97,6 +97,10 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[bool] | None = None  # True: timed out
+        # The read timeout: one timer per connection, re-armed only when it fires early,
+        # instead of a timer created and cancelled for every body chunk.
+        self._timer: asyncio.TimerHandle | None = None
+        self._active_at = 0.0  # loop time of the last data, or of the start of the wait
         self._received_any = False
         self._complete = False
         self._close_requested = False
@@ -110,6 +114,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._cancel_timer()
         if not self._complete and self.error is None:
             self.error = UpstreamBrokenError(
                 f"connection closed by the upstream{f': {exc}' if exc else ''}"
@@ -118,6 +123,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._received_any = True
+        self._active_at = asyncio.get_running_loop().time()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -144,6 +150,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._complete = True
+        self._cancel_timer()
         self._signal()
 
     # -- the exchange ---------------------------------------------------------------------
@@ -188,17 +195,35 @@ class _Connection(asyncio.Protocol):
         return self._parser.get_status_code(), self._headers
 
     async def _wait(self, read_timeout: float) -> None:
-        # A bare timer, not asyncio.timeout(): this runs once per body chunk.
+        """Until the parser signals, or ``read_timeout`` passes without data."""
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(read_timeout, _expire, waiter)
+        self._active_at = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_at(self._active_at + read_timeout, self._expire, read_timeout)
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
         if waiter.result():
             raise UpstreamTimeoutError(f"no data from the upstream for {read_timeout:g} s")
+
+    def _expire(self, read_timeout: float) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nobody waits: the next wait arms the timer again
+        loop = asyncio.get_running_loop()
+        due = self._active_at + read_timeout
+        if loop.time() >= due:
+            waiter.set_result(True)
+        else:  # data came, or a new wait began, since the timer was set
+            self._timer = loop.call_at(due, self._expire, read_timeout)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _signal(self) -> None:
         waiter = self._waiter
@@ -206,6 +231,7 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(False)
 
     def close(self) -> None:
+        self._cancel_timer()
         if self._transport is not None and not self.closed:
             self._transport.close()
         self.closed = True
@@ -242,11 +268,6 @@ class _Exchange:
 
     async def __aexit__(self, *_exc: object) -> None:
         self._pool._release(self._connection)
-
-
-def _expire(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(True)
 
 
 @dataclass(frozen=True, slots=True)
