@@ -167,15 +167,6 @@ def gateway_service_resolver(gateways: RunningGateways) -> ServiceResolver:
 # --- the shell ---------------------------------------------------------------------------
 
 
-class _BenchKube(engine_io.KubeClient):
-    """The engine harness's API client, listing benchmark pods instead."""
-
-    def list_bench_pods(self, *, namespace: str | None) -> list[JSON]:
-        scope = () if namespace is None else (namespace,)
-        listing = self._json(self._list_function(namespace), *scope, label_selector=SELECTOR)
-        return list(listing.get("items") or [])
-
-
 @dataclass
 class _Run:
     uid: str
@@ -210,18 +201,20 @@ class BenchJobs(PodSupervisor[_Run]):
         self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
         self.log_dir = log_dir or cluster.paths.state_dir / "bench-jobs"
         self._done: set[str] = set()  # pods whose process ran (or cannot run): never again
-        self._kube: _BenchKube | None = None
+        self._kube: engine_io.KubeClient | None = None
         self._workdir: Path | None = None
 
     # --- the supervisor's hooks --------------------------------------------------------
 
     def _open(self, resources: ExitStack) -> None:
-        self._kube = resources.enter_context(closing(_BenchKube(self.cluster.paths.kubeconfig)))
+        self._kube = resources.enter_context(
+            closing(engine_io.KubeClient(self.cluster.paths.kubeconfig))
+        )
         self._workdir = scratch_directory(resources, prefix="sparkllm-bench-jobs-")
 
     def _list_pods(self) -> dict[str, JSON]:
         assert self._kube is not None
-        return pods_by_uid(self._kube.list_bench_pods(namespace=self.namespace))
+        return pods_by_uid(self._kube.list_pods_by_selector(SELECTOR, namespace=self.namespace))
 
     def _stop_reason(self, run: _Run, pod: JSON | None) -> str | None:
         if pod is None or pod["metadata"].get("deletionTimestamp"):

@@ -80,6 +80,13 @@ class KubeClient:
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
 
+    def list_pods_by_selector(self, selector: str, *, namespace: str | None) -> list[JSON]:
+        """The pods matching ``selector`` (all namespaces when ``namespace`` is None)."""
+        listing = self._json(
+            self._list_function(namespace), *_scope(namespace), label_selector=selector
+        )
+        return list(listing.get("items") or [])
+
     def list_pods(self, *, namespace: str | None) -> tuple[list[JSON], str]:
         """(engine pods, the list's resourceVersion)."""
         listing = self._json(

@@ -126,11 +126,6 @@ def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str)
 class GatewayKube(engine_io.KubeClient):
     """The engine harness's API client, plus the calls a gateway pod needs."""
 
-    def list_gateway_pods(self, *, namespace: str | None) -> list[JSON]:
-        scope = () if namespace is None else (namespace,)
-        listing = self._json(self._list_function(namespace), *scope, label_selector=SELECTOR)
-        return list(listing.get("items") or [])
-
     def secret_data(self, name: str, *, namespace: str) -> dict[str, bytes] | None:
         try:
             secret = self._json(self.core.read_namespaced_secret, name, namespace)

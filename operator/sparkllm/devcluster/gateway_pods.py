@@ -43,6 +43,7 @@ from sparkllm.devcluster import engine_io, kubelet
 from sparkllm.devcluster.cluster import DevCluster
 from sparkllm.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,
+    SELECTOR,
     GatewayKube,
     free_port,
     localize_router_args,
@@ -149,7 +150,7 @@ class GatewayPods(PodSupervisor[_Gateway]):
 
     def _list_pods(self) -> dict[str, JSON]:
         assert self._kube is not None
-        return pods_by_uid(self._kube.list_gateway_pods(namespace=self.namespace))
+        return pods_by_uid(self._kube.list_pods_by_selector(SELECTOR, namespace=self.namespace))
 
     def _start_pod(self, uid: str, pod: JSON) -> _Gateway:
         """The pod's processes, ready to run: ``_follow`` starts them in this same tick."""
