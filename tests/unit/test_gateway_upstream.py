@@ -226,6 +226,38 @@ def test_invalid_http_from_the_upstream_is_a_broken_exchange() -> None:
     asyncio.run(scenario())
 
 
+def test_what_arrived_together_is_handed_over_as_one_piece_and_nothing_is_dropped() -> None:
+    # Three SSE events in one read reach the relay as one piece (one send downstream).
+    # Then, while the reader holds that piece, the rest of the answer and its end arrive:
+    # the reader still gets the rest before the body ends.
+    head = OK_CHUNKED.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+    event = b"5\r\ndata\n\r\n"
+    reader_has_first = asyncio.Event()
+
+    async def bursty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
+        await read_request(reader)
+        writer.write(head + event * 3)
+        await writer.drain()
+        await reader_has_first.wait()
+        writer.write(b"4\r\nlate\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario() -> list[bytes]:
+        async with ScriptedServer(bursty).running() as server:
+            with pool_for(server) as pool:
+                request = pool.request_bytes(method="GET", path="/x", headers=[], body=b"")
+                pieces = []
+                async with pool.exchange(request) as response:
+                    async for piece in response.chunks():
+                        pieces.append(piece)
+                        if len(pieces) == 1:
+                            reader_has_first.set()
+                            await asyncio.sleep(0.2)  # the rest and the end arrive now
+                return pieces
+
+    assert asyncio.run(scenario()) == [b"data\n" * 3, b"late"]
+
+
 def test_silence_past_the_read_timeout_is_a_timeout() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _n: int) -> None:
         await read_request(reader)
