@@ -173,17 +173,17 @@ class _Connection(asyncio.Protocol):
         """The response body as it arrives (de-chunked), until the message is complete.
 
         What has arrived is handed over at once, as one piece: under load one read from
-        the upstream often holds several SSE events, and relaying them in one send (one
-        system call, one wake-up of the client) instead of one each is most of the
-        per-event cost. Nothing waits for more data to be joined.
+        the upstream often holds several SSE events, and relaying them in one send saves
+        a system call and a wake-up of the client per extra event. Nothing waits for more
+        data to be joined. The buffer is then empty, so reading resumes if it was paused.
         """
         while True:
             if self._chunks:
                 chunks = self._chunks
                 chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
                 chunks.clear()
-                self._buffered -= len(chunk)
-                if self._paused and self._buffered <= _HIGH_WATER // 2:
+                self._buffered = 0
+                if self._paused:
                     assert self._transport is not None
                     self._transport.resume_reading()
                     self._paused = False
@@ -264,9 +264,7 @@ class _Exchange:
 
     async def __aenter__(self) -> Response:
         pool = self._pool
-        if self._on_wait is not None and pool._slots.locked():
-            self._on_wait()
-        await pool._acquire()
+        await pool._acquire(self._on_wait)
         try:
             connection, status, headers = await pool._send(self._request, self._on_wait)
         except BaseException:
@@ -352,8 +350,10 @@ class UpstreamPool:
         """
         return _Exchange(self, request, on_wait)
 
-    async def _acquire(self) -> None:
+    async def _acquire(self, on_wait: Callable[[], object] | None) -> None:
         if self._slots.locked():  # the timeout only where waiting is possible
+            if on_wait is not None:
+                on_wait()
             try:
                 async with asyncio.timeout(self._pool_timeout):
                     await self._slots.acquire()
