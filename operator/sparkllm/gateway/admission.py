@@ -156,6 +156,10 @@ class Admission:
                 content_format=self._template.content_format,
                 continue_final_message=continue_final,
             )
+            if not prefix and exact_above >= 0:
+                bound = self._bound_unrendered(prepared, tools, template_kwargs)
+                if bound is not None and bound <= exact_above:
+                    return PromptSize(bound, exact=False)
             rendered = self._template.render(prepared, tools=tools, template_kwargs=template_kwargs)
         except ChatTemplateError as exc:
             validation.reject(
@@ -169,6 +173,25 @@ class Admission:
             )
             return PromptSize(tokens, exact=True)
         return self._measure(rendered, special=False, exact_above=exact_above, param="messages")
+
+    def _bound_unrendered(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        template_kwargs: dict[str, Any],
+    ) -> int | None:
+        """The byte bound from the rendered length known by shape, if it is known."""
+        if not self._counter.byte_level:
+            return None
+        try:
+            size = self._template.rendered_bytes(
+                messages, tools=tools, template_kwargs=template_kwargs
+            )
+        except ValueError:
+            validation.reject(
+                "'messages' contains invalid Unicode (an unpaired surrogate).", param="messages"
+            )
+        return None if size is None else self._counter.byte_bound(size, add_special_tokens=False)
 
     def _measure_completion(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
         sizes = [

@@ -22,11 +22,12 @@ fault and surfaces as ``ChatTemplateError`` (a 400), never as a crash.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
 from jinja2 import nodes
@@ -34,6 +35,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from sparkllm.errors import GatewayError
+from sparkllm.gateway import template_probe
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
@@ -49,6 +51,7 @@ _SPECIAL_TOKEN_KEYS = (
 )
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
 _MESSAGE_VARIABLES = frozenset({"message", "msg", "m"})
+_SHAPES = 256  # conversation shapes whose rendered length is kept (template_probe.py)
 
 Message = dict[str, Any]
 
@@ -99,8 +102,11 @@ class _GenerationBlock(Extension):
         return caller()
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    environment = ImmutableSandboxedEnvironment(
+_Environment = TypeVar("_Environment", bound=ImmutableSandboxedEnvironment)
+
+
+def _environment(kind: type[_Environment]) -> _Environment:
+    environment = kind(
         trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, loopcontrols]
     )
     environment.filters["tojson"] = _tojson
@@ -128,7 +134,7 @@ def detect_content_format(source: str) -> ContentFormat:
     """OPENAI if the template loops over ``message.content`` (or is multimodal), else STRING."""
     if any(word in source for word in ("image", "audio", "video", "vision")):
         return ContentFormat.OPENAI
-    tree = _environment().parse(source)
+    tree = _environment(ImmutableSandboxedEnvironment).parse(source)
     loops = tree.find_all(nodes.For)
     if any(_iterates_message_content(loop.iter) for loop in loops):
         return ContentFormat.OPENAI
@@ -176,13 +182,21 @@ class ChatTemplate:
     def __init__(self, sources: Mapping[str, str], *, special_tokens: Mapping[str, Any]) -> None:
         if "default" not in sources:
             raise GatewayError("the chat template has no 'default' variant")
-        environment = _environment()
+        environment = _environment(ImmutableSandboxedEnvironment)
+        probing = _environment(template_probe.ProbeEnvironment)
+        probing.guard()
         try:
             self._templates = {name: environment.from_string(src) for name, src in sources.items()}
+            self._probe_templates = {
+                name: probing.from_string(src)
+                for name, src in sources.items()
+                if template_probe.probeable(probing.parse(src))
+            }
         except jinja2.TemplateError as exc:
             raise GatewayError(f"the chat template does not compile: {exc}") from exc
         self.content_format = detect_content_format(sources["default"])
         self._special_tokens = dict(special_tokens)
+        self._lengths = functools.lru_cache(maxsize=_SHAPES)(self._probe)
 
     @classmethod
     def load(cls, *, tokenizer_dir: Path, override_path: Path | None = None) -> ChatTemplate:
@@ -215,19 +229,59 @@ class ChatTemplate:
         template_kwargs: Mapping[str, Any],
     ) -> str:
         """The prompt text for ``messages`` with the generation prompt appended."""
-        template = self._templates.get("tool_use") if tools else None
-        template = template or self._templates["default"]
-        variables = {**self._special_tokens, **template_kwargs}
+        template = self._templates[self._variant(tools)]
         try:
-            return template.render(
-                messages=messages,
-                tools=tools,
-                documents=None,
-                add_generation_prompt=True,
-                **variables,
-            )
+            return self._render(template, messages, tools=tools, template_kwargs=template_kwargs)
         except Exception as exc:  # anything the template raises is due to the input
             raise ChatTemplateError(f"{type(exc).__name__}: {exc}") from exc
+
+    def rendered_bytes(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        template_kwargs: Mapping[str, Any],
+    ) -> int | None:
+        """``len(render(...).encode())`` without rendering, or None if it must render.
+
+        Known when this conversation's shape was probed (template_probe.py): the
+        template placed its texts without looking at them. Raises ValueError (as
+        encoding the rendered prompt would) for a text with unpaired surrogates.
+        """
+        variant = self._variant(tools)
+        if variant not in self._probe_templates:
+            return None
+        split = template_probe.split_texts(messages)
+        if split is None:
+            return None
+        shape = template_probe.Shape(variant, split[0], tools, template_kwargs)
+        lengths = self._lengths(shape) if shape.cacheable else None
+        return None if lengths is None else template_probe.rendered_bytes(lengths, split[1])
+
+    def _variant(self, tools: Sequence[Mapping[str, Any]] | None) -> str:
+        return "tool_use" if tools and "tool_use" in self._templates else "default"
+
+    def _render(
+        self,
+        template: jinja2.Template,
+        messages: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        template_kwargs: Mapping[str, Any],
+    ) -> str:
+        variables = {**self._special_tokens, **template_kwargs}
+        return template.render(
+            messages=messages, tools=tools, documents=None, add_generation_prompt=True, **variables
+        )
+
+    def _probe(self, shape: template_probe.Shape) -> template_probe.Lengths | None:
+        template = self._probe_templates[shape.variant]
+        return template_probe.probe(
+            lambda messages: self._render(
+                template, messages, tools=shape.tools, template_kwargs=shape.template_kwargs
+            ),
+            shape,
+        )
 
 
 def _joined_text(parts: Sequence[Any]) -> str:

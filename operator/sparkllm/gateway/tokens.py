@@ -124,8 +124,15 @@ class TokenCounter:
         Raises ValueError for text that is not valid Unicode (unpaired surrogates).
         """
         if self.byte_level:
-            added = self.special_tokens_added if add_special_tokens else 0
-            bound = len(text.encode("utf-8")) + added
-            if bound <= exact_above:
+            bound = self.byte_bound(
+                len(text.encode("utf-8")), add_special_tokens=add_special_tokens
+            )
+            if bound is not None and bound <= exact_above:
                 return PromptSize(bound, exact=False)
         return PromptSize(self.count(text, add_special_tokens=add_special_tokens), exact=True)
+
+    def byte_bound(self, utf8_bytes: int, *, add_special_tokens: bool) -> int | None:
+        """At most this many tokens for a text of ``utf8_bytes``; None if not byte-level."""
+        if not self.byte_level:
+            return None
+        return utf8_bytes + (self.special_tokens_added if add_special_tokens else 0)
