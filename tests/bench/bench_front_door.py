@@ -19,10 +19,11 @@ paths, and prints p50/p99 time to first token and end-to-end latency and request
 
 At concurrency 1 — the issue's goal: admission adds at most 1 ms p50 and 3 ms p99 over
 smg alone — the three paths are measured *interleaved*, one request each in turn (150
-rounds at scale 1), so that whatever else the machine does at the moment affects all
-three alike; the overhead is printed as the difference of the percentiles and as the
-median of the per-round differences (each admission request minus the smg request next
-to it). At 16 and 64 each path runs its own batch.
+rounds at scale 1, each with a text of its own: the prompt's words rotated), so that
+whatever else the machine does at the moment affects all three alike; the overhead is
+printed as the difference of the percentiles and as the median of the per-round
+differences (each admission request minus the smg request next to it). At 16 and 64
+each path runs its own batch.
 
 Then, at concurrency 1, 2K- and 8K-token prompts without ``max_tokens`` (so the
 admission layer must count the prompt exactly and fill in the rest of the window), via
@@ -200,16 +201,16 @@ async def run_load(
 
 
 async def run_interleaved(
-    urls: dict[str, str], keys: dict[str, str], body: bytes, *, rounds: int
+    urls: dict[str, str], keys: dict[str, str], bodies: Sequence[bytes]
 ) -> dict[str, list[tuple[float, float]]]:
-    """Concurrency 1: one request per path in turn, ``rounds`` times; the raw samples."""
+    """Concurrency 1: one request per path in turn, a round per body; the raw samples."""
     samples: dict[str, list[tuple[float, float]]] = {path: [] for path in urls}
     clients = {path: httpx.AsyncClient(timeout=120, trust_env=False) for path in urls}
     try:
         for path, url in urls.items():
             for _ in range(4):
-                await _one(clients[path], url, keys[path], body)  # warm the pools
-        for _ in range(rounds):
+                await _one(clients[path], url, keys[path], bodies[0])  # warm the pools
+        for body in bodies:
             for path, url in urls.items():
                 samples[path].append(await _one(clients[path], url, keys[path], body))
     finally:
@@ -268,12 +269,24 @@ def main() -> None:
                     process.kill()
 
 
+def reworded(messages: list[dict[str, str]], shift: int) -> list[dict[str, str]]:
+    """The same conversation with the last message's words rotated by ``shift``.
+
+    The same words, so the same bytes and about the same tokens, but a different text:
+    nothing that remembers a prompt's text (in smg, the simulator or the admission
+    layer) can serve one round from an earlier one.
+    """
+    words = messages[-1]["content"].split(" ")
+    shift %= len(words)
+    return [*messages[:-1], {**messages[-1], "content": " ".join(words[shift:] + words[:shift])}]
+
+
 def _concurrency_one(
-    urls: dict[str, str], keys: dict[str, str], body: bytes, *, rounds: int
+    urls: dict[str, str], keys: dict[str, str], bodies: Sequence[bytes]
 ) -> tuple[dict[str, dict[str, float]], tuple[float, float]]:
     """The interleaved concurrency-1 run: per-path rows, and the median per-round
     difference admission - smg of (TTFT, E2E) in ms."""
-    samples = asyncio.run(run_interleaved(urls, keys, body, rounds=rounds))
+    samples = asyncio.run(run_interleaved(urls, keys, bodies))
     # requests/s as if each path had run alone, back to back: its rounds over their E2E sum.
     rows = {
         path: summarize(found, elapsed=sum(sample[1] for sample in found))
@@ -297,9 +310,19 @@ def _report(
     print(f"streamed chat, 256-token prompt, {OUTPUT_TOKENS} output tokens (simulator: 1 ms/token)")
     header = ("conc", "path", "TTFT p50 ms", "p99", "E2E p50 ms", "p99", "req/s")
     print("{:>4} {:<10} {:>11} {:>8} {:>10} {:>8} {:>7}".format(*header))
-    rows, (ttft_paired, e2e_paired) = _concurrency_one(
-        urls, keys, body, rounds=max(20, int(REQUESTS[1] * scale))
-    )
+    rounds = max(20, int(REQUESTS[1] * scale))
+    bodies = [
+        json.dumps(
+            {
+                "model": MODEL,
+                "messages": reworded(messages, shift),
+                "stream": True,
+                "max_tokens": OUTPUT_TOKENS,
+            }
+        ).encode()
+        for shift in range(rounds)
+    ]
+    rows, (ttft_paired, e2e_paired) = _concurrency_one(urls, keys, bodies)
     smg, gated = rows["smg"], rows["admission"]
     for concurrency in CONCURRENCY:
         total = max(concurrency, int(REQUESTS[concurrency] * scale))
