@@ -6,12 +6,13 @@ always fits the window (12,288 tokens) — so it is decided in one place, withou
 and tested with plain asserts. The ASGI shell only moves bytes.
 
 The decision, in order: parse and check the body's shape (validation.py); check the
-model name; render the chat template (chat_template.py); measure the prompt
-(tokens.py, exactly unless the byte bound already settles it); refuse input over the
-cap; then fit the output: a ``max_tokens`` / ``max_completion_tokens`` that would
-overflow the window is clamped (or refused under the ``reject`` policy), and a request
-with none gets ``default_max_tokens`` or the rest of the window. The original body
-bytes are forwarded unless something had to change.
+model name; render the chat template (chat_template.py) — unless the byte bound on the
+rendered length, known by the conversation's shape (template_probe.py), already
+settles it; measure the prompt (tokens.py, exactly unless the byte bound already
+settles it); refuse input over the cap; then fit the output: a ``max_tokens`` /
+``max_completion_tokens`` that would overflow the window is clamped (or refused under
+the ``reject`` policy), and a request with none gets ``default_max_tokens`` or the rest
+of the window. The original body bytes are forwarded unless something had to change.
 
 "Fits" is the engine's rule, not ours: SGLang refuses a request when
 ``input + max_new_tokens >= context_length`` (tokenizer_manager._validate_one_request),
