@@ -36,6 +36,8 @@ HOLD_MARKER = "[hold]"
 PAUSE_MARKER = "[pause]"
 BREAK_MARKER = "[break]"
 UPSTREAM_KEY = "upstream-secret-key"
+# What smg adds to every answer it routed: the chosen worker's address.
+ROUTED_WORKER = (b"x-smg-routed-worker-id", b"http://10.42.0.7:30000")
 Lifespan = Literal["on", "off"]
 TOKENIZER_CORPUS_WORD = " fox"  # one token in the trained vocabulary, also when repeated
 
@@ -325,7 +327,7 @@ class UpstreamRecorder:
             answer = {"object": "chat.completion", "model": MODEL, "choices": [{"index": 0}]}
             await _send_json(send, 200, answer)
             return
-        headers = [(b"content-type", b"text/event-stream")]
+        headers = [(b"content-type", b"text/event-stream"), ROUTED_WORKER]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         for index in range(3):
             chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": f"tok{index}"}}]})
@@ -342,7 +344,7 @@ class UpstreamRecorder:
 
 async def _send_json(send: Any, status: int, payload: Any) -> None:
     body = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json")]
+    headers = [(b"content-type", b"application/json"), ROUTED_WORKER]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 

@@ -27,6 +27,7 @@ from tests.unit.gateway_fixtures import (
     HOLD_MARKER,
     MODEL,
     PAUSE_MARKER,
+    ROUTED_WORKER,
     UPSTREAM_KEY,
     ServerThread,
     UpstreamRecorder,
@@ -125,6 +126,27 @@ def test_user_key_is_replaced_by_the_upstream_key(
     assert received.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     assert received.headers["x-request-id"] == "r1"
     assert "key-alice" not in json.dumps(received.headers)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_routers_worker_address_is_logged_not_passed_on(
+    gateway: httpx.Client, caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    name, address = (part.decode() for part in ROUTED_WORKER)
+    with caplog.at_level(logging.INFO, logger="sparkllm.gateway.app"):
+        response = gateway.post(CHAT, json=_chat(stream=stream, max_tokens=10), headers=ALICE)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(
+        "text/event-stream" if stream else "application/json"
+    )
+    assert name not in response.headers
+    assert address not in response.text
+    wait_until(
+        lambda: any(
+            "request done" in r.message and f"worker={address}" in r.message for r in caplog.records
+        ),
+        what="the request-done log line naming the worker",
+    )
 
 
 def test_a_new_key_file_works_without_restart(

@@ -237,7 +237,7 @@ class GatewayApp:
         self.metrics.observe_latency(route.value, first_byte=first_byte, total=finished - arrived)
         logger.info(
             "request done route=%s user=%s outcome=%s status=%d input_tokens=%d%s "
-            "max_output_tokens=%d stream=%s seconds=%.3f",
+            "max_output_tokens=%d stream=%s seconds=%.3f worker=%s",
             route.value,
             user,
             outcome.value,
@@ -247,6 +247,7 @@ class GatewayApp:
             decision.max_output_tokens,
             decision.stream,
             finished - arrived,
+            result.worker,
         )
 
     async def _queue(self, receive: Receive) -> SlotResult | None:

@@ -39,11 +39,15 @@ from sparkllm.gateway.upstream import (
 
 logger = logging.getLogger(__name__)
 
+# The router's note of the worker it chose: an engine pod's address. Internal topology
+# is not for API clients (only the gateway's Service is exposed); the gateway logs it.
+WORKER_HEADER = b"x-smg-routed-worker-id"
 # Not forwarded from the upstream's response: hop-by-hop headers, framing (we re-frame
-# as chunked, so a truncated stream never contradicts a Content-Length) and the headers
-# the ASGI server sets itself.
+# as chunked, so a truncated stream never contradicts a Content-Length), the headers
+# the ASGI server sets itself, and the router's worker note.
 _DROPPED_RESPONSE_HEADERS = frozenset(
     {
+        WORKER_HEADER,
         b"connection",
         b"keep-alive",
         b"proxy-authenticate",
@@ -73,6 +77,7 @@ class RelayResult:
     complete: bool
     client_closed: bool
     first_byte_at: float | None
+    worker: str | None = None  # the engine the router chose (its WORKER_HEADER), if said
 
 
 class UpstreamClient:
@@ -142,12 +147,14 @@ class UpstreamClient:
             async with self._pool.exchange(request, on_wait=on_wait) as response:
                 first_byte_at = time.perf_counter()
                 complete = await self._stream(response, send)  # reports a broken stream itself
+                worker = next((v for n, v in response.headers if n == WORKER_HEADER), None)
                 return RelayResult(
                     response.status,
                     upstream_answered=True,
                     complete=complete,
                     client_closed=False,
                     first_byte_at=first_byte_at,
+                    worker=None if worker is None else worker.decode("latin-1"),
                 )
         except UpstreamError as exc:  # no answer: could not connect, no head in time, broken
             reply = _reply_for(exc)
