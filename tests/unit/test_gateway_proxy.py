@@ -133,20 +133,23 @@ def test_the_routers_worker_address_is_logged_not_passed_on(
     gateway: httpx.Client, caplog: pytest.LogCaptureFixture, stream: bool
 ) -> None:
     name, address = (part.decode() for part in ROUTED_WORKER)
+    # The gateway logs after the relay, so perhaps after the client has the whole answer:
+    # wait for the line inside the block that keeps INFO records.
     with caplog.at_level(logging.INFO, logger="sparkllm.gateway.app"):
         response = gateway.post(CHAT, json=_chat(stream=stream, max_tokens=10), headers=ALICE)
+        wait_until(
+            lambda: any(
+                "request done" in r.message and f"worker={address}" in r.message
+                for r in caplog.records
+            ),
+            what="the request-done log line naming the worker",
+        )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith(
         "text/event-stream" if stream else "application/json"
     )
     assert name not in response.headers
     assert address not in response.text
-    wait_until(
-        lambda: any(
-            "request done" in r.message and f"worker={address}" in r.message for r in caplog.records
-        ),
-        what="the request-done log line naming the worker",
-    )
 
 
 def test_a_new_key_file_works_without_restart(
