@@ -216,10 +216,14 @@ def test_unpaired_surrogates_in_a_placed_text_raise_as_encoding_would() -> None:
         template.render(messages, tools=None, template_kwargs={}).encode("utf-8")
 
 
-def test_a_look_the_template_machinery_swallows_still_counts() -> None:
-    shape = template_probe.Shape(
+def _one_text_shape() -> template_probe.Shape:
+    return template_probe.Shape(
         "default", [[("role", "user"), ("content", template_probe.TEXT)]], None, {}
     )
+
+
+def test_a_look_the_template_machinery_swallows_still_counts() -> None:
+    shape = _one_text_shape()
 
     def render(messages: list[dict[str, Any]]) -> str:
         with contextlib.suppress(Exception):  # what a careless filter might do
@@ -241,15 +245,12 @@ def test_filters_tests_and_functions_cannot_tell_a_stand_in_from_a_text(use: str
     environment.globals["describe"] = lambda value: "text" if isinstance(value, str) else "?"
     environment.guard()
     template = environment.from_string("{% for m in messages %}" + use + "{% endfor %}")
-    shape = template_probe.Shape(
-        "default", [[("role", "user"), ("content", template_probe.TEXT)]], None, {}
-    )
+    shape = _one_text_shape()
     assert template_probe.probe(lambda messages: template.render(messages=messages), shape) is None
 
 
-def _admission(template_source: str, tmp_path: Any) -> Admission:
+def _admission(template: ChatTemplate) -> Admission:
     tokenizer = train_tokenizer()
-    template = ChatTemplate({"default": template_source}, special_tokens=SPECIAL)
     counter = TokenCounter(tokenizer, byte_level=True)
     policy = AdmissionPolicy(
         served_model_name=MODEL,
@@ -263,11 +264,12 @@ def _admission(template_source: str, tmp_path: Any) -> Admission:
 
 
 def test_admission_bounds_a_short_prompt_without_rendering(
-    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    admission = _admission(CHAT_TEMPLATE, tmp_path)
+    template = ChatTemplate({"default": CHAT_TEMPLATE}, special_tokens=SPECIAL)
+    admission = _admission(template)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 🙂"}]
-    rendered = admission._template.render(messages, tools=None, template_kwargs={})
+    rendered = template.render(messages, tools=None, template_kwargs={})
     body = json.dumps({"model": MODEL, "messages": messages, "max_tokens": 64}).encode()
 
     def no_render(*_args: object, **_kwargs: object) -> str:
@@ -279,8 +281,8 @@ def test_admission_bounds_a_short_prompt_without_rendering(
     assert (decision.input_tokens, decision.input_tokens_exact) == (len(rendered.encode()), False)
 
 
-def test_admission_refuses_unpaired_surrogates_known_by_shape(tmp_path: Any) -> None:
-    admission = _admission(CHAT_TEMPLATE, tmp_path)
+def test_admission_refuses_unpaired_surrogates_known_by_shape() -> None:
+    admission = _admission(ChatTemplate({"default": CHAT_TEMPLATE}, special_tokens=SPECIAL))
     body = (
         b'{"model": "%s", "messages": [{"role": "user", "content": "x\\ud800"}], "max_tokens": 8}'
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from sparkllm.gateway import replies, validation
 from sparkllm.gateway.chat_template import ChatTemplate, ChatTemplateError, prepare_messages
@@ -189,9 +189,7 @@ class Admission:
                 messages, tools=tools, template_kwargs=template_kwargs
             )
         except ValueError:
-            validation.reject(
-                "'messages' contains invalid Unicode (an unpaired surrogate).", param="messages"
-            )
+            _invalid_unicode("messages")
         return None if size is None else self._counter.byte_bound(size, add_special_tokens=False)
 
     def _measure_completion(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
@@ -208,9 +206,7 @@ class Admission:
         try:
             return self._counter.measure(text, add_special_tokens=special, exact_above=exact_above)
         except ValueError:
-            validation.reject(
-                f"'{param}' contains invalid Unicode (an unpaired surrogate).", param=param
-            )
+            _invalid_unicode(param)
 
     def _too_long(self, tokens: int, *, param: str) -> ErrorReply:
         cap, window = self.policy.max_input_tokens, self.policy.context_length
@@ -251,6 +247,10 @@ class Admission:
                 raise RequestRejectedError(replies.context_length_exceeded(message, param=field))
             fitted[field] = payload[field] = budget
         return fitted
+
+
+def _invalid_unicode(param: str) -> NoReturn:
+    validation.reject(f"'{param}' contains invalid Unicode (an unpaired surrogate).", param=param)
 
 
 def _budget(policy: AdmissionPolicy, tokens: int) -> int:
