@@ -9,7 +9,8 @@ supervisor in ``engines.py`` only ever reads their latest results and never wait
   ConfigMap (a volume), patch a pod's status (strategic merge, subresource ``status``) —
   raw JSON in and out, since the pure ``kubelet`` module works on plain dicts.
 - ``PodCache``: list, then watch from the list's resourceVersion; a watch that ends is
-  resumed, an expired one (410) relisted, a failing API retried every second.
+  resumed, an expired one (410) relisted, a failing API retried every second — and so
+  is anything unforeseen, logged with its traceback, as client-go's reflector does.
 - ``Prober``: one thread per engine doing what the kubelet's readiness worker does.
 - ``spawn_process``: a simulator or an init container in its own session, output
   appended to its log; on Linux it first sets PR_SET_PDEATHSIG, so it dies with the
@@ -99,18 +100,26 @@ class KubeClient:
     def watch_pods(
         self, *, namespace: str | None, resource_version: str, watch: kubernetes.watch.Watch
     ) -> Iterator[JSON]:
-        """Raw watch events (``type``, ``object``) from ``resource_version`` for a window."""
+        """Watch events (``type``, ``object`` as raw JSON) from ``resource_version`` for a window.
+
+        The events are deserialised, though only ``raw_object`` is used: with
+        ``deserialize=False`` the client (kubernetes 37) looks for ``raw_object`` in an
+        in-stream ERROR event it never added, so the apiserver's 410 "too old resource
+        version" — which comes as an event once its watch cache has dropped the version —
+        raised a KeyError and ended the watch thread instead of a relist.
+        """
         try:
-            yield from watch.stream(  # type: ignore[no-untyped-call]
+            events = watch.stream(  # type: ignore[no-untyped-call]
                 self._list_function(namespace),
                 *_scope(namespace),
                 label_selector=ENGINE_COMPONENT_SELECTOR,
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=WATCH_WINDOW_SECONDS,
-                deserialize=False,
                 _request_timeout=(10, WATCH_WINDOW_SECONDS + 20),
             )
+            for event in events:
+                yield {"type": event["type"], "object": event["raw_object"]}
         except ApiException as exc:
             if exc.status == 410:
                 raise WatchExpiredError("watch expired", status=410) from exc
@@ -225,6 +234,11 @@ class PodCache:
                 if str(exc) != last_error:
                     logger.warning("engine pod watch failed (retrying every second): %s", exc)
                 last_error = str(exc)
+                self._stopped.wait(1.0)
+            except Exception:  # a bug must not leave the harness blind: say so, relist
+                if self._stopped.is_set():
+                    return
+                logger.exception("engine pod watch broke (relisting in a second)")
                 self._stopped.wait(1.0)
 
     def _list_and_watch(self) -> None:
