@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from sparkllm.devcluster import engine_io
 from sparkllm.devcluster.kubelet import JSON
+from tests.unit.loopback_http import JSONHandler, serving
 
 EXPIRED = {
     "type": "ERROR",
@@ -50,13 +50,13 @@ def _pod(name: str, version: str) -> JSON:
     }
 
 
-class _Server(BaseHTTPRequestHandler):
+class _Server(JSONHandler):
     """Pod lists and watches as the apiserver sends them; every watch ends with a 410."""
 
     lists: ClassVar[list[str]] = []
     watches: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
         if "watch=true" in self.path:
             type(self).watches.append(self.path)
             body = b"".join(
@@ -73,42 +73,29 @@ class _Server(BaseHTTPRequestHandler):
                 "items": [_pod(f"listed-{number}", str(1300 + number))],
             }
             body = json.dumps(listing).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads the recorded paths instead."""
+        self.answer(body)
 
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[engine_io.KubeClient]:
     _Server.lists, _Server.watches = [], []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}
-                ],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
+    with serving(_Server) as url:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": url}}],
+                    "users": [{"name": "u", "user": {}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
         )
-    )
-    client = engine_io.KubeClient(kubeconfig)
-    yield client
-    client.close()
-    server.shutdown()
-    server.server_close()
+        client = engine_io.KubeClient(kubeconfig)
+        yield client
+        client.close()
 
 
 def test_an_in_stream_410_is_a_watch_expiry_after_the_events_before_it(

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import http.server
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -43,6 +41,7 @@ from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.argv import attached, flag_name, option_value, replace_option_values
 from sparkllm.render.gateway import render_gateway
 from sparkllm.sim.server import UsageError, prepare
+from tests.unit.loopback_http import JSONHandler, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
@@ -154,33 +153,21 @@ def test_router_two_word_key_is_what_smg_refused(capsys: pytest.CaptureFixture[s
     assert "argument --api-key: expected one argument" in capsys.readouterr().err
 
 
-class _Worker(http.server.BaseHTTPRequestHandler):
+class _Worker(JSONHandler):
     """A stand-in engine that answers everything and records the Authorization headers."""
 
     seen: ClassVar[list[str | None]] = []
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
         type(self).seen.append(self.headers.get("Authorization"))
-        body = b'{"model_path": "m", "is_generation": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        self.answer(b'{"model_path": "m", "is_generation": true}')
 
 
 @pytest.fixture
 def worker() -> Iterator[str]:
     _Worker.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Worker) as url:
+        yield url
 
 
 def test_smg_starts_with_a_dash_leading_key_and_presents_it(worker: str, tmp_path: Path) -> None:
