@@ -1,12 +1,28 @@
-"""Restart times survive the status round trip to the millisecond (backoffs are in seconds)."""
+"""One replica's plan: restart times survive the status round trip to the millisecond
+(backoffs are in seconds), and the replica's objects are rendered once when the objects
+to apply are the ones whose template hash the plan compared.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from sparkllm.api import RestartPolicySpec
-from sparkllm.reconcile.replicas import history_from_status, precise_timestamp, timestamp
+from sparkllm.reconcile import replicas
+from sparkllm.reconcile.replicas import (
+    Observed,
+    ReplicaInputs,
+    history_from_status,
+    plan_replica,
+    precise_timestamp,
+    timestamp,
+)
 from sparkllm.reconcile.restarts import backoff_delay
+from sparkllm.render.placement import NodeFacts
+from tests.unit.test_render_ranks import KEY, NODES, RANK0_IP, sample
 
 
 def test_precise_timestamp_round_trips_milliseconds() -> None:
@@ -33,3 +49,38 @@ def test_a_spec_change_resets_the_budget_window() -> None:
     history = history_from_status(status, reset_budget=True)
     assert history.restart_times == ()
     assert history.exhausted is False
+
+
+def _first_start() -> tuple[Observed, ReplicaInputs]:
+    ips = (RANK0_IP, "10.0.0.11", "10.0.0.12")
+    pairs = zip(NODES, ips, strict=True)
+    facts = [NodeFacts(name=n, internal_ip=ip, ready=True) for n, ip in pairs]
+    observed = Observed(
+        nodes={f.name: f for f in facts},
+        pods=[],
+        owned={"StatefulSet": [], "Service": []},
+    )
+    inputs = ReplicaInputs(
+        index=0, group_key="group-0", nodes=NODES, previous=None, reset_budget=False,
+        force=False, others_ready=True, blocked=None, engine_key=KEY, tools_image="tools:1",
+        now=datetime(2026, 11, 30, tzinfo=UTC),
+    )  # fmt: skip
+    return observed, inputs
+
+
+def test_a_starting_replica_is_rendered_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, bool]] = []
+    real = replicas.render_replica
+
+    def counting(ic: Any, *, plan: Any, **kwargs: Any) -> Any:
+        calls.append((plan.generation, plan.running))
+        return real(ic, plan=plan, **kwargs)
+
+    monkeypatch.setattr(replicas, "render_replica", counting)
+    ic = sample()
+    result = plan_replica(ic, *_first_start())
+    assert calls == [(1, True)]
+    assert result.objects is not None
+    kinds = sorted(o["kind"] for o in result.objects)
+    assert kinds.count("StatefulSet") == ic.spec.engine.pipeline_parallel
+    assert result.report.generation == 1

@@ -8,6 +8,7 @@ ModelVerified verdict that must outlive the pods it came from.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -141,6 +142,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     rank0 = observed.nodes.get(nodes[0])
     rank0_ip = rank0.internal_ip if rank0 is not None else None
 
+    @functools.cache  # the hash render below is, in the common case, the one applied
     def render(generation: int, *, running: bool) -> list[JSON]:
         assert rank0_ip is not None
         plan = ReplicaPlan(
