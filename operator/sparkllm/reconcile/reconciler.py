@@ -12,7 +12,7 @@ only when it changed. A pass with nothing to do makes no write.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +27,7 @@ from sparkllm.api import (
     validate_inference_cluster,
 )
 from sparkllm.errors import ClusterAPIError, SpecError
-from sparkllm.reconcile import metrics
+from sparkllm.reconcile import metrics, owned
 from sparkllm.reconcile.benchmark import reconcile_benchmark
 from sparkllm.reconcile.drain import RunningRequests, drain_removed_replicas
 from sparkllm.reconcile.events import PendingEvent, event_manifest
@@ -54,21 +54,10 @@ from sparkllm.render.names import (
     LABEL_NODE_GROUP,
     cluster_selector,
 )
-from sparkllm.render.objects import is_current
-from sparkllm.render.placement import assign_groups, discover_groups, node_facts
+from sparkllm.render.placement import assign_groups, discover_groups
 
 logger = logging.getLogger(__name__)
 IC = lookup_kind(API_VERSION, KIND)
-STS = lookup_kind("apps/v1", "StatefulSet")
-SVC = lookup_kind("v1", "Service")
-POD = lookup_kind("v1", "Pod")
-NODE = lookup_kind("v1", "Node")
-DEPLOY = lookup_kind("apps/v1", "Deployment")
-SA = lookup_kind("v1", "ServiceAccount")
-ROLE = lookup_kind("rbac.authorization.k8s.io/v1", "Role")
-ROLE_BINDING = lookup_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
-# Everything the operator applies for a cluster, in apply order; pruned by label.
-OWNED = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY)
 
 Key = tuple[str, str]
 
@@ -134,7 +123,7 @@ class ClusterReconciler:
                 extra=(capacity,),
             )
             return PassOutcome()
-        observed = await self._observe(ic)
+        observed = await owned.observe(self.api, ic)
         now = self.clock()
         outcome, report, desired, keep = await self._plan(ic, obj, observed, previous_status, now)
         report = await self._with_proofs(
@@ -162,8 +151,8 @@ class ClusterReconciler:
             self._event(obj, warning=event.warning, reason=event.reason, message=event.message)
         if drain_retry is not None:
             outcome.retry_after = min(outcome.retry_after or drain_retry, drain_retry)
-        await self._apply(desired, observed)
-        await self._prune(desired, keep | draining, observed)
+        await owned.apply_desired(self.api, desired, observed)
+        await owned.prune(self.api, desired, keep | draining, observed)
         await self._write_status(
             obj, report, previous_status, now, benchmark=benchmark.status_value(previous_status)
         )
@@ -181,20 +170,6 @@ class ClusterReconciler:
         return outcome
 
     # --- steps ----------------------------------------------------------------------
-
-    async def _observe(self, ic: InferenceCluster) -> Observed:
-        namespace = ic.metadata.namespace or "default"
-        selector = cluster_selector(ic.metadata.name)
-        nodes = {f.name: f for f in map(node_facts, await self.api.list(NODE))}
-        owned = {
-            kind.kind: [
-                _with_kind(o, kind.kind)
-                for o in await self.api.list(kind, namespace, selector=selector)
-            ]
-            for kind in OWNED
-        }
-        pods = await self.api.list(POD, namespace, selector=selector)
-        return Observed(nodes=nodes, pods=pods, owned=owned)
 
     async def _plan(
         self,
@@ -339,30 +314,6 @@ class ClusterReconciler:
                 self._event(obj, warning=True, reason=Reason(reason), message=cond["message"])
         return replace(report, extra_conditions=(capacity, model, config))
 
-    async def _apply(self, desired: Sequence[JSON], observed: Observed) -> None:
-        live = {
-            (o["kind"], o["metadata"]["name"]): o
-            for items in observed.owned.values()
-            for o in items
-        }
-        for obj in desired:
-            if is_current(live.get((obj["kind"], obj["metadata"]["name"])), obj):
-                continue
-            await self.api.apply(obj)
-            metrics.WRITES.labels(verb="apply", kind=obj["kind"]).inc()
-
-    async def _prune(self, desired: Sequence[JSON], keep: set[str], observed: Observed) -> None:
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-        for kind in reversed(OWNED):
-            for item in observed.owned[kind.kind]:
-                name = item["metadata"]["name"]
-                if (kind.kind, name) in wanted or name in keep:
-                    continue
-                await self.api.delete(
-                    kind, name, item["metadata"]["namespace"], uid=item["metadata"].get("uid")
-                )
-                metrics.WRITES.labels(verb="delete", kind=kind.kind).inc()
-
     async def _write_status(
         self,
         obj: JSON,
@@ -426,11 +377,6 @@ class ClusterReconciler:
                 logger.warning("could not post Event %s: %s", event.reason.value, exc)
                 continue
             metrics.WRITES.labels(verb="create", kind="Event").inc()
-
-
-def _with_kind(obj: JSON, kind: str) -> JSON:
-    """List items come without apiVersion/kind; add the kind for lookups."""
-    return {**obj, "kind": kind}
 
 
 __all__ = ["ClusterReconciler", "PassOutcome", "kind_of"]

@@ -1,0 +1,79 @@
+"""The objects an InferenceCluster owns: which kinds, reading them, applying, pruning.
+
+Why apart from the pass in ``reconciler.py``: this is the pass's only contact with the
+owned objects, and it is the same three moves every time — list each owned kind by the
+cluster's selector (plus nodes and rank pods), apply a desired object only when the live
+one differs (so a pass with nothing to do writes nothing), and delete what is no longer
+desired, in reverse apply order and with its uid as a precondition, so a same-named
+replacement made meanwhile is never the one deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from sparkllm.api import InferenceCluster
+from sparkllm.reconcile import metrics
+from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
+from sparkllm.reconcile.replicas import Observed
+from sparkllm.render.names import cluster_selector
+from sparkllm.render.objects import is_current
+from sparkllm.render.placement import node_facts
+
+STS: Final = lookup_kind("apps/v1", "StatefulSet")
+SVC: Final = lookup_kind("v1", "Service")
+POD: Final = lookup_kind("v1", "Pod")
+NODE: Final = lookup_kind("v1", "Node")
+DEPLOY: Final = lookup_kind("apps/v1", "Deployment")
+SA: Final = lookup_kind("v1", "ServiceAccount")
+ROLE: Final = lookup_kind("rbac.authorization.k8s.io/v1", "Role")
+ROLE_BINDING: Final = lookup_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+# In apply order (a Role before the router that needs it); pruned in reverse.
+OWNED: Final = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY)
+
+
+async def observe(api: KubeAPI, ic: InferenceCluster) -> Observed:
+    """Nodes, the cluster's owned objects by kind, and its pods, read fresh."""
+    namespace = ic.metadata.namespace or "default"
+    selector = cluster_selector(ic.metadata.name)
+    nodes = {f.name: f for f in map(node_facts, await api.list(NODE))}
+    owned = {
+        kind.kind: [
+            _with_kind(o, kind.kind) for o in await api.list(kind, namespace, selector=selector)
+        ]
+        for kind in OWNED
+    }
+    pods = await api.list(POD, namespace, selector=selector)
+    return Observed(nodes=nodes, pods=pods, owned=owned)
+
+
+async def apply_desired(api: KubeAPI, desired: Sequence[JSON], observed: Observed) -> None:
+    """Apply, in order, each desired object whose live copy differs (or is missing)."""
+    live = {
+        (o["kind"], o["metadata"]["name"]): o for items in observed.owned.values() for o in items
+    }
+    for obj in desired:
+        if is_current(live.get((obj["kind"], obj["metadata"]["name"])), obj):
+            continue
+        await api.apply(obj)
+        metrics.WRITES.labels(verb="apply", kind=obj["kind"]).inc()
+
+
+async def prune(api: KubeAPI, desired: Sequence[JSON], keep: set[str], observed: Observed) -> None:
+    """Delete each owned object neither desired nor named in ``keep``."""
+    wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
+    for kind in reversed(OWNED):
+        for item in observed.owned[kind.kind]:
+            name = item["metadata"]["name"]
+            if (kind.kind, name) in wanted or name in keep:
+                continue
+            await api.delete(
+                kind, name, item["metadata"]["namespace"], uid=item["metadata"].get("uid")
+            )
+            metrics.WRITES.labels(verb="delete", kind=kind.kind).inc()
+
+
+def _with_kind(obj: JSON, kind: str) -> JSON:
+    """List items come without apiVersion/kind; add the kind for lookups."""
+    return {**obj, "kind": kind}
