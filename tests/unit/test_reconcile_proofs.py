@@ -184,6 +184,30 @@ def test_a_differing_digest_without_fingerprints_names_the_nodes() -> None:
     assert "cdcdcdcdcdcd on spark-a2" in cond["message"]
 
 
+def test_a_difference_waits_for_the_ranks_still_checking() -> None:
+    odd = summary(digest="cd" * 32, fingerprints=None)
+    same = summary(fingerprints=None)
+    pending = [*verified_pods(same, odd), rank_pod(NODES[2])]
+    cond = model_condition(pending, generation=1)
+    assert summary_of(cond) == ("Unknown", "VerificationPending")
+    assert cond["message"] == "2 of 3 ranks reported their model check"
+    cond = model_condition(verified_pods(same, odd, same), generation=1)
+    assert summary_of(cond) == ("False", "ChecksumMismatch")
+    assert "abababababab on spark-a0, spark-a2" in cond["message"]
+    assert "cdcdcdcdcdcd on spark-a1" in cond["message"]
+
+
+@pytest.mark.parametrize("second", ["agrees", "differs"])
+def test_a_rank_pod_not_made_yet_is_still_checking(second: str) -> None:
+    same = summary(fingerprints=None)
+    other = same if second == "agrees" else summary(digest="cd" * 32, fingerprints=None)
+    cond = model_condition(verified_pods(same, other), generation=1, expected=3)
+    assert summary_of(cond) == ("Unknown", "VerificationPending")
+    assert cond["message"] == "2 of 3 ranks reported their model check"
+    cond = model_condition(verified_pods(same, other), generation=1, expected=2)
+    assert cond["status"] == ("True" if second == "agrees" else "False")
+
+
 @pytest.mark.parametrize(
     ("pods", "message"),
     [

@@ -59,15 +59,21 @@ def _verify_message(pod: Mapping[str, Any]) -> tuple[str | None, int | None]:
     return None, None
 
 
-def model_condition(pods: Sequence[Mapping[str, Any]], *, generation: int) -> JSON:
-    """ModelVerified from every rank pod's integrity summary, compared across nodes."""
+def model_condition(
+    pods: Sequence[Mapping[str, Any]], *, generation: int, expected: int = 0
+) -> JSON:
+    """ModelVerified from every rank pod's integrity summary, compared across nodes.
+
+    ``expected`` is how many rank pods the StatefulSets ask for: those not made yet count
+    as still checking, like the pods whose check has not ended.
+    """
     summaries: dict[str, ModelSummary] = {}
-    pending: list[str] = []
+    pending = max(0, expected - len(pods))  # ranks still checking, or not made yet
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
         message, code = _verify_message(pod)
         if not message:
-            pending.append(node)
+            pending += 1
             continue
         try:
             summaries[node] = ModelSummary.from_message(message)
@@ -75,8 +81,10 @@ def model_condition(pods: Sequence[Mapping[str, Any]], *, generation: int) -> JS
             detail = f"exit code {code}: {message[:200]}"
             summaries[node] = ModelSummary(ok=False, error=detail)
     problems = compare_rank_summaries(summaries) if summaries else []
-    if problems:
-        incomplete = any(not s.ok for s in summaries.values())
+    incomplete = any(not s.ok for s in summaries.values())
+    # A failed check is one node's fact and is final at once; a difference waits for the
+    # ranks still checking, so the message shows every node's copy (which side is odd).
+    if problems and (incomplete or not pending):
         return condition(
             ConditionType.MODEL_VERIFIED,
             status=False,
@@ -89,7 +97,7 @@ def model_condition(pods: Sequence[Mapping[str, Any]], *, generation: int) -> JS
             ConditionType.MODEL_VERIFIED,
             status=None,
             reason=Reason.VERIFICATION_PENDING,
-            message=f"{len(summaries)} of {len(summaries) + len(pending)} ranks reported "
+            message=f"{len(summaries)} of {len(summaries) + pending} ranks reported "
             "their model check",
             generation=generation,
         )

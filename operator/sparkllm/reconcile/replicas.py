@@ -240,7 +240,12 @@ def model_verdict(
     is requested, so the replica does not start again on bad files.
     """
     engine_pods = [p for p in observed.pods if label(p, LABEL_RANK) is not None]
-    model = model_condition(engine_pods, generation=generation)
+    expected = sum(
+        int(s["spec"].get("replicas", 1))
+        for s in observed.statefulsets
+        if label(s, LABEL_RANK) is not None
+    )
+    model = model_condition(engine_pods, generation=generation, expected=expected)
     previous = next(
         (
             c
