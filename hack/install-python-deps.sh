@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PIP_VERSION=25.3
+SGLANG_VERSION=0.5.23  # the engine version the flag contract and the renderer are read from
 python=${1:?usage: hack/install-python-deps.sh PYTHON [--editable] [--extras NAME]}
 shift
 editable=()
@@ -27,3 +28,8 @@ done
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 "$python" -m pip install --quiet --no-cache-dir --upgrade "pip==$PIP_VERSION"
 "$python" -m pip install --quiet --no-cache-dir "${editable[@]}" "$target"
+# Tests read SGLang's own code as the reference (its DeepSeek V4 prompt renderer); only
+# the files are needed, never the engine, so the wheel goes in without its dependencies.
+if [[ $target == *dev* ]]; then
+  "$python" -m pip install --quiet --no-cache-dir --no-deps "sglang==$SGLANG_VERSION"
+fi

@@ -64,7 +64,8 @@ def _subprocess(module: str, *args: str) -> list[str]:
 
 
 ADMISSION_ROW = re.compile(
-    r"^\s*(\d+)\s+(\d+)\s+(count|render\+count|decide exact|decide bounded)\s+([\d.]+)\s+([\d.]+)"
+    r"^\s*(\d+)\s+(\d+)\s+(count|render\+count|decide exact|decide bounded|v4 encode"
+    r"|v4 decide exact|v4 decide bounded)\s+([\d.]+)\s+([\d.]+)"
 )
 
 
@@ -75,9 +76,9 @@ def run_admission(options: Options) -> list[Row]:
     rows: list[Row] = []
     for line in lines:
         match = ADMISSION_ROW.match(line)
-        if match and match[3] in ("render+count", "decide exact"):
+        if match and match[3] in ("render+count", "decide exact", "v4 encode"):
             tokens, step, p50, p99 = match[1], match[3], match[4], match[5]
-            goal = "goal < 10 ms at 8K" if step == "render+count" else f"{runs} runs"
+            goal = "goal < 10 ms at 8K" if step != "decide exact" else f"{runs} runs"
             rows.append(["admission", f"{step}, {tokens}-token prompt", f"{p50} / {p99} ms", goal])
     return rows
 

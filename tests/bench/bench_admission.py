@@ -17,7 +17,11 @@ text first, which takes a few seconds. For each prompt size it prints p50/p99 ov
 * ``decide exact``     the whole admission decision on the JSON body when the exact count
                        is needed (no max_tokens: the rest of the window is injected);
 * ``decide bounded``   the same with ``max_tokens`` = 128, where the byte bound may make
-                       tokenising unnecessary (it does whenever UTF-8 bytes <= the cap).
+                       tokenising unnecessary (it does whenever UTF-8 bytes <= the cap);
+* ``v4 encode``, ``v4 decide exact``, ``v4 decide bounded``: the same conversation
+                       through DeepSeek's encoder (deepseek-recipe), as the gateway counts
+                       DeepSeek V4 (the goal for ``v4 encode``: < 10 ms at 8K tokens).
+                       Skipped for a ``--tokenizer-dir`` without DeepSeek's special tokens.
 """
 
 from __future__ import annotations
@@ -34,10 +38,13 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
+from sparkllm.devcluster.toymodel import DEEPSEEK_V4_SPECIAL_TOKENS
+from sparkllm.errors import GatewayError
+from sparkllm.gateway.admission import Admission, Admitted, Route
 from sparkllm.gateway.chat_template import ChatTemplate
-from sparkllm.gateway.config import MaxTokensPolicy
+from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.tokens import TokenCounter
+from tests.unit.gateway_fixtures import clamp_policy
 
 # DeepSeek's special tokens use U+FF5C (fullwidth bar) and U+2581 (lower one-eighth block).
 BOS, EOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"
@@ -85,7 +92,9 @@ def train_bench_tokenizer(directory: Path) -> None:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=16000,
-        special_tokens=[BOS, EOS, USER, ASSISTANT],
+        special_tokens=list(
+            dict.fromkeys([BOS, EOS, USER, ASSISTANT, *DEEPSEEK_V4_SPECIAL_TOKENS])
+        ),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -117,6 +126,28 @@ def _prompt_of_tokens(
     while size(sentences) > tokens:
         sentences.pop()
     return conversation(sentences)
+
+
+def _v4_rows(
+    v4: DeepSeekV4Prompt, admission: Admission, messages: list[dict[str, str]], *, runs: int
+) -> None:
+    """The conversation through DeepSeek's encoder, as the gateway counts DeepSeek V4."""
+    payload = {"model": MODEL, "messages": messages}
+    tokens = v4.count(payload)
+    size = len(json.dumps(messages, ensure_ascii=False).encode())
+    exact_body = json.dumps(payload).encode()
+    bounded_body = json.dumps({**payload, "max_tokens": 128}).encode()
+    bounded = admission.decide(Route.CHAT, bounded_body)
+    assert isinstance(bounded, Admitted), bounded
+    note = "bound used, not tokenised" if not bounded.input_tokens_exact else "tokenised"
+    rows: list[tuple[str, Callable[[], object], str]] = [
+        ("v4 encode", functools.partial(v4.count, payload), ""),
+        ("v4 decide exact", functools.partial(admission.decide, Route.CHAT, exact_body), ""),
+        ("v4 decide bounded", functools.partial(admission.decide, Route.CHAT, bounded_body), note),
+    ]
+    for step, run, row_note in rows:
+        p50, p99 = _percentiles(run, runs)
+        print(f"{tokens:>8} {size:>7} {step:<16} {p50:>8.3f} {p99:>8.3f}  {row_note}")
 
 
 def _render_and_count(
@@ -152,15 +183,16 @@ def main() -> None:
             print(f"trained a 16k byte-level BPE in {time.perf_counter() - started:.1f} s")
         counter = TokenCounter.from_dir(model_dir)
         template = ChatTemplate.load(tokenizer_dir=model_dir)
-        policy = AdmissionPolicy(
-            served_model_name=MODEL,
-            model_aliases=frozenset(),
-            max_input_tokens=CAP,
-            context_length=WINDOW,
-            max_tokens_policy=MaxTokensPolicy.CLAMP,
-            default_max_tokens=None,
-        )
+        policy = clamp_policy(model=MODEL, cap=CAP, window=WINDOW)
         admission = Admission(policy=policy, counter=counter, template=template)
+        try:
+            v4: DeepSeekV4Prompt | None = DeepSeekV4Prompt.from_dir(model_dir)
+        except GatewayError as exc:
+            v4 = None
+            print(f"no DeepSeek V4 rows: {exc}")
+        v4_admission = (
+            None if v4 is None else Admission(policy=policy, counter=counter, template=v4)
+        )
         print(f"byte-level shortcut available: {counter.byte_level}; runs per row: {args.runs}")
         print(f"{'prompt':>8} {'bytes':>7} {'step':<16} {'p50 ms':>8} {'p99 ms':>8}  note")
         for target in (256, 2048, CAP):
@@ -189,6 +221,8 @@ def main() -> None:
             for step, run, note in rows:
                 p50, p99 = _percentiles(run, args.runs)
                 print(f"{tokens:>8} {size:>7} {step:<16} {p50:>8.3f} {p99:>8.3f}  {note}")
+            if v4 is not None and v4_admission is not None:
+                _v4_rows(v4, v4_admission, messages, runs=args.runs)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from typing import Any, Literal
 import uvicorn
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from sparkllm.gateway.config import GatewayConfig
+from sparkllm.gateway.admission import AdmissionPolicy
+from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
 from sparkllm.gateway.server import HTTP_PROTOCOL
 
 BOS = "<|endoftext|>"
@@ -354,3 +355,15 @@ def running(app: Any, *, lifespan: Lifespan = "on") -> Iterator[ServerThread]:
     """``with running(app) as server:`` serve ``app`` for the block."""
     with ServerThread(app, lifespan=lifespan) as server:
         yield server
+
+
+def clamp_policy(*, model: str = MODEL, cap: int = 8192, window: int = 12288) -> AdmissionPolicy:
+    """The deployment's admission numbers (8,192-token cap, 12,288 window), clamping."""
+    return AdmissionPolicy(
+        served_model_name=model,
+        model_aliases=frozenset(),
+        max_input_tokens=cap,
+        context_length=window,
+        max_tokens_policy=MaxTokensPolicy.CLAMP,
+        default_max_tokens=None,
+    )

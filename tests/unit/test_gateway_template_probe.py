@@ -17,12 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkllm.gateway import template_probe
-from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
+from sparkllm.gateway.admission import Admission, Admitted, Route
 from sparkllm.gateway.chat_template import ChatTemplate, ChatTemplateError
-from sparkllm.gateway.config import MaxTokensPolicy
 from sparkllm.gateway.tokens import TokenCounter
 from tests.bench.bench_admission import DEEPSEEK_LIKE_TEMPLATE
-from tests.unit.gateway_fixtures import CHAT_TEMPLATE, MODEL, train_tokenizer
+from tests.unit.gateway_fixtures import CHAT_TEMPLATE, MODEL, clamp_policy, train_tokenizer
 
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>"}
 
@@ -252,14 +251,7 @@ def test_filters_tests_and_functions_cannot_tell_a_stand_in_from_a_text(use: str
 def _admission(template: ChatTemplate) -> Admission:
     tokenizer = train_tokenizer()
     counter = TokenCounter(tokenizer, byte_level=True)
-    policy = AdmissionPolicy(
-        served_model_name=MODEL,
-        model_aliases=frozenset(),
-        max_input_tokens=8192,
-        context_length=12288,
-        max_tokens_policy=MaxTokensPolicy.CLAMP,
-        default_max_tokens=None,
-    )
+    policy = clamp_policy()
     return Admission(policy=policy, counter=counter, template=template)
 
 

@@ -6,6 +6,9 @@ weights can be downloaded here, so this writes a structurally faithful stand-in:
 shard a valid safetensors file (8-byte little-endian header length, JSON header, zero
 data), an index naming every shard, a ``config.json`` with the layer count, and a
 byte-level BPE tokenizer trained on the spot with ``tokenizers`` plus a ChatML template.
+It stands in for DeepSeek V4: the tokenizer also holds every special token DeepSeek's
+encoder (deepseek-recipe) spells, so the gateway counts the demo's chats as SGLang
+would count V4's, and ``config.json`` names the V4 architecture.
 It is a SIMULATION aid: the numbers in it are shapes, not a model.
 """
 
@@ -16,10 +19,26 @@ import random
 import struct
 from pathlib import Path
 
+import deepseek_recipe
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from sparkllm.gateway.deepseek_prompt import IMAGE_TOKEN, TASK_TOKENS
+
 BOS = "<|endoftext|>"
-SPECIAL_TOKENS = (BOS, "<|im_start|>", "<|im_end|>")
+_V4_SPELLINGS = deepseek_recipe.SpecialTokens(image=IMAGE_TOKEN)
+DEEPSEEK_V4_SPECIAL_TOKENS = (
+    *(
+        _V4_SPELLINGS.token(getattr(deepseek_recipe.SpecialToken, kind))
+        for kind in (
+            "Bos", "Eos", "ThinkingStart", "ThinkingEnd", "System", "User", "Assistant",
+            "LatestReminder", "Dsml", "Image", "Ref", "RefEnd", "Box", "BoxEnd", "Point",
+            "PointEnd", "Polygon", "PolygonEnd",
+        )
+    ),
+    *TASK_TOKENS.values(),
+)  # fmt: skip
+SPECIAL_TOKENS = (BOS, "<|im_start|>", "<|im_end|>", *DEEPSEEK_V4_SPECIAL_TOKENS)
+ARCHITECTURE = "DeepseekV4ForCausalLM"
 CHAT_TEMPLATE = (
     "{{- bos_token }}{%- for message in messages %}"
     "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
@@ -103,7 +122,12 @@ def write_toy_model(root: Path, *, layers: int, shards: int, hidden: int = 8) ->
         total += sum(2 * _count(tensors[n][1]) for n in chunk)
     index_doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (root / "model.safetensors.index.json").write_text(json.dumps(index_doc))
-    config = {"num_hidden_layers": layers, "hidden_size": hidden, "vocab_size": vocab}
+    config = {
+        "architectures": [ARCHITECTURE],
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "vocab_size": vocab,
+    }
     (root / "config.json").write_text(json.dumps(config))
     tokenizer.save(str(root / "tokenizer.json"))
     tokenizer_config = {

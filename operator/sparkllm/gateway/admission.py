@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 from sparkllm.gateway import replies, validation
 from sparkllm.gateway.chat_template import ChatTemplate, ChatTemplateError, prepare_messages
 from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
+from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
 from sparkllm.gateway.tokens import PromptSize, TokenCounter
 
@@ -86,10 +87,18 @@ Decision = Admitted | ErrorReply
 
 
 class Admission:
-    """Decides each generation request; holds the tokenizer and template, no other state."""
+    """Decides each generation request; holds the tokenizer and template, no other state.
+
+    ``template`` is the model's Jinja chat template, or for DeepSeek V4 the encoder
+    SGLang uses instead of one (deepseek_prompt.py).
+    """
 
     def __init__(
-        self, *, policy: AdmissionPolicy, counter: TokenCounter, template: ChatTemplate
+        self,
+        *,
+        policy: AdmissionPolicy,
+        counter: TokenCounter,
+        template: ChatTemplate | DeepSeekV4Prompt,
     ) -> None:
         self.policy = policy
         self._counter = counter
@@ -151,17 +160,20 @@ class Admission:
         tools = validation.chat_tools(payload)
         template_kwargs = validation.template_kwargs(payload)
         continue_final = validation.optional_bool(payload, "continue_final_message")
+        template = self._template
+        if isinstance(template, DeepSeekV4Prompt):
+            return self._encode_v4(template, payload, exact_above=exact_above)
         try:
             prepared, prefix = prepare_messages(
                 messages,
-                content_format=self._template.content_format,
+                content_format=template.content_format,
                 continue_final_message=continue_final,
             )
             if not prefix and exact_above >= 0:
-                bound = self._bound_unrendered(prepared, tools, template_kwargs)
+                bound = self._bound_unrendered(template, prepared, tools, template_kwargs)
                 if bound is not None and bound <= exact_above:
                     return PromptSize(bound, exact=False)
-            rendered = self._template.render(prepared, tools=tools, template_kwargs=template_kwargs)
+            rendered = template.render(prepared, tools=tools, template_kwargs=template_kwargs)
         except ChatTemplateError as exc:
             validation.reject(
                 f"The messages cannot be formatted with this model's chat template: {exc}",
@@ -175,8 +187,22 @@ class Admission:
             return PromptSize(tokens, exact=True)
         return self._measure(rendered, special=False, exact_above=exact_above, param="messages")
 
+    def _encode_v4(
+        self, prompt: DeepSeekV4Prompt, payload: dict[str, Any], *, exact_above: int
+    ) -> PromptSize:
+        """DeepSeek's encoder, as SGLang runs it; the byte bound settles short prompts."""
+        try:
+            return prompt.measure(
+                payload, exact_above=exact_above, byte_level=self._counter.byte_level
+            )
+        except ChatTemplateError as exc:
+            validation.reject(
+                f"The messages cannot be encoded for this model: {exc}", param="messages"
+            )
+
     def _bound_unrendered(
         self,
+        template: ChatTemplate,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         template_kwargs: dict[str, Any],
@@ -185,9 +211,7 @@ class Admission:
         if not self._counter.byte_level:
             return None
         try:
-            size = self._template.rendered_bytes(
-                messages, tools=tools, template_kwargs=template_kwargs
-            )
+            size = template.rendered_bytes(messages, tools=tools, template_kwargs=template_kwargs)
         except ValueError:
             _invalid_unicode("messages")
         return None if size is None else self._counter.byte_bound(size, add_special_tokens=False)

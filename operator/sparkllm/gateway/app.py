@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 
-from sparkllm.gateway import replies
+from sparkllm.gateway import deepseek_prompt, replies
 from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
 from sparkllm.gateway.asgi import (
     JSON_HEADERS,
@@ -37,6 +37,7 @@ from sparkllm.gateway.asgi import (
 from sparkllm.gateway.auth import ApiKeyStore
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import GatewayConfig
+from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
 from sparkllm.gateway.metrics import GatewayMetrics, Outcome
 from sparkllm.gateway.proxy import UpstreamClient
@@ -306,12 +307,27 @@ class GatewayApp:
         ]
 
 
+def _chat_prompt(config: GatewayConfig) -> ChatTemplate | DeepSeekV4Prompt:
+    """What turns a chat into the prompt, chosen as the engine chooses (SGLang 0.5.23)."""
+    encoding = deepseek_prompt.chat_encoding(config.tokenizer_dir, config.tool_call_parser)
+    if encoding == deepseek_prompt.DSV4:
+        logger.info("DeepSeek V4: prompts are counted with deepseek-recipe, as SGLang does")
+        return DeepSeekV4Prompt.from_dir(config.tokenizer_dir)
+    if encoding is not None:
+        logger.warning(
+            "SGLang encodes this model's chats with its own encoder (%s), not the chat "
+            "template: counts made with the template may differ by a few tokens",
+            encoding,
+        )
+    return ChatTemplate.load(
+        tokenizer_dir=config.tokenizer_dir, override_path=config.chat_template_path
+    )
+
+
 def build_gateway_app(config: GatewayConfig) -> GatewayApp:
     """Load tokenizer, template and keys, and assemble the app; GatewayError if unusable."""
     counter = TokenCounter.from_dir(config.tokenizer_dir)
-    template = ChatTemplate.load(
-        tokenizer_dir=config.tokenizer_dir, override_path=config.chat_template_path
-    )
+    template = _chat_prompt(config)
     if not counter.byte_level:
         logger.warning("tokenizer is not a plain byte-level BPE: every prompt is tokenised")
     key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else None

@@ -96,6 +96,11 @@ class GatewayConfig(BaseModel):
     chat_template_path: Path | None = Field(
         None, description="A Jinja chat template file overriding the tokenizer config's."
     )
+    tool_call_parser: str | None = Field(
+        None,
+        description="The engine's --tool-call-parser. With deepseekv4 (or a DeepseekV4 "
+        "checkpoint) prompts are counted with DeepSeek's encoder, as SGLang encodes them.",
+    )
     upstream_api_key: SecretStr | None = Field(
         None, description="Bearer key for the upstream (replaces the user's key). Prefer env."
     )

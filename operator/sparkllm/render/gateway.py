@@ -217,6 +217,8 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
         # request timeout, so the router's (clearer) timeout is the one that fires.
         "upstream_read_timeout_seconds": ROUTER_REQUEST_TIMEOUT_SECONDS + 60,
     }
+    if spec.engine.tool_call_parser is not None:  # deepseekv4: count as SGLang encodes
+        settings["tool_call_parser"] = spec.engine.tool_call_parser
     env: list[JSON] = [{"name": env_var_name(k), "value": str(v)} for k, v in settings.items()]
     env.append(_secret_env(env_var_name("upstream_api_key"), engine_key))
     return env
