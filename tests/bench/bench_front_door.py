@@ -9,7 +9,9 @@ One SGLang simulator (``sparkllm.sim``: TTFT 5 ms + 2 ms/1K tokens, 1 ms per out
 token), one smg router and one admission layer run as local processes, configured as
 the operator renders them (``router_args``/``admission_env`` of a bench
 InferenceCluster; discovery replaced by ``--worker-urls``, concurrency limits raised to
-64 so that neither layer queues). For concurrency 1, 16 and 64 it sends streamed chat
+64 so that neither layer queues; ``toolCallParser: deepseekv4`` as in the documents'
+deployment, so the admission layer counts with DeepSeek's encoder, deepseek_prompt.py).
+For concurrency 1, 16 and 64 it sends streamed chat
 requests of the documents' shape — a 256-token prompt, 128 output tokens — along three
 paths, and prints p50/p99 time to first token and end-to-end latency and requests/s:
 
@@ -81,6 +83,8 @@ def bench_cluster(model_dir: Path) -> Any:
                     "image": "nvcr.io/nvidia/sglang:26.07-py3",
                     "pipelineParallel": 1,
                     "maxRunningRequests": 64,
+                    # as the documents' deployment: the gateway counts with DeepSeek's encoder
+                    "toolCallParser": "deepseekv4",
                 },
                 "admission": {
                     "apiKeysSecretRef": {"name": "keys"},

@@ -296,3 +296,24 @@ def test_admission_answers_400_for_what_the_encoder_refuses(tmp_path: Path) -> N
     assert isinstance(decision, ErrorReply)
     assert decision.status == 400
     assert "must be a named tier" in decision.message
+
+
+def test_object_arguments_count_as_compact_json_and_the_request_is_untouched() -> None:
+    def conversation(arguments: object) -> dict[str, Any]:
+        call = {"id": "c", "type": "function",
+                "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+        return {
+            "messages": [
+                _user("weather?"),
+                {"role": "developer", "content": "Be brief."},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c", "content": "sunny"},
+            ],
+            "tools": [WEATHER],
+        }
+
+    payload = conversation({"city": "Paris", "unit": "°C"})
+    before = json.dumps(payload)
+    as_text = conversation('{"city":"Paris","unit":"°C"}')
+    assert PROMPT.count(payload) == PROMPT.count(as_text) == _reference_count(payload)
+    assert json.dumps(payload) == before  # the client's objects were not rewritten

@@ -23,7 +23,6 @@ V4 Flash and Pro take text only.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -274,8 +273,12 @@ def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _recipe_request(body: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's rewrite of the request for recipe's Chat Completions adapter."""
-    request = copy.deepcopy(dict(body))
+    """SGLang's rewrite of the request for recipe's Chat Completions adapter.
+
+    Copies only what it changes (the client's nested objects are never written: the
+    payload may still be forwarded), which keeps it off the path's cost.
+    """
+    request = dict(body)
     request["model"] = RECIPE_MODEL
     request["thinking"] = {"type": "enabled" if request["thinking"] else "disabled"}
     response_format = request.get("response_format")
@@ -287,19 +290,30 @@ def _recipe_request(body: Mapping[str, Any]) -> dict[str, Any]:
         request.pop("tool_choice", None)
     elif choice == "required" or isinstance(choice, dict):
         request["tool_choice"] = "auto"  # SGLang enforces the choice with its grammar
-    messages = request["messages"]
+    messages = request["messages"] = [dict(message) for message in request["messages"]]
     for message in messages:
         if message["role"] == "developer":
             message["role"] = "system"
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and not isinstance(function.get("arguments", ""), str):
-                function["arguments"] = json.dumps(
-                    function["arguments"], ensure_ascii=False, separators=(",", ":")
-                )
+        calls = message.get("tool_calls")
+        if isinstance(calls, list) and any(map(_object_arguments, calls)):
+            message["tool_calls"] = [
+                _with_json_arguments(call) if _object_arguments(call) else call for call in calls
+            ]
     if request.pop("continue_final_message", False) and messages[-1]["role"] == "assistant":
         messages[-1]["prefix"] = True
     return request
+
+
+def _object_arguments(call: object) -> bool:
+    """A tool call whose ``function.arguments`` is not the JSON text OpenAI specifies."""
+    function = call.get("function") if isinstance(call, dict) else None
+    return isinstance(function, dict) and not isinstance(function.get("arguments", ""), str)
+
+
+def _with_json_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    function = call["function"]
+    text = json.dumps(function["arguments"], ensure_ascii=False, separators=(",", ":"))
+    return {**call, "function": {**function, "arguments": text}}
 
 
 def _error_message(body: str) -> str:
