@@ -295,7 +295,17 @@ def test_admission_answers_400_for_what_the_encoder_refuses(tmp_path: Path) -> N
     decision = _admission(tmp_path).decide(Route.CHAT, _chat([_user("hi")], reasoning_effort="30"))
     assert isinstance(decision, ErrorReply)
     assert decision.status == 400
-    assert "must be a named tier" in decision.message
+    assert decision.message == "DeepSeek-V4 reasoning_effort must be a named tier, got '30'"
+    assert decision.param == "reasoning_effort"
+    task = _admission(tmp_path).decide(Route.CHAT, _chat([_user("hi")], task="dance"))
+    assert isinstance(task, ErrorReply)
+    assert task.param == "task"
+    bad = _admission(tmp_path).decide(
+        Route.CHAT, _chat([_user("hi")], response_format={"type": "json_object"})
+    )
+    assert isinstance(bad, ErrorReply)
+    assert bad.param == "messages"
+    assert bad.message.startswith("The messages cannot be encoded for this model: ")
 
 
 def test_object_arguments_count_as_compact_json_and_the_request_is_untouched() -> None:

@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 from sparkllm.gateway import replies, validation
 from sparkllm.gateway.chat_template import ChatTemplate, ChatTemplateError, prepare_messages
 from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
-from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
+from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt, FieldError
 from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
 from sparkllm.gateway.tokens import PromptSize, TokenCounter
 
@@ -195,6 +195,8 @@ class Admission:
             return prompt.measure(
                 payload, exact_above=exact_above, byte_level=self._counter.byte_level
             )
+        except FieldError as exc:
+            validation.reject(str(exc), param=exc.param)
         except ChatTemplateError as exc:
             validation.reject(
                 f"The messages cannot be encoded for this model: {exc}", param="messages"

@@ -65,6 +65,14 @@ _FUNCTION_FIELDS: Final = ("description", "name", "parameters", "strict", "defer
 _MEDIA_PARTS: Final = frozenset({"image_url", "video_url", "audio_url", "input_audio"})
 
 
+class FieldError(ChatTemplateError):
+    """A request field other than the messages that SGLang refuses for V4 (a 400 naming it)."""
+
+    def __init__(self, message: str, *, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 def chat_encoding(tokenizer_dir: Path, tool_call_parser: str | None) -> str | None:
     """SGLang's encoder choice for V4 (``dsv4``), or None for the Jinja template.
 
@@ -171,7 +179,7 @@ class DeepSeekV4Prompt:
             raise ChatTemplateError("image, video and audio input is not supported")
         task = payload.get("task")
         if task is not None and task not in TASK_TOKENS:
-            raise ChatTemplateError(f"unknown task {task!r}")
+            raise FieldError(f"unknown task {task!r}", param="task")
         continue_final = bool(payload.get("continue_final_message"))
         thinking = bool((payload.get("chat_template_kwargs") or {}).get("thinking", False))
         task_prefix = None
@@ -198,8 +206,9 @@ class DeepSeekV4Prompt:
         body = {key: value for key, value in body.items() if value is not None}
         effort = payload.get("reasoning_effort")
         if isinstance(effort, str) and re.fullmatch(r"\d+(\.\d+)?", effort.strip()):
-            raise ChatTemplateError(
-                f"DeepSeek-V4 reasoning_effort must be a named tier, got {effort.strip()!r}"
+            raise FieldError(
+                f"DeepSeek-V4 reasoning_effort must be a named tier, got {effort.strip()!r}",
+                param="reasoning_effort",
             )
         if effort is not None and effort != "none":
             body["reasoning_effort"] = effort
