@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -327,3 +328,18 @@ def test_object_arguments_count_as_compact_json_and_the_request_is_untouched() -
     as_text = conversation('{"city":"Paris","unit":"°C"}')
     assert PROMPT.count(payload) == PROMPT.count(as_text) == _reference_count(payload)
     assert json.dumps(payload) == before  # the client's objects were not rewritten
+
+
+def test_a_task_is_always_encoded_so_its_checks_run() -> None:
+    payload = {"messages": [_user("hi")], "task": "domain"}
+    size = PROMPT.measure(payload, exact_above=10**6, byte_level=True)
+    assert size.exact
+    assert size.tokens == _reference_count(payload)
+
+
+def test_counts_from_worker_threads_agree() -> None:
+    """Long bodies are decided on a worker thread (app.py): the encoder is shared."""
+    payload = {"messages": [_user("the pipeline spark node " * 400)]}
+    with ThreadPoolExecutor(4) as pool:
+        counts = set(pool.map(lambda _: PROMPT.count(payload), range(8)))
+    assert counts == {_reference_count(payload)}

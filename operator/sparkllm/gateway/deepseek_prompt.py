@@ -155,11 +155,10 @@ class DeepSeekV4Prompt:
         body, task, task_prefix = self._request_body(payload)
         conversation = self._convert(body)
         thinking = body["thinking"]
-        prefix_bytes = len(task_prefix.encode("utf-8", "surrogatepass")) if task_prefix else 0
-        if byte_level and exact_above >= 0:
+        # a task (rare) is always encoded: its ids are checked as SGLang checks them
+        if byte_level and exact_above >= 0 and task is None:
             rendered = self._call(self._encoding.render_conversation, conversation).prompt
-            # a task adds at most one special token ("action"), or swaps two for one
-            bound = len(rendered.encode("utf-8", "surrogatepass")) + 1 + prefix_bytes
+            bound = len(rendered.encode("utf-8", "surrogatepass"))
             if bound <= exact_above:
                 return PromptSize(bound, exact=False)
         ids = self._call(self._encoding.encode, conversation)
