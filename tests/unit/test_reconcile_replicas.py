@@ -5,6 +5,7 @@ to apply are the ones whose template hash the plan compared.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from sparkllm.reconcile.replicas import (
     timestamp,
 )
 from sparkllm.reconcile.restarts import backoff_delay
+from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.placement import NodeFacts
 from tests.unit.test_render_ranks import KEY, NODES, RANK0_IP, sample
 
@@ -84,3 +86,24 @@ def test_a_starting_replica_is_rendered_once(monkeypatch: pytest.MonkeyPatch) ->
     kinds = sorted(o["kind"] for o in result.objects)
     assert kinds.count("StatefulSet") == ic.spec.engine.pipeline_parallel
     assert result.report.generation == 1
+
+
+def test_a_restart_whose_status_write_was_lost_still_counts() -> None:
+    """The operator applied a stop (generation 3) and died before writing its status."""
+    ic = sample()
+    observed, inputs = _first_start()
+    plan = ReplicaPlan(
+        index=0, group_key="group-0", nodes=NODES, rank0_ip=RANK0_IP, generation=3,
+        running=False,
+    )  # fmt: skip
+    stopped = [
+        o for o in render_replica(ic, plan=plan, engine_key=KEY) if o["kind"] == "StatefulSet"
+    ]
+    observed.owned["StatefulSet"] = stopped
+    previous = {"index": 0, "generation": 2, "restarts": 1, "phase": "Ready"}
+    result = plan_replica(ic, observed, replace(inputs, previous=previous))
+    assert result.report.restarts == 2
+    assert result.report.generation == 3
+    recorded = {**previous, "generation": 3, "restarts": 2}
+    again = plan_replica(ic, observed, replace(inputs, previous=recorded))
+    assert again.report.restarts == 2  # once written, it is not counted again

@@ -128,9 +128,12 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     """Observe, decide and render one replica."""
     index, nodes, previous = inputs.index, inputs.nodes, inputs.previous
     live = observed.by_replica(observed.statefulsets, index)
-    generation = max((_template_generation(s) for s in live), default=0)
-    if generation == 0:
-        generation = int((previous or {}).get("generation", 0)) + 1
+    live_generation = max((_template_generation(s) for s in live), default=0)
+    recorded = int((previous or {}).get("generation", 0))
+    generation = live_generation or recorded + 1
+    # A live generation ahead of the status: a pass applied a gang restart's stop and the
+    # operator died before that pass wrote its status. The restart still counts.
+    unrecorded = live_generation - recorded if previous and live_generation > recorded else 0
     # A replica with no (or not all) rank StatefulSets is not running: it starts
     # through the same path as a restart, so two generations never mix.
     stopped = len(live) < ic.spec.engine.pipeline_parallel or any(
@@ -174,7 +177,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         others_ready=inputs.others_ready,
         blocked=inputs.blocked,
     )
-    restarts = history.restarts
+    restarts = history.restarts + unrecorded
     last_restart = (previous or {}).get("lastRestart")
     events = list(transition_events(index, previous, decision))
     if decision.action is Action.STOP:
