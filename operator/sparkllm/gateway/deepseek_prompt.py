@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -33,6 +33,7 @@ import deepseek_recipe as recipe
 from tokenizers import Tokenizer
 
 from sparkllm.errors import GatewayError
+from sparkllm.gateway import validation
 from sparkllm.gateway.chat_template import ChatTemplateError
 from sparkllm.gateway.tokens import PromptSize
 
@@ -80,11 +81,11 @@ def chat_encoding(tokenizer_dir: Path, tool_call_parser: str | None) -> str | No
     SGLang. Other non-Jinja encoders (V3.2, V4.1, Kimi K3) are not reproduced; their
     names are returned so the caller can say the count is approximate.
     """
-    by_parser = {"deepseekv4": DSV4, "deepseekv41": "dsv41", "deepseekv32": "dsv32"}
+    by_parser = {
+        "deepseekv4": DSV4, "deepseekv41": "dsv41", "deepseekv32": "dsv32", "kimi_k3": "kimi_k3"
+    }  # fmt: skip
     if tool_call_parser in by_parser:
         return by_parser[tool_call_parser]
-    if tool_call_parser == "kimi_k3":
-        return "kimi_k3"
     try:
         config = json.loads((tokenizer_dir / "config.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -198,9 +199,10 @@ class DeepSeekV4Prompt:
             "continue_final_message": continue_final,
             "response_format": payload.get("response_format"),
         }
-        tools = _effective_tools(payload)
+        # the tools SGLang hands the encoder: none for tool_choice "none", one for a name
+        tools = validation.chat_tools(payload)
         if tools is not None:
-            body["tools"] = tools
+            body["tools"] = [_tool(tool) for tool in tools]
             body["tool_choice"] = payload.get("tool_choice")
         body = {key: value for key, value in body.items() if value is not None}
         effort = payload.get("reasoning_effort")
@@ -251,20 +253,6 @@ def _has_media(content: object) -> bool:
     return isinstance(content, list) and any(
         isinstance(part, dict) and part.get("type") in _MEDIA_PARTS for part in content
     )
-
-
-def _effective_tools(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The tools SGLang hands the encoder: none for tool_choice "none", one for a name."""
-    tools: Sequence[Mapping[str, Any]] = payload.get("tools") or []
-    choice = payload.get("tool_choice")
-    if not tools or choice == "none":
-        return None
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        tools = [t for t in tools if (t.get("function") or {}).get("name") == name]
-        if not tools:
-            return None
-    return [_tool(t) for t in tools]
 
 
 def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
