@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkllm.api import AdmissionSpec, EngineSpec
 from sparkllm.errors import GatewayError
 from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy, load_gateway_config
 
@@ -25,6 +26,19 @@ def test_defaults_are_the_documents_numbers() -> None:
     assert config.max_body_bytes == 4 * 1024 * 1024
     assert config.upstream_url == "http://127.0.0.1:30080"
     assert config.api_keys_dir == Path("/etc/sparkllm/keys")
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["max_input_tokens", "max_concurrent_requests", "queue_size", "queue_timeout_seconds"],
+)
+def test_the_api_and_the_gateway_share_their_defaults(field: str) -> None:
+    # Both read sparkllm.gateway_settings: a user who omits a field in spec.admission gets
+    # the value the gateway run by hand has.
+    api_default = AdmissionSpec.model_fields[field].default
+    assert GatewayConfig.model_fields[field].default == api_default
+    context = EngineSpec.model_fields["context_length"].default
+    assert GatewayConfig.model_fields["context_length"].default == context
 
 
 def test_environment_is_read_and_flags_win() -> None:

@@ -25,6 +25,7 @@ from sparkllm.api.common import (
 from sparkllm.api.engine import OPERATOR_OWNED_ENV, OPERATOR_OWNED_FLAGS, EngineSpec
 from sparkllm.api.meta import (
     API_VERSION,
+    BENCHMARK_SCENARIOS,
     CRD_NAME,
     DEFAULT_NODE_GROUP_LABEL,
     ENGINE_HTTP_PORT,
@@ -54,6 +55,7 @@ from sparkllm.api.validate import validate_inference_cluster, validate_inference
 
 __all__ = [
     "API_VERSION",
+    "BENCHMARK_SCENARIOS",
     "CRD_NAME",
     "DEFAULT_NODE_GROUP_LABEL",
     "ENGINE_HTTP_PORT",

@@ -15,6 +15,13 @@ from pydantic import Field
 
 from sparkllm.api.common import LocalObjectReference
 from sparkllm.api.rules import ApiModel
+from sparkllm.gateway_settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONCURRENT_REQUESTS,
+    DEFAULT_MAX_INPUT_TOKENS,
+    DEFAULT_QUEUE_SIZE,
+    DEFAULT_QUEUE_TIMEOUT_SECONDS,
+)
 
 
 class AdmissionSpec(ApiModel):
@@ -27,12 +34,13 @@ class AdmissionSpec(ApiModel):
         "logs and metrics. Keys are read at runtime, never copied into a pod spec."
     )
     max_input_tokens: int = Field(
-        default=8192,
+        default=DEFAULT_MAX_INPUT_TOKENS,
         ge=1,
         le=1_048_575,
         description="maxInputTokens is the largest prompt, in tokens counted with the "
         "model's tokenizer and chat template, the gateway accepts; longer requests are "
-        "rejected with HTTP 400. Default 8192; at least 1 and less than "
+        "rejected with HTTP 400. "
+        f"Default {DEFAULT_MAX_INPUT_TOKENS}; at least 1 and less than "
         "engine.contextLength, so the window keeps room for the answer.",
     )
     max_tokens_policy: Literal["clamp", "reject"] = Field(
@@ -42,32 +50,34 @@ class AdmissionSpec(ApiModel):
         "answers HTTP 400. Default clamp; one of clamp, reject.",
     )
     max_concurrent_requests: int = Field(
-        default=8,
+        default=DEFAULT_MAX_CONCURRENT_REQUESTS,
         ge=1,
         le=4096,
         description="maxConcurrentRequests is how many requests the gateway forwards at "
-        "once across all replicas; more wait in the queue. Default 8; 1 to 4096.",
+        "once across all replicas; more wait in the queue. "
+        f"Default {DEFAULT_MAX_CONCURRENT_REQUESTS}; 1 to 4096.",
     )
     queue_size: int = Field(
-        default=32,
+        default=DEFAULT_QUEUE_SIZE,
         ge=0,
         le=100_000,
         description="queueSize is how many requests may wait for a slot; when the queue is "
-        "full the gateway answers HTTP 429 with Retry-After. Default 32; 0 (no queue) to "
-        "100000.",
+        f"full the gateway answers HTTP 429 with Retry-After. Default {DEFAULT_QUEUE_SIZE}; "
+        "0 (no queue) to 100000.",
     )
     queue_timeout_seconds: int = Field(
-        default=60,
+        default=DEFAULT_QUEUE_TIMEOUT_SECONDS,
         ge=1,
         le=3600,
         description="queueTimeoutSeconds is how long a request may wait in the queue "
-        "before the gateway answers HTTP 429 with Retry-After. Default 60; 1 to 3600.",
+        "before the gateway answers HTTP 429 with Retry-After. "
+        f"Default {DEFAULT_QUEUE_TIMEOUT_SECONDS}; 1 to 3600.",
     )
     max_body_bytes: int = Field(
-        default=1_048_576,
+        default=DEFAULT_MAX_BODY_BYTES,
         ge=1024,
         le=67_108_864,
         description="maxBodyBytes is the largest request body the gateway reads; larger "
-        "ones get HTTP 413 before any tokenization. Default 1048576 (1 MiB); 1024 to "
-        "67108864.",
+        f"ones get HTTP 413 before any tokenization. Default {DEFAULT_MAX_BODY_BYTES} "
+        "(1 MiB); 1024 to 67108864.",
     )

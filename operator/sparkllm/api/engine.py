@@ -18,6 +18,7 @@ from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import EnvVar, SecretKeyReference
 from sparkllm.api.rules import ApiModel, Rule, re2_search
+from sparkllm.gateway_settings import DEFAULT_CONTEXT_LENGTH
 
 MAX_PIPELINE_PARALLEL: Final = 8
 
@@ -186,11 +187,11 @@ class EngineSpec(ApiModel):
         "0 and at most 0.95. DGX Spark memory is shared with the OS: leave headroom.",
     )
     context_length: int = Field(
-        default=12288,
+        default=DEFAULT_CONTEXT_LENGTH,
         ge=1,
         le=1_048_576,
         description="contextLength is the hard window in tokens, input plus output "
-        "(--context-length). Default 12288; 1 to 1048576; must exceed "
+        f"(--context-length). Default {DEFAULT_CONTEXT_LENGTH}; 1 to 1048576; must exceed "
         "admission.maxInputTokens.",
     )
     chunked_prefill_size: int = Field(

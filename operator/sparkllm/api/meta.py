@@ -2,7 +2,8 @@
 
 Everything here is part of the published contract (DESIGN.md): the group/version/kind a
 user writes in a manifest, the CRD's names, the label keys the operator stamps on every
-object it owns and reads from nodes, and the engine's serving port. They live in one
+object it owns and reads from nodes, the engine's serving port, and the benchmark
+scenario names a user may write in an annotation. They live in one
 module, with no logic, so that ``render``, ``reconcile``, the gateway and the CLI import
 one spelling of each name instead of re-typing string literals.
 """
@@ -34,6 +35,11 @@ NODE_RANK_LABEL: Final = "sparkllm.io/rank"
 # Rank 0 serves SGLang's HTTP API here (host network, so it is a port on the node).
 # Fixed by DESIGN.md; the API forbids other ports the operator opens from colliding.
 ENGINE_HTTP_PORT: Final = 30000
+
+# The benchmark scenarios a user may name in the annotation
+# ``sparkllm.io/benchmark-scenarios`` (render/benchmark.py), in matrix order. The matrix
+# itself (sparkllm.bench.scenarios) has exactly one row per name, checked when it loads.
+BENCHMARK_SCENARIOS: Final = ("short-c1", "short-c4", "short-c8", "cold-4k", "cold-8k", "niah")
 
 # Longest metadata.name: derived names must stay valid. The longest is a rank
 # StatefulSet ``<name>-r<replica>-rank<rank>`` (up to 11 more characters), whose pods get

@@ -7,7 +7,8 @@ so the rest of the gateway never re-checks a number. Precedence: command line ov
 environment (``SPARKLLM_GATEWAY_<FIELD>``) over defaults. An empty environment variable
 counts as unset, because Kubernetes manifests often template optional values as "".
 Every flag is derived from the model's fields, so a field, its variable and its flag can
-never drift apart.
+never drift apart. The defaults the operator's API shares, the ports and the variables'
+naming live in :mod:`sparkllm.gateway_settings`, so the renderer needs nothing from here.
 """
 
 from __future__ import annotations
@@ -30,8 +31,20 @@ from pydantic import (
 )
 
 from sparkllm.errors import GatewayError
+from sparkllm.gateway_settings import (
+    DEFAULT_CONTEXT_LENGTH,
+    DEFAULT_MAX_CONCURRENT_REQUESTS,
+    DEFAULT_MAX_INPUT_TOKENS,
+    DEFAULT_QUEUE_SIZE,
+    DEFAULT_QUEUE_TIMEOUT_SECONDS,
+    DEFAULT_UPSTREAM_URL,
+    ENV_PREFIX,
+    GATEWAY_HTTP_PORT,
+    LISTEN_ALL_ADDRESSES,
+    STANDALONE_MAX_BODY_BYTES,
+    env_var_name,
+)
 
-ENV_PREFIX = "SPARKLLM_GATEWAY_"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -48,11 +61,11 @@ class GatewayConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     upstream_url: str = Field(
-        "http://127.0.0.1:30080",
+        DEFAULT_UPSTREAM_URL,
         description="Base URL of the SGLang model gateway router (smg) behind this gateway.",
     )
-    listen_host: str = Field("0.0.0.0", description="Address to listen on.")
-    listen_port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")
+    listen_host: str = Field(LISTEN_ALL_ADDRESSES, description="Address to listen on.")
+    listen_port: int = Field(GATEWAY_HTTP_PORT, ge=1, le=65535, description="Port to listen on.")
     served_model_name: str = Field(
         min_length=1, description="The one model name accepted in requests (404 otherwise)."
     )
@@ -61,10 +74,12 @@ class GatewayConfig(BaseModel):
         description="Other accepted model names (comma-separated); rewritten to the served name.",
     )
     max_input_tokens: int = Field(
-        8192, ge=1, description="Input cap in tokens (rendered prompt, template included)."
+        DEFAULT_MAX_INPUT_TOKENS,
+        ge=1,
+        description="Input cap in tokens (rendered prompt, template included).",
     )
     context_length: int = Field(
-        12288, ge=2, description="The engine's hard window: input + output tokens."
+        DEFAULT_CONTEXT_LENGTH, ge=2, description="The engine's hard window: input + output tokens."
     )
     max_tokens_policy: MaxTokensPolicy = Field(
         MaxTokensPolicy.CLAMP,
@@ -76,16 +91,24 @@ class GatewayConfig(BaseModel):
         description="max_tokens when the client sends none (unset: the rest of the window).",
     )
     max_concurrent_requests: int = Field(
-        8, ge=1, description="Requests in flight to the upstream at once."
+        DEFAULT_MAX_CONCURRENT_REQUESTS,
+        ge=1,
+        description="Requests in flight to the upstream at once.",
     )
     queue_size: int = Field(
-        32, ge=0, description="Requests waiting for a slot beyond that; more get 429 at once."
+        DEFAULT_QUEUE_SIZE,
+        ge=0,
+        description="Requests waiting for a slot beyond that; more get 429 at once.",
     )
     queue_timeout_seconds: float = Field(
-        60.0, gt=0, description="Longest wait in the queue before 429 with Retry-After."
+        float(DEFAULT_QUEUE_TIMEOUT_SECONDS),
+        gt=0,
+        description="Longest wait in the queue before 429 with Retry-After.",
     )
     max_body_bytes: int = Field(
-        4 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 beyond)."
+        STANDALONE_MAX_BODY_BYTES,
+        ge=1024,
+        description="Largest request body accepted (413 beyond).",
     )
     api_keys_dir: Path = Field(
         description="Directory of user keys (a mounted Secret): one file per user, name = user id."
@@ -176,11 +199,6 @@ class GatewayConfig(BaseModel):
         return max(1, int(-(-self.queue_timeout_seconds // 1)))
 
 
-def env_var_name(field: str) -> str:
-    """The environment variable that sets ``field``."""
-    return ENV_PREFIX + field.upper()
-
-
 def build_argument_parser() -> argparse.ArgumentParser:
     """One ``--field-name`` flag per config field; values are validated by the model."""
     parser = argparse.ArgumentParser(
@@ -225,3 +243,14 @@ def load_gateway_config(
             for error in exc.errors()
         )
         raise GatewayError(f"invalid gateway configuration: {problems}") from exc
+
+
+__all__ = [
+    "ENV_PREFIX",  # defined in sparkllm.gateway_settings; import it from there
+    "LOG_LEVELS",
+    "GatewayConfig",
+    "MaxTokensPolicy",
+    "build_argument_parser",
+    "env_var_name",  # defined in sparkllm.gateway_settings; import it from there
+    "load_gateway_config",
+]

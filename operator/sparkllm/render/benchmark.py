@@ -35,14 +35,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sparkllm.api import LABEL_CLUSTER, InferenceCluster
-from sparkllm.bench.scenarios import SCENARIO_NAMES
+from sparkllm.api import BENCHMARK_SCENARIOS, LABEL_CLUSTER, InferenceCluster
 from sparkllm.errors import SpecError
 
 # The gateway's helpers for the model volume are shared on purpose: the benchmark must
 # mount the model exactly where (and on the nodes where) the front door finds it.
+from sparkllm.gateway_settings import GATEWAY_HTTP_PORT
 from sparkllm.render.gateway import (
-    GATEWAY_HTTP_PORT,
     RESTRICTED_CONTAINER_SECURITY,
     RUN_AS_ID,
     model_node_affinity,
@@ -86,13 +85,13 @@ def parse_scenarios(text: str) -> tuple[str, ...] | None:
     Raises SpecError naming the unknown names, before any Job exists.
     """
     names = {name.strip() for name in text.split(",") if name.strip()}
-    unknown = sorted(names - set(SCENARIO_NAMES))
+    unknown = sorted(names - set(BENCHMARK_SCENARIOS))
     if unknown:
         raise SpecError(
             f"annotation {ANNOTATION_BENCHMARK_SCENARIOS}: unknown scenario(s) {unknown}; "
-            f"known: {', '.join(SCENARIO_NAMES)}"
+            f"known: {', '.join(BENCHMARK_SCENARIOS)}"
         )
-    return tuple(name for name in SCENARIO_NAMES if name in names) or None
+    return tuple(name for name in BENCHMARK_SCENARIOS if name in names) or None
 
 
 def parse_benchmark_request(annotations: Mapping[str, str]) -> BenchmarkRequest | None:

@@ -30,7 +30,13 @@ from collections.abc import Mapping
 from typing import Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, LABEL_CLUSTER, LABEL_RANK, InferenceCluster
-from sparkllm.gateway.config import env_var_name
+from sparkllm.gateway_settings import (
+    GATEWAY_HTTP_PORT,
+    LISTEN_ALL_ADDRESSES,
+    ROUTER_HOST,
+    ROUTER_PORT,
+    env_var_name,
+)
 from sparkllm.render.argv import attached
 from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.names import (
@@ -48,9 +54,6 @@ from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS, EngineKey
 DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
 
-GATEWAY_HTTP_PORT: Final = 8000  # the admission layer: Service port and container port
-ROUTER_HOST: Final = "127.0.0.1"  # smg is reachable only from inside the pod
-ROUTER_PORT: Final = 30080  # GatewayConfig.upstream_url's default
 ROUTER_HEALTH_PORT: Final = 30081  # smg's isolated probe listener (loopback too)
 ROUTER_METRICS_PORT: Final = 29000  # smg's Prometheus exporter, on the pod IP
 USER_KEYS_DIR: Final = "/etc/sparkllm/user-keys"
@@ -201,7 +204,7 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     admission = spec.admission
     settings = {
         "upstream_url": f"http://{ROUTER_HOST}:{ROUTER_PORT}",
-        "listen_host": "0.0.0.0",
+        "listen_host": LISTEN_ALL_ADDRESSES,
         "listen_port": GATEWAY_HTTP_PORT,
         "served_model_name": spec.model.served_name,
         "max_input_tokens": admission.max_input_tokens,
@@ -387,6 +390,8 @@ __all__ = [
     "DEFAULT_GATEWAY_IMAGE",
     "GATEWAY_HTTP_PORT",
     "GATEWAY_IMAGE_ENV",
+    "ROUTER_HOST",
+    "ROUTER_PORT",
     "admission_env",
     "engine_discovery_selector",
     "gateway_image_from",

@@ -1,0 +1,63 @@
+"""The gateway's settings that more than one layer needs: defaults, ports, env-var names.
+
+Why one module: the same facts were written in three places — the API's defaults for
+``spec.admission`` (what a user gets by omitting a field), the gateway's own defaults
+(what ``python -m sparkllm.gateway`` runs with by hand), and the renderer, which passes
+the settings to the gateway pod as ``SPARKLLM_GATEWAY_*`` variables and wires the
+router's port into ``upstream_url``. When one copy changed, the others silently kept the
+old value. Here each figure is defined once and ``api/``, ``render/`` and ``gateway/``
+import it; nothing here imports any of them, so the renderer no longer reaches into the
+gateway's internals to learn a variable's name.
+
+Pure constants and one naming function: no I/O, no imports from the rest of sparkllm.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- admission limits: the documents' conservative deployment (SEEDS.md) ----------------
+# An 8K input cap under a 12K window: the window keeps room for the answer.
+DEFAULT_MAX_INPUT_TOKENS: Final = 8192
+DEFAULT_CONTEXT_LENGTH: Final = 12288
+DEFAULT_MAX_CONCURRENT_REQUESTS: Final = 8
+DEFAULT_QUEUE_SIZE: Final = 32
+DEFAULT_QUEUE_TIMEOUT_SECONDS: Final = 60
+# The largest body spec.admission admits by default (1 MiB); the operator always sets it.
+DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
+# The gateway run by hand, with no operator to set it, reads larger bodies (4 MiB).
+STANDALONE_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+
+# --- ports and addresses inside the gateway pod -----------------------------------------
+LISTEN_ALL_ADDRESSES: Final = "0.0.0.0"  # the admission layer listens on the pod IP
+GATEWAY_HTTP_PORT: Final = 8000  # the admission layer: Service port and container port
+ROUTER_HOST: Final = "127.0.0.1"  # smg is reachable only from inside the pod
+ROUTER_PORT: Final = 30080  # smg's client port, behind the admission layer
+DEFAULT_UPSTREAM_URL: Final = f"http://{ROUTER_HOST}:{ROUTER_PORT}"
+
+# --- configuration by environment --------------------------------------------------------
+ENV_PREFIX: Final = "SPARKLLM_GATEWAY_"
+
+
+def env_var_name(field: str) -> str:
+    """The environment variable that sets the gateway setting ``field`` (a GatewayConfig
+    field name, e.g. ``max_input_tokens`` -> ``SPARKLLM_GATEWAY_MAX_INPUT_TOKENS``)."""
+    return ENV_PREFIX + field.upper()
+
+
+__all__ = [
+    "DEFAULT_CONTEXT_LENGTH",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_CONCURRENT_REQUESTS",
+    "DEFAULT_MAX_INPUT_TOKENS",
+    "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_QUEUE_TIMEOUT_SECONDS",
+    "DEFAULT_UPSTREAM_URL",
+    "ENV_PREFIX",
+    "GATEWAY_HTTP_PORT",
+    "LISTEN_ALL_ADDRESSES",
+    "ROUTER_HOST",
+    "ROUTER_PORT",
+    "STANDALONE_MAX_BODY_BYTES",
+    "env_var_name",
+]
