@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     for name, module, help_text in (
-        ("plan", "sparkllm.plan.planner", "per-rank memory plan of an InferenceCluster"),
+        ("plan", "sparkllm.plan_command", "per-rank memory plan of an InferenceCluster"),
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
         ("bench", "sparkllm.bench.cli", "acceptance benchmark against the gateway"),
     ):

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkllm import plan
 from sparkllm.api import InferenceClusterSpec, Reason, validate_inference_cluster
 from sparkllm.errors import SpecError
-from sparkllm.plan import plan_capacity, plan_main
+from sparkllm.plan import ModelFiles
 from sparkllm.plan.kv import basis_from_config, documented_basis
 from sparkllm.plan.weights import Placement, classify_tensor
+from sparkllm.plan_command import plan_capacity, plan_main
 from tests.unit.test_integrity_fixtures import make_model_dir, model_tensors, tensor_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,6 +166,23 @@ def test_extra_layers_and_unknown_tensors_are_reported(tmp_path: Path) -> None:
 def test_an_unreadable_model_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"neither model\.safetensors\.index\.json"):
         plan_capacity(small_spec(), model_dir=tmp_path)
+
+
+def test_the_plan_is_computed_from_values_it_is_given() -> None:
+    # Pure: the model directory's figures arrive already read (sparkllm plan reads them).
+    shards = {
+        "a.safetensors": {"model.embed_tokens.weight": 1000, "model.layers.0.mlp.w": 100},
+        "b.safetensors": {"model.layers.1.mlp.w": 100, "lm_head.weight": 500},
+    }
+    model = ModelFiles(
+        config={"kv_lora_rank": 512, "qk_rope_head_dim": 64}, shards=shards, source="given"
+    )
+    capacity = plan.plan_capacity(small_spec(layers=2, stages=2), model=model)
+    assert [round(rank.weights_gb * 1e9) for rank in capacity.ranks] == [1100, 600]
+    assert capacity.weights_exact
+    assert capacity.kv_basis is not None
+    assert capacity.kv_basis.bytes_per_token_layer == 1152.0
+    assert "given" in capacity.render_table()
 
 
 @pytest.mark.parametrize(

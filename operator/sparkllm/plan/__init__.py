@@ -9,7 +9,10 @@ arithmetic is pure and follows the source documents (SEEDS.md, "Capacity arithme
 - ``partition``: SGLang's default layer split and a weight-balanced recommendation.
 - ``kv``: bytes per token per layer of the KV cache, and where that figure comes from.
 - ``capacity``: the per-rank plan and its verdict; ``table``: its text rendering.
-- ``planner``: :func:`plan_capacity` (reads the model directory) and ``sparkllm plan``.
+- ``planner``: :func:`plan_capacity`, which picks the figures' sources and builds the plan.
+
+Pure throughout: nothing here reads a file. ``sparkllm plan`` (:mod:`sparkllm.plan_command`)
+reads the manifest and the model directory and passes what it read in.
 """
 
 from sparkllm.plan.capacity import MIN_HEADROOM_GB, CapacityPlan, RankPlan, build_plan
@@ -23,12 +26,13 @@ from sparkllm.plan.formulas import (
     ring_allreduce_seconds,
 )
 from sparkllm.plan.partition import recommend_partition, sglang_default_partition
-from sparkllm.plan.planner import plan_capacity, plan_main
+from sparkllm.plan.planner import ModelFiles, plan_capacity
 
 __all__ = [
     "MIN_HEADROOM_GB",
     "AverageSplit",
     "CapacityPlan",
+    "ModelFiles",
     "RankPlan",
     "average_split",
     "build_plan",
@@ -36,7 +40,6 @@ __all__ = [
     "moe_expert_utilisation",
     "pipeline_utilisation",
     "plan_capacity",
-    "plan_main",
     "recommend_partition",
     "ring_allreduce_bytes_per_rank",
     "ring_allreduce_seconds",

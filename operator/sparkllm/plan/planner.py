@@ -1,51 +1,47 @@
-"""``plan_capacity`` and ``sparkllm plan``: gather the figures, then build the plan.
+"""``plan_capacity``: gather the figures the plan needs, then build it. Pure.
 
-The thin shell around the pure :func:`~sparkllm.plan.capacity.build_plan`: it reads the
-model directory's safetensors headers and ``config.json`` when a directory is given, and
-otherwise uses a total weight figure.
+The step between what the caller knows and the pure :func:`~sparkllm.plan.capacity.build_plan`:
+it chooses where the weights and the KV basis come from. It reads nothing itself: the
+model directory's ``config.json`` and safetensors headers, when there is one, are read
+by the shell (``sparkllm plan``, :mod:`sparkllm.plan_command`) and handed in as
+:class:`ModelFiles`, so the plan is a function of its inputs and is tested with plain
+values.
 
 Where the total comes from without a directory: a plan input (``total_weight_gb``,
 ``--total-weight-gb``), defaulting to the documents' 168.27 GB for the DeepSeek V4 Flash
 sample. The operator usually cannot read the model directory (a hostPath on the Spark
-nodes), so for any other model the CapacityPlanned condition needs the figure from the
-spec: an optional ``spec.model`` weight-size field is proposed for that (the API is not
-this package's to change); until then the caller passes ``total_weight_gb``.
+nodes), so for any other model the CapacityPlanned condition takes the figure from the
+spec (``spec.model.weightsGB``), passed as ``total_weight_gb``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-import yaml
-
-from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
-from sparkllm.errors import SparkllmError, SpecError
+from sparkllm.api import InferenceClusterSpec
 from sparkllm.plan.capacity import MIN_HEADROOM_GB, NODE_MEMORY_GB, CapacityPlan, build_plan
 from sparkllm.plan.kv import KvBasis, basis_from_config, documented_basis
 from sparkllm.plan.weights import (
     DOCUMENTED_TOTAL_WEIGHT_GB,
+    ShardTensorBytes,
     WeightInventory,
+    inventory_from_headers,
     inventory_from_total,
-    load_inventory,
 )
 
-EXIT_FITS = 0
-EXIT_DOES_NOT_FIT = 1
-EXIT_ERROR = 2
 
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """What the plan uses from a model directory, already read and parsed by the caller."""
 
-def _read_config(model_dir: Path) -> dict[str, object]:
-    try:
-        document = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"{model_dir / 'config.json'}: {exc}") from exc
-    return document if isinstance(document, dict) else {}
+    config: Mapping[str, object]
+    """``config.json`` (empty when the directory has none)."""
+    shards: ShardTensorBytes
+    """Every shard's tensors and their bytes, from the safetensors headers."""
+    source: str
+    """Where they were read, for the plan's text, e.g. ``safetensors headers of 3 shard(s)
+    in /models/x``."""
 
 
 def _explicit_basis(value: float) -> KvBasis:
@@ -57,7 +53,7 @@ def _explicit_basis(value: float) -> KvBasis:
 def plan_capacity(
     spec: InferenceClusterSpec,
     *,
-    model_dir: Path | None = None,
+    model: ModelFiles | None = None,
     total_weight_gb: float | None = None,
     node_memory_gb: float = NODE_MEMORY_GB,
     usable_memory_gb: float | None = None,
@@ -66,18 +62,18 @@ def plan_capacity(
 ) -> CapacityPlan:
     """The capacity plan of one replica of ``spec``.
 
-    Weights come from ``model_dir``'s safetensors headers when given (SpecError if it
-    cannot be read), else from ``total_weight_gb`` spread over the layers (default: the
-    documents' 168.27 GB). The KV basis is ``kv_bytes_per_token_layer`` when given, else
-    ``config.json`` of ``model_dir``, else — only for the documents' default figures —
-    the calibration from their 1,579,520 tokens at 0.57.
+    Weights come from ``model``'s safetensors headers when given, else from
+    ``total_weight_gb`` spread over the layers (default: the documents' 168.27 GB). The
+    KV basis is ``kv_bytes_per_token_layer`` when given, else ``model``'s
+    ``config.json``, else — only for the documents' default figures — the calibration
+    from their 1,579,520 tokens at 0.57.
     """
     num_layers = spec.model.num_layers
     basis = None if kv_bytes_per_token_layer is None else _explicit_basis(kv_bytes_per_token_layer)
     inventory: WeightInventory
-    if model_dir is not None:
-        inventory = load_inventory(model_dir, num_layers=num_layers)
-        basis = basis or basis_from_config(_read_config(model_dir))
+    if model is not None:
+        inventory = inventory_from_headers(model.shards, num_layers=num_layers, source=model.source)
+        basis = basis or basis_from_config(model.config)
     elif total_weight_gb is not None:
         inventory = inventory_from_total(
             total_weight_gb=total_weight_gb,
@@ -99,64 +95,3 @@ def plan_capacity(
         usable_memory_gb=usable_memory_gb,
         min_headroom_gb=min_headroom_gb,
     )
-
-
-def load_spec(path: Path) -> InferenceClusterSpec:
-    """The validated spec of the InferenceCluster manifest at ``path``."""
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(document, dict):
-        raise SpecError(f"{path}: expected one InferenceCluster object")
-    document.setdefault("metadata", {"name": "plan"})
-    return validate_inference_cluster(document).spec
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add ``sparkllm plan``'s options to ``parser``."""
-    parser.add_argument("-f", "--file", required=True, type=Path, help="InferenceCluster manifest")
-    parser.add_argument(
-        "--model-dir", type=Path, help="model directory: weights from its safetensors headers"
-    )
-    parser.add_argument(
-        "--total-weight-gb",
-        type=float,
-        help=f"total weights without a model directory (default {DOCUMENTED_TOTAL_WEIGHT_GB})",
-    )
-    parser.add_argument("--node-memory-gb", type=float, default=NODE_MEMORY_GB)
-    parser.add_argument(
-        "--usable-memory-gb",
-        type=float,
-        help="memory SGLang's fraction applies to (default: the node memory)",
-    )
-    parser.add_argument("--min-headroom-gb", type=float, default=MIN_HEADROOM_GB)
-    parser.add_argument("--kv-bytes-per-token-layer", type=float)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print the plan; 0 when it fits, 1 when it does not, 2 on an error."""
-    try:
-        plan = plan_capacity(
-            load_spec(args.file),
-            model_dir=args.model_dir,
-            total_weight_gb=args.total_weight_gb,
-            node_memory_gb=args.node_memory_gb,
-            usable_memory_gb=args.usable_memory_gb,
-            min_headroom_gb=args.min_headroom_gb,
-            kv_bytes_per_token_layer=args.kv_bytes_per_token_layer,
-        )
-    except SparkllmError as exc:
-        print(f"sparkllm plan: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    print(plan.render_table(), end="")
-    return EXIT_FITS if plan.fits else EXIT_DOES_NOT_FIT
-
-
-def plan_main(argv: Sequence[str] | None = None) -> int:
-    """``sparkllm plan -f cluster.yaml [--model-dir DIR]``; argv excludes the subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="sparkllm plan", description="Per-rank memory plan of an InferenceCluster."
-    )
-    configure_parser(parser)
-    return run(parser.parse_args(argv))

@@ -2,10 +2,11 @@
 
 Two sources, best first:
 
-1. The model directory's safetensors headers (read with
-   :mod:`sparkllm.integrity.safetensors`, never the data): every tensor's bytes, mapped by
-   name — ``…layers.{i}.…`` to layer i, embeddings to rank 0, the final norm and the
-   output head to the last rank. This is exact for what the checkpoint stores.
+1. The model directory's safetensors headers (read by the shell, ``sparkllm plan``, with
+   :mod:`sparkllm.integrity.safetensors`, never the data, and passed in as tensor sizes):
+   every tensor's bytes, mapped by name — ``…layers.{i}.…`` to layer i, embeddings to
+   rank 0, the final norm and the output head to the last rank. This is exact for what
+   the checkpoint stores.
 2. A total (``--total-weight-gb``, default the documents' 168.27 GB for DeepSeek V4
    Flash) spread evenly over the layers. Embeddings and head are then not separated, so
    the per-rank figures are only as good as the documents' own average.
@@ -16,22 +17,23 @@ speculative decoding; they are counted as "not loaded". Any other tensor that is
 a layer, an embedding nor the head is placed on rank 0 and counted as unclassified, so
 that it is never silently dropped. With tied embeddings the last rank also needs the
 embedding matrix; checkpoints that tie store it once, and the plan does not add it.
+
+Pure: no file is read here (the plan must be computable from what the caller hands in).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Final
 
 from sparkllm.errors import SpecError
-from sparkllm.integrity.layout import INDEX_FILE, SINGLE_SHARD_FILE
-from sparkllm.integrity.safetensors import SafetensorsError, SafetensorsHeader, read_header
 from sparkllm.plan.formulas import GB
+
+# Tensor sizes of a checkpoint: {shard file: {tensor name: bytes}}.
+ShardTensorBytes = Mapping[str, Mapping[str, int]]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 _FIRST = re.compile(r"(?:^|\.)(?:embed_tokens|embed|wte|word_embeddings|tok_embeddings)(?:\.|$)")
@@ -96,18 +98,18 @@ class WeightInventory:
 
 
 def inventory_from_headers(
-    headers: Mapping[str, SafetensorsHeader], *, num_layers: int, source: str
+    shards: ShardTensorBytes, *, num_layers: int, source: str
 ) -> WeightInventory:
-    """Sum every tensor's bytes into its place; pure."""
+    """Sum every tensor's bytes (from the shards' headers) into its place; pure."""
     layers = [0.0] * num_layers
     totals = dict.fromkeys(Placement, 0.0)
-    for header in headers.values():
-        for name, tensor in header.tensors.items():
+    for tensors in shards.values():
+        for name, nbytes in tensors.items():
             placement, index = classify_tensor(name, num_layers=num_layers)
             if placement is Placement.LAYER and index is not None:
-                layers[index] += tensor.nbytes
+                layers[index] += nbytes
             else:
-                totals[placement] += tensor.nbytes
+                totals[placement] += nbytes
     return WeightInventory(
         source=source,
         layer_bytes=tuple(layers),
@@ -127,30 +129,3 @@ def inventory_from_total(
         raise SpecError("total weight must be positive")
     per_layer = total_weight_gb * GB / num_layers
     return WeightInventory(source=source, layer_bytes=(per_layer,) * num_layers)
-
-
-def _shard_names(model_dir: Path) -> list[str]:
-    index_path = model_dir / INDEX_FILE
-    if index_path.is_file():
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-            return sorted(set(index["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise SpecError(f"{index_path}: cannot read the weight map: {exc}") from exc
-    if (model_dir / SINGLE_SHARD_FILE).is_file():
-        return [SINGLE_SHARD_FILE]
-    raise SpecError(f"{model_dir}: neither {INDEX_FILE} nor {SINGLE_SHARD_FILE} is present")
-
-
-def load_inventory(model_dir: Path, *, num_layers: int) -> WeightInventory:
-    """Read every shard's header under ``model_dir``; SpecError naming what is wrong."""
-    names = _shard_names(model_dir)
-    try:
-        headers = {name: read_header(model_dir / name, label=name) for name in names}
-    except SafetensorsError as exc:
-        raise SpecError(f"{model_dir}: {exc}") from exc
-    return inventory_from_headers(
-        headers,
-        num_layers=num_layers,
-        source=f"safetensors headers of {len(names)} shard(s) in {model_dir}",
-    )

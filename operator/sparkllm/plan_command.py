@@ -1,0 +1,155 @@
+"""``sparkllm plan``: the shell around the pure capacity plan — it reads, the plan computes.
+
+Why a module of its own: :mod:`sparkllm.plan` must be a function of its inputs (no file
+reads), so that the operator's CapacityPlanned condition and the tests compute it from
+plain values. A person at a terminal, though, points the command at a manifest and a
+model directory. This module does that reading — the manifest, the model's
+``config.json``, the weight index and every shard's safetensors header (never the
+tensor data, with :mod:`sparkllm.integrity.safetensors`) — and hands the parsed figures
+to :func:`sparkllm.plan.plan_capacity` as :class:`~sparkllm.plan.planner.ModelFiles`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypedDict, Unpack
+
+import yaml
+
+from sparkllm import plan
+from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
+from sparkllm.errors import SparkllmError, SpecError
+from sparkllm.integrity.layout import INDEX_FILE, SINGLE_SHARD_FILE
+from sparkllm.integrity.safetensors import SafetensorsError, read_header
+from sparkllm.plan.capacity import MIN_HEADROOM_GB, NODE_MEMORY_GB, CapacityPlan
+from sparkllm.plan.planner import ModelFiles
+from sparkllm.plan.weights import DOCUMENTED_TOTAL_WEIGHT_GB
+
+EXIT_FITS = 0
+EXIT_DOES_NOT_FIT = 1
+EXIT_ERROR = 2
+
+
+def _read_config(model_dir: Path) -> dict[str, object]:
+    try:
+        document = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{model_dir / 'config.json'}: {exc}") from exc
+    return document if isinstance(document, dict) else {}
+
+
+def _shard_names(model_dir: Path) -> list[str]:
+    index_path = model_dir / INDEX_FILE
+    if index_path.is_file():
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            return sorted(set(index["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SpecError(f"{index_path}: cannot read the weight map: {exc}") from exc
+    if (model_dir / SINGLE_SHARD_FILE).is_file():
+        return [SINGLE_SHARD_FILE]
+    raise SpecError(f"{model_dir}: neither {INDEX_FILE} nor {SINGLE_SHARD_FILE} is present")
+
+
+def read_model_files(model_dir: Path) -> ModelFiles:
+    """``config.json`` and every shard's tensor sizes under ``model_dir``; SpecError naming
+    what cannot be read."""
+    names = _shard_names(model_dir)
+    try:
+        headers = {name: read_header(model_dir / name, label=name) for name in names}
+    except SafetensorsError as exc:
+        raise SpecError(f"{model_dir}: {exc}") from exc
+    shards = {
+        name: {tensor: entry.nbytes for tensor, entry in header.tensors.items()}
+        for name, header in headers.items()
+    }
+    return ModelFiles(
+        config=_read_config(model_dir),
+        shards=shards,
+        source=f"safetensors headers of {len(names)} shard(s) in {model_dir}",
+    )
+
+
+class PlanOptions(TypedDict, total=False):
+    """The plan's other inputs, as :func:`sparkllm.plan.plan_capacity` takes them."""
+
+    total_weight_gb: float | None
+    node_memory_gb: float
+    usable_memory_gb: float | None
+    min_headroom_gb: float
+    kv_bytes_per_token_layer: float | None
+
+
+def plan_capacity(
+    spec: InferenceClusterSpec, *, model_dir: Path | None = None, **options: Unpack[PlanOptions]
+) -> CapacityPlan:
+    """:func:`sparkllm.plan.plan_capacity` with ``model_dir`` read first (when given)."""
+    model = None if model_dir is None else read_model_files(model_dir)
+    return plan.plan_capacity(spec, model=model, **options)
+
+
+def load_spec(path: Path) -> InferenceClusterSpec:
+    """The validated spec of the InferenceCluster manifest at ``path``."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(document, dict):
+        raise SpecError(f"{path}: expected one InferenceCluster object")
+    document.setdefault("metadata", {"name": "plan"})
+    return validate_inference_cluster(document).spec
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add ``sparkllm plan``'s options to ``parser``."""
+    parser.add_argument("-f", "--file", required=True, type=Path, help="InferenceCluster manifest")
+    parser.add_argument(
+        "--model-dir", type=Path, help="model directory: weights from its safetensors headers"
+    )
+    parser.add_argument(
+        "--total-weight-gb",
+        type=float,
+        help=f"total weights without a model directory (default {DOCUMENTED_TOTAL_WEIGHT_GB})",
+    )
+    parser.add_argument("--node-memory-gb", type=float, default=NODE_MEMORY_GB)
+    parser.add_argument(
+        "--usable-memory-gb",
+        type=float,
+        help="memory SGLang's fraction applies to (default: the node memory)",
+    )
+    parser.add_argument("--min-headroom-gb", type=float, default=MIN_HEADROOM_GB)
+    parser.add_argument("--kv-bytes-per-token-layer", type=float)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plan; 0 when it fits, 1 when it does not, 2 on an error."""
+    try:
+        capacity = plan_capacity(
+            load_spec(args.file),
+            model_dir=args.model_dir,
+            total_weight_gb=args.total_weight_gb,
+            node_memory_gb=args.node_memory_gb,
+            usable_memory_gb=args.usable_memory_gb,
+            min_headroom_gb=args.min_headroom_gb,
+            kv_bytes_per_token_layer=args.kv_bytes_per_token_layer,
+        )
+    except SparkllmError as exc:
+        print(f"sparkllm plan: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(capacity.render_table(), end="")
+    return EXIT_FITS if capacity.fits else EXIT_DOES_NOT_FIT
+
+
+def plan_main(argv: Sequence[str] | None = None) -> int:
+    """``sparkllm plan -f cluster.yaml [--model-dir DIR]``; argv excludes the subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="sparkllm plan", description="Per-rank memory plan of an InferenceCluster."
+    )
+    configure_parser(parser)
+    return run(parser.parse_args(argv))
