@@ -1,28 +1,47 @@
 """Offline rendering for review and GitOps (``sparkllm render``): no cluster needed.
 
-Reconcile learns node addresses and label-discovered groups from the API server; offline
-there is none, so explicit node groups are required and each node's address is taken
-from ``--node-ip NODE=IP`` or, failing that, the node's name (SGLang accepts a resolvable
-host name in ``--dist-init-addr``). Restart generation 1, every replica running: what
-the operator applies on a fresh cluster.
+Why through ``decide``: a reviewer must see what the operator applies, not a second
+rendering that could drift from it — so this builds the observation of a fresh object
+(no live objects, no engine-key Secret yet, every node Ready) and calls the operator's
+own ``decide``, printing every object the plan applies, in apply order: the gateway
+(ServiceAccount, Role, RoleBinding, Deployment, Service) first, then each replica's
+rank StatefulSets and Service. The engine-key Secret the operator would generate is
+shown as a comment naming it and its key, never as an object or a value.
+
+Reconcile learns node addresses and label-discovered groups from the API server;
+offline there is none, so explicit node groups are required and each node's address is
+taken from ``--node-ip NODE=IP`` or, failing that, the node's name (SGLang accepts a
+resolvable host name in ``--dist-init-addr``). The gateway image is the operator's
+default unless one is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from sparkllm.api import validate_inference_cluster
 from sparkllm.errors import SpecError
-from sparkllm.reconcile.secrets import engine_key_ref
-from sparkllm.render import ReplicaPlan, render_replica
-from sparkllm.render.placement import assign_groups, discover_groups
+from sparkllm.reconcile import owned
+from sparkllm.reconcile.actions import Plan
+from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.observation import Observation
+from sparkllm.reconcile.replicas import Observed
+from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref
+from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
+from sparkllm.render.placement import NodeFacts
+
+RENDER_UID = "00000000-0000-0000-0000-000000000000"
+# decide takes the time from its observation; nothing rendered depends on it.
+RENDER_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def render_file(path: str, *, node_ips: Mapping[str, str], namespace: str | None) -> str:
-    """The YAML stream of every object the InferenceCluster in ``path`` becomes."""
+def load_cluster(path: str, *, namespace: str | None) -> dict[str, Any]:
+    """The InferenceCluster object in ``path``, with a namespace and a placeholder uid."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -32,23 +51,53 @@ def render_file(path: str, *, node_ips: Mapping[str, str], namespace: str | None
     doc.setdefault("metadata", {})
     if namespace is not None or "namespace" not in doc["metadata"]:
         doc["metadata"]["namespace"] = namespace or "default"
-    doc["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
-    ic = validate_inference_cluster(doc)
-    if ic.spec.placement.node_groups is None:
+    doc["metadata"].setdefault("uid", RENDER_UID)
+    return doc
+
+
+def fresh_plan(
+    obj: dict[str, Any], *, node_ips: Mapping[str, str], gateway_image: str = DEFAULT_GATEWAY_IMAGE
+) -> Plan:
+    """What the operator's first pass over ``obj`` plans, on Ready nodes at ``node_ips``."""
+    ic = validate_inference_cluster(obj)
+    groups = ic.spec.placement.node_groups
+    if groups is None:
         raise SpecError(
             "offline render needs spec.placement.nodeGroups: label-discovered groups are "
             "only known inside the cluster"
         )
-    groups = discover_groups(ic.spec, []).groups
-    assignment = assign_groups(replicas=ic.spec.replicas, groups=groups, current={})
-    objects = []
-    for index, group in sorted(assignment.replicas.items()):
-        plan = ReplicaPlan(
-            index=index,
-            group_key=group.key,
-            nodes=group.nodes,
-            rank0_ip=node_ips.get(group.nodes[0], group.nodes[0]),
-            generation=1,
-        )
-        objects.extend(render_replica(ic, plan=plan, engine_key=engine_key_ref(ic)))
-    return yaml.safe_dump_all(objects, sort_keys=False)
+    names = [node for group in groups for node in group]
+    nodes = {n: NodeFacts(name=n, internal_ip=node_ips.get(n, n), ready=True) for n in names}
+    empty = owned.empty()
+    observation = Observation(
+        key=(ic.metadata.namespace or "default", ic.metadata.name),
+        obj=obj,
+        now=RENDER_TIME,
+        ic=ic,
+        observed=Observed(nodes=nodes, pods=[], owned=empty.owned),
+        engine_key=EngineKeySeen(ref=engine_key_ref(ic)),
+    )
+    plan = decide(observation, gateway_image=gateway_image)
+    if plan.status is not None and plan.status.get("phase") == "Failed":
+        raise SpecError(str(plan.status["conditions"][0]["message"]))
+    return plan
+
+
+def render_file(
+    path: str,
+    *,
+    node_ips: Mapping[str, str],
+    namespace: str | None,
+    gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+) -> str:
+    """The YAML stream of every object the operator applies for the object in ``path``."""
+    plan = fresh_plan(
+        load_cluster(path, namespace=namespace), node_ips=node_ips, gateway_image=gateway_image
+    )
+    lines = [
+        f"# Secret {s.name} (key {s.key!r}): generated by the operator, holds the engine "
+        "API key; not rendered"
+        for s in plan.secrets
+    ]
+    header = "\n".join(lines) + "\n" if lines else ""
+    return header + yaml.safe_dump_all(list(plan.apply), sort_keys=False)

@@ -1,9 +1,10 @@
 """The benchmark step: what a Job shows, what a pass decides, and that idle is silent.
 
 The decision (``benchmark_plan``) is pure and tested branch by branch as a table. The
-shell (``reconcile_benchmark``) is run against a small in-memory API that records every
-call, to pin the claims that cost writes: no call at all when nothing is asked, one
-create per request, and nothing written on the pass after.
+step (``read_benchmark``, ``decide_benchmark``, then the Job writes of ``execute``) is
+run against a small in-memory API that records every call, to pin the claims that cost
+writes: no call at all when nothing is asked, one create per request, and nothing
+written on the pass after.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
 import pytest
 
 from sparkllm.api import Reason, validate_inference_cluster
-from sparkllm.reconcile.benchmark import BenchmarkOutcome, reconcile_benchmark
+from sparkllm.reconcile.actions import Plan
+from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark, read_benchmark
 from sparkllm.reconcile.benchmark_plan import (
     BenchmarkPlan,
     JobResult,
@@ -29,6 +32,7 @@ from sparkllm.reconcile.benchmark_plan import (
     summary_problems,
     terminal_status,
 )
+from sparkllm.reconcile.execute import benchmark_jobs
 from sparkllm.reconcile.kube import JSON, Kind, KubeAPI
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,
@@ -367,15 +371,22 @@ def the_cluster(annotations: dict[str, str], status: JSON | None = None) -> JSON
 
 
 def step(api: RecordingAPI, obj: JSON, *, ready: bool = True) -> BenchmarkOutcome:
-    return asyncio.run(
-        reconcile_benchmark(
-            cast(KubeAPI, api),
-            validate_inference_cluster(obj),
-            obj,
-            ready=ready,
-            image="img",
-            now=NOW,
-        )
+    """Observe, decide, and make the step's Job writes (the status comes back stamped)."""
+    ic = validate_inference_cluster(obj)
+    seen = asyncio.run(read_benchmark(cast(KubeAPI, api), ic, obj))
+    outcome = decide_benchmark(ic, obj, seen, ready=ready, image="img", now=NOW)
+    plan = Plan(
+        target=obj,
+        delete_jobs=outcome.delete_jobs,
+        create_jobs=outcome.create_jobs,
+        status=None if outcome.status is None else {"benchmark": outcome.status},
+    )
+    status = asyncio.run(benchmark_jobs(cast(KubeAPI, api), plan))
+    return replace(
+        outcome,
+        status=None if status is None else status["benchmark"],
+        create_jobs=(),
+        delete_jobs=(),
     )
 
 

@@ -1,11 +1,11 @@
 """The benchmark on demand, as a reconcile step: request annotation -> Job -> status.
 
-``reconcile_benchmark`` reads what the pure decision (``benchmark_plan``) needs — the
-cluster's benchmark Jobs and their pods, and, only before creating a Job, whether the
-user's key exists — then creates or deletes Jobs, and hands the rest back to the
-reconciler: the new ``status.benchmark``, the Events to post, and whether to remove the
-request annotation. The reconciler writes all three in its own pass (one status write,
-Events at the end), so this step adds no write of its own when nothing changed.
+``read_benchmark`` (observe) reads what the pure decision (``benchmark_plan``) needs —
+the cluster's benchmark Jobs and their pods, and, only when a Job may be created, the
+names of the users' keys. ``decide_benchmark`` (pure) turns that into the Jobs to create
+or delete, the new ``status.benchmark``, the Events to post, and whether to remove the
+request annotation; ``execute`` writes them within the pass's one status write, Events
+at the end, so this step adds no write of its own when nothing changed.
 
 Why create instead of apply: a benchmark Job runs once and is never updated (its pod
 template is immutable); its name is deterministic, so ``create`` answering 409 means
@@ -23,6 +23,7 @@ from typing import Any
 
 from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
+from sparkllm.reconcile.actions import Removal
 from sparkllm.reconcile.benchmark_plan import (
     BenchmarkEvent,
     JobResult,
@@ -34,6 +35,7 @@ from sparkllm.reconcile.benchmark_plan import (
 from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,
+    BenchmarkRequest,
     benchmark_job_name,
     benchmark_selector,
     parse_benchmark_request,
@@ -54,6 +56,9 @@ class BenchmarkOutcome:
     events: list[BenchmarkEvent] = field(default_factory=list)
     remove_annotation: bool = False
     """The request is answered: remove ``sparkllm.io/benchmark`` (merge patch)."""
+    create_jobs: tuple[JSON, ...] = ()
+    """At most one Job to create; its creationTimestamp becomes ``requestedAt``."""
+    delete_jobs: tuple[Removal, ...] = ()
 
     def status_value(self, previous_status: Mapping[str, Any]) -> JSON | None:
         """``status.benchmark`` to write: the new value, else the live one (SSA drops
@@ -62,6 +67,45 @@ class BenchmarkOutcome:
             return self.status
         live = previous_status.get("benchmark")
         return dict(live) if isinstance(live, Mapping) else None
+
+
+@dataclass(frozen=True)
+class BenchmarkSeen:
+    """What the observe step read for the benchmark: Jobs by name, the users' key names."""
+
+    jobs: Mapping[str, JobResult] = field(default_factory=dict)
+    user_keys: frozenset[str] | None = None
+    """Keys of the users' Secret, read only when a Job may be created; None: missing."""
+
+
+def _request(
+    ic: InferenceCluster, obj: Mapping[str, Any]
+) -> tuple[BenchmarkRequest | None, str | None]:
+    """The request on the object and its Job's name (SpecError: the request is invalid)."""
+    request = parse_benchmark_request(obj["metadata"].get("annotations") or {})
+    if request is None:
+        return None, None
+    generation = int(obj["metadata"].get("generation") or 0)
+    return request, benchmark_job_name(ic.metadata.name, request=request, generation=generation)
+
+
+async def read_benchmark(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
+) -> BenchmarkSeen:
+    """Observe what the decision needs; without a request and nothing in flight, nothing."""
+    try:
+        request, wanted = _request(ic, obj)
+    except SpecError:
+        return BenchmarkSeen()
+    if request is None and not in_flight((obj.get("status") or {}).get("benchmark")):
+        return BenchmarkSeen()
+    jobs = await _job_results(api, ic)
+    if request is None or wanted in jobs:
+        return BenchmarkSeen(jobs=jobs)
+    name = ic.spec.admission.api_keys_secret_ref.name
+    secret = await api.get(SECRET, name, ic.metadata.namespace or "default")
+    keys = None if secret is None else frozenset((secret.get("data") or {}).keys())
+    return BenchmarkSeen(jobs=jobs, user_keys=keys)
 
 
 async def _job_results(api: KubeAPI, ic: InferenceCluster) -> dict[str, JobResult]:
@@ -81,72 +125,61 @@ async def _job_results(api: KubeAPI, ic: InferenceCluster) -> dict[str, JobResul
     }
 
 
-async def _user_key_problem(api: KubeAPI, ic: InferenceCluster, user: str) -> str | None:
+def _user_key_problem(ic: InferenceCluster, keys: frozenset[str] | None, user: str) -> str | None:
     secret_name = ic.spec.admission.api_keys_secret_ref.name
-    secret = await api.get(SECRET, secret_name, ic.metadata.namespace or "default")
-    if secret is None:
+    if keys is None:
         return f"Secret {secret_name} (spec.admission.apiKeysSecretRef) does not exist"
-    if user not in (secret.get("data") or {}):
+    if user not in keys:
         return f"user {user!r} is not a key of Secret {secret_name} (the users' keys)"
     return None
 
 
-async def reconcile_benchmark(
-    api: KubeAPI,
+def decide_benchmark(
     ic: InferenceCluster,
     obj: Mapping[str, Any],
+    seen: BenchmarkSeen,
     *,
     ready: bool,
     image: str,
     now: datetime,
 ) -> BenchmarkOutcome:
-    """Run the step: read, decide, create or delete Jobs; the caller writes the rest.
-
-    Without a request and nothing in flight it makes no API call at all.
-    """
-    meta = obj["metadata"]
+    """Pure: the step's status, Events, annotation removal, Jobs to create and delete."""
     previous = (obj.get("status") or {}).get("benchmark") or {}
-    annotations = meta.get("annotations") or {}
     try:
-        request = parse_benchmark_request(annotations)
+        request, wanted = _request(ic, obj)
     except SpecError as exc:
-        user = str(annotations.get(ANNOTATION_BENCHMARK, ""))
+        user = str((obj["metadata"].get("annotations") or {}).get(ANNOTATION_BENCHMARK, ""))
         rejected = plan_rejected(user=user, message=str(exc), previous=previous)
         return BenchmarkOutcome(rejected.status, list(rejected.events), rejected.remove_annotation)
     if request is None and not in_flight(previous):
         return BenchmarkOutcome()
-    generation = int(meta.get("generation") or 0)
-    wanted = (
-        None
-        if request is None
-        else benchmark_job_name(ic.metadata.name, request=request, generation=generation)
-    )
-    jobs = await _job_results(api, ic)
     key_problem = None
-    if request is not None and wanted not in jobs and ready:
-        key_problem = await _user_key_problem(api, ic, request.user)
+    if request is not None and wanted not in seen.jobs and ready:
+        key_problem = _user_key_problem(ic, seen.user_keys, request.user)
     plan = plan_benchmark(
         request=request,
         wanted=wanted,
-        jobs=jobs,
+        jobs=seen.jobs,
         previous=previous,
         ready=ready,
         key_problem=key_problem,
         now=now,
     )
     namespace = ic.metadata.namespace or "default"
-    for victim in plan.delete:
-        await api.delete(JOB, victim.name, namespace, uid=victim.uid)
-    status = plan.status
+    delete = tuple(
+        Removal(api_version="batch/v1", kind="Job", name=v.name, namespace=namespace, uid=v.uid)
+        for v in plan.delete
+    )
+    create: tuple[JSON, ...] = ()
     if plan.create and request is not None:
-        job = render_benchmark_job(
-            ic, user=request.user, scenarios=request.scenarios, image=image, generation=generation
-        )
-        created = await api.create(job)
-        stamp = (created or {}).get("metadata", {}).get("creationTimestamp")
-        if status is not None and stamp:
-            status = {**status, "requestedAt": stamp}  # what later passes read from the Job
-    return BenchmarkOutcome(status, list(plan.events), plan.remove_annotation)
+        generation = int(obj["metadata"].get("generation") or 0)
+        create = (
+            render_benchmark_job(
+                ic, user=request.user, scenarios=request.scenarios, image=image,
+                generation=generation,
+            ),
+        )  # fmt: skip
+    return BenchmarkOutcome(plan.status, list(plan.events), plan.remove_annotation, create, delete)
 
 
-__all__ = ["BenchmarkOutcome", "reconcile_benchmark"]
+__all__ = ["BenchmarkOutcome", "BenchmarkSeen", "decide_benchmark", "read_benchmark"]

@@ -6,6 +6,9 @@ router drops it from the pool within seconds and sends nothing new), then waits 
 engine reports no running requests (``sglang:num_running_reqs`` on its /metrics) or a
 deadline passes, and only then deletes the replica's objects. The drain's start is an
 annotation on that pod, so an operator restart mid-drain resumes it.
+
+The observe step reads the running-request counts (``RunningRequests``) of the replicas
+being removed; ``plan_drain`` decides from them (pure); ``execute`` patches the pods.
 """
 
 from __future__ import annotations
@@ -18,10 +21,9 @@ from typing import Any, Final
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, InferenceCluster, Reason
-from sparkllm.reconcile import metrics
+from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, Reason
+from sparkllm.reconcile.actions import PodPatch, earliest
 from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.kube import KubeAPI, lookup_kind
 from sparkllm.reconcile.replicas import Observed, label, timestamp
 from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
@@ -29,7 +31,6 @@ ROUTER_LET_GO: Final = timedelta(seconds=6)  # smg drains a vanished worker for 
 DRAIN_DEADLINE: Final = timedelta(seconds=300)  # the documents' long requests take minutes
 RUNNING_METRIC: Final = "sglang:num_running_reqs"
 JSON = dict[str, Any]
-POD = lookup_kind("v1", "Pod")
 
 
 @dataclass(frozen=True)
@@ -86,36 +87,46 @@ class RunningRequests:
         return int(total)
 
 
-async def drain_removed_replicas(
-    api: KubeAPI,
-    ic: InferenceCluster,
-    observed: Observed,
-    *,
-    now: datetime,
-    running: RunningRequests,
-) -> tuple[set[str], float | None, list[PendingEvent]]:
-    """Replicas being scaled away: out of routing first, removed once drained.
-
-    Returns the names of objects to keep for now, when to look again, and Events.
-    """
-    keep: set[str] = set()
-    retry: float | None = None
-    events: list[PendingEvent] = []
-    removed = sorted(
+def removed_replicas(observed: Observed, replicas: int) -> list[int]:
+    """Indexes of replicas with live StatefulSets beyond ``spec.replicas`` (being removed)."""
+    return sorted(
         {
             int(r)
             for o in observed.statefulsets
-            if (r := label(o, LABEL_REPLICA)) is not None
-            and r.isdigit()
-            and int(r) >= ic.spec.replicas
+            if (r := label(o, LABEL_REPLICA)) is not None and r.isdigit() and int(r) >= replicas
         }
     )
-    for index in removed:
+
+
+def rank0_address(observed: Observed, index: int) -> str | None:
+    """Where a removed replica's rank 0 serves (its pod's host), if it has a pod there."""
+    rank0 = rank0_pod(observed.by_replica(observed.pods, index))
+    if rank0 is None or not (rank0.get("status") or {}).get("hostIP"):
+        return None
+    return f"http://{rank0['status']['hostIP']}:{ENGINE_HTTP_PORT}"
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """Replicas being scaled away: the pods to flip, what to keep for now, when to look."""
+
+    patches: tuple[PodPatch, ...] = ()
+    keep: frozenset[str] = frozenset()
+    retry_after: float | None = None
+    events: tuple[PendingEvent, ...] = ()
+
+
+def plan_drain(
+    observed: Observed, *, replicas: int, running: Mapping[int, int | None], now: datetime
+) -> DrainPlan:
+    """Pure: out of routing first, removed once drained (``running``: requests per replica)."""
+    patches: list[PodPatch] = []
+    keep: set[str] = set()
+    retry: float | None = None
+    events: list[PendingEvent] = []
+    for index in removed_replicas(observed, replicas):
         rank0 = rank0_pod(observed.by_replica(observed.pods, index))
-        count = None
-        if rank0 is not None and (rank0.get("status") or {}).get("hostIP"):
-            count = await running.count(f"http://{rank0['status']['hostIP']}:{ENGINE_HTTP_PORT}")
-        step = drain_step(rank0, running=count, now=now)
+        step = drain_step(rank0, running=running.get(index), now=now)
         if step.mark and rank0 is not None:
             patch = {
                 "metadata": {
@@ -124,13 +135,11 @@ async def drain_removed_replicas(
                 }
             }
             meta = rank0["metadata"]
-            await api.merge_patch(POD, meta["name"], meta["namespace"], patch)
-            metrics.WRITES.labels(verb="patch", kind="Pod").inc()
+            patches.append(PodPatch(name=meta["name"], namespace=meta["namespace"], patch=patch))
             message = f"replica {index}: out of routing; removed once its requests finish"
             events.append(PendingEvent(False, Reason.SCALING_DOWN, message))
         if not step.done:
             owned = observed.by_replica(observed.statefulsets + observed.services, index)
             keep.update(o["metadata"]["name"] for o in owned)
-            if step.retry_after is not None:
-                retry = min(retry or step.retry_after, step.retry_after)
-    return keep, retry, events
+            retry = earliest(retry, step.retry_after)
+    return DrainPlan(tuple(patches), frozenset(keep), retry, tuple(events))

@@ -98,7 +98,7 @@ def describe_pod_failure(pod: Mapping[str, Any], rank: int) -> str | None:
     return None
 
 
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
+def pod_ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
@@ -132,7 +132,7 @@ def rank_state(*, rank: int, node: str, pod: Mapping[str, Any] | None) -> RankSt
         generation=_generation(pod),
         phase=status.get("phase"),
         running=status.get("phase") == "Running" and _container_running(pod),
-        ready=_pod_ready(pod),
+        ready=pod_ready(pod),
         terminating=meta.get("deletionTimestamp") is not None,
         failure=describe_pod_failure(pod, rank),
         node_ip=status.get("hostIP"),

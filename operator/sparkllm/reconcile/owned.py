@@ -1,11 +1,11 @@
-"""The objects an InferenceCluster owns: which kinds, reading them, applying, pruning.
+"""The objects an InferenceCluster owns: which kinds, reading them, what to apply and prune.
 
-Why apart from the pass in ``reconciler.py``: this is the pass's only contact with the
-owned objects, and it is the same three moves every time — list each owned kind by the
-cluster's selector (plus nodes and rank pods), apply a desired object only when the live
-one differs (so a pass with nothing to do writes nothing), and delete what is no longer
-desired, in reverse apply order and with its uid as a precondition, so a same-named
-replacement made meanwhile is never the one deleted.
+Why one module: the owned kinds are known here and nowhere else, and it is the same
+three moves every pass — list each owned kind by the cluster's selector (plus nodes and
+rank pods; the observe step), choose the desired objects whose live copy differs (so a
+pass with nothing to do writes nothing), and choose what is no longer desired, in
+reverse apply order and with its uid as a precondition, so a same-named replacement
+made meanwhile is never the one deleted (the decide step; ``execute`` writes).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from sparkllm.api import InferenceCluster
-from sparkllm.reconcile import metrics
+from sparkllm.reconcile.actions import Removal
 from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
 from sparkllm.reconcile.replicas import Observed
 from sparkllm.render.names import cluster_selector
@@ -48,30 +48,39 @@ async def observe(api: KubeAPI, ic: InferenceCluster) -> Observed:
     return Observed(nodes=nodes, pods=pods, owned=owned)
 
 
-async def apply_desired(api: KubeAPI, desired: Sequence[JSON], observed: Observed) -> None:
-    """Apply, in order, each desired object whose live copy differs (or is missing)."""
+def empty() -> Observed:
+    """No nodes, pods or owned objects: a fresh cluster (offline render), or nothing read."""
+    return Observed(nodes={}, pods=[], owned={kind.kind: [] for kind in OWNED})
+
+
+def to_apply(desired: Sequence[JSON], observed: Observed) -> tuple[JSON, ...]:
+    """Each desired object, in order, whose live copy differs (or is missing)."""
     live = {
         (o["kind"], o["metadata"]["name"]): o for items in observed.owned.values() for o in items
     }
-    for obj in desired:
-        if is_current(live.get((obj["kind"], obj["metadata"]["name"])), obj):
-            continue
-        await api.apply(obj)
-        metrics.WRITES.labels(verb="apply", kind=obj["kind"]).inc()
+    return tuple(
+        obj
+        for obj in desired
+        if not is_current(live.get((obj["kind"], obj["metadata"]["name"])), obj)
+    )
 
 
-async def prune(api: KubeAPI, desired: Sequence[JSON], keep: set[str], observed: Observed) -> None:
-    """Delete each owned object neither desired nor named in ``keep``."""
+def to_prune(desired: Sequence[JSON], keep: set[str], observed: Observed) -> tuple[Removal, ...]:
+    """Each owned object neither desired nor named in ``keep``, in reverse apply order."""
     wanted = {(o["kind"], o["metadata"]["name"]) for o in desired}
-    for kind in reversed(OWNED):
-        for item in observed.owned[kind.kind]:
-            name = item["metadata"]["name"]
-            if (kind.kind, name) in wanted or name in keep:
-                continue
-            await api.delete(
-                kind, name, item["metadata"]["namespace"], uid=item["metadata"].get("uid")
-            )
-            metrics.WRITES.labels(verb="delete", kind=kind.kind).inc()
+    return tuple(
+        Removal(
+            api_version=kind.api_version,
+            kind=kind.kind,
+            name=item["metadata"]["name"],
+            namespace=item["metadata"]["namespace"],
+            uid=item["metadata"].get("uid"),
+        )
+        for kind in reversed(OWNED)
+        for item in observed.owned[kind.kind]
+        if (kind.kind, item["metadata"]["name"]) not in wanted
+        and item["metadata"]["name"] not in keep
+    )
 
 
 def _with_kind(obj: JSON, kind: str) -> JSON:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sparkllm.api import LABEL_RANK, LABEL_REPLICA, ConditionType, InferenceCluster, Phase, Reason
+from sparkllm.api import (
+    ENGINE_HTTP_PORT,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    ConditionType,
+    InferenceCluster,
+    Phase,
+    Reason,
+)
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.observe import observe_replica
 from sparkllm.reconcile.proofs import model_condition
@@ -198,7 +206,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         phase=decision.phase,
         ready_ranks=state.ready_ranks(generation),
         generation=generation,
-        endpoint=f"http://{rank0_ip}:30000" if rank0_ip else None,
+        endpoint=f"http://{rank0_ip}:{ENGINE_HTTP_PORT}" if rank0_ip else None,
         restarts=restarts,
         last_restart=last_restart,
         recent_restarts=tuple(precise_timestamp(t) for t in decision.restart_times),

@@ -5,14 +5,19 @@ applies to host-network pods, so rank 0 always runs with ``--api-key``. When the
 names no Secret, the operator creates one with a random token, owned by the
 InferenceCluster (garbage-collected with it). This is the one create-if-absent in the
 operator: a generated value must never be re-applied, or every pass would rotate it.
+The pass observes the Secret here (``read_engine_key``), decides to generate it
+(``generated_key_secret``: a name, never a value) and ``execute`` creates it with a
+token from ``generate_token``.
 """
 
 from __future__ import annotations
 
 import base64
 import secrets
+from dataclasses import dataclass
 
 from sparkllm.api import InferenceCluster
+from sparkllm.reconcile.actions import JSON, GeneratedSecret
 from sparkllm.reconcile.kube import KubeAPI, lookup_kind
 from sparkllm.render.names import (
     COMPONENT_ENGINE,
@@ -33,39 +38,53 @@ def engine_key_ref(ic: InferenceCluster) -> EngineKeyRef:
     return EngineKeyRef(secret=engine_key_secret_name(ic.metadata.name), key=GENERATED_KEY)
 
 
-async def ensure_engine_key(api: KubeAPI, ic: InferenceCluster) -> tuple[EngineKeyRef, str | None]:
-    """The key's reference and value (None when its Secret or key does not exist).
+@dataclass(frozen=True)
+class EngineKeySeen:
+    """The engine key as observed: its reference, whether its Secret exists, its value."""
 
-    Generates the Secret when the spec names none and it does not exist yet. A missing
-    user-named Secret is reported, not created: the user owns it.
-    """
+    ref: EngineKeyRef
+    exists: bool = False
+    value: str | None = None  # None: the Secret or its key is missing
+
+
+async def read_engine_key(api: KubeAPI, ic: InferenceCluster) -> EngineKeySeen:
+    """Observe the key's Secret (reads only)."""
     ref = engine_key_ref(ic)
-    namespace = ic.metadata.namespace or "default"
-    live = await api.get(SECRET, ref.secret, namespace)
-    if live is not None:
-        encoded = (live.get("data") or {}).get(ref.key)
-        return ref, base64.b64decode(encoded).decode() if encoded else None
-    if ic.spec.engine.api_key_secret_ref is not None:
-        return ref, None
-    # Hex, not urlsafe base64: defence in depth. The rendered args attach the key with
-    # "=" (`--api-key=$(KEY)`, render/argv.py), so a leading "-" no longer reaches
-    # argparse as an option; a generated key still never starts with one.
-    value = secrets.token_hex(32)
-    token = base64.b64encode(value.encode()).decode()
-    await api.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "Opaque",
-            "metadata": {
-                "name": ref.secret,
-                "namespace": namespace,
-                "labels": cluster_labels(ic.metadata.name, COMPONENT_ENGINE),
-                "ownerReferences": [
-                    owner_reference(name=ic.metadata.name, uid=ic.metadata.uid or "")
-                ],
-            },
-            "data": {GENERATED_KEY: token},
-        }
+    live = await api.get(SECRET, ref.secret, ic.metadata.namespace or "default")
+    if live is None:
+        return EngineKeySeen(ref=ref)
+    encoded = (live.get("data") or {}).get(ref.key)
+    return EngineKeySeen(
+        ref=ref, exists=True, value=base64.b64decode(encoded).decode() if encoded else None
     )
-    return ref, value
+
+
+def generated_key_secret(ic: InferenceCluster, seen: EngineKeySeen) -> GeneratedSecret | None:
+    """The Secret to generate, when the spec names none and it does not exist yet.
+
+    A missing user-named Secret is reported, not created: the user owns it.
+    """
+    if seen.exists or ic.spec.engine.api_key_secret_ref is not None:
+        return None
+    manifest: JSON = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": seen.ref.secret,
+            "namespace": ic.metadata.namespace or "default",
+            "labels": cluster_labels(ic.metadata.name, COMPONENT_ENGINE),
+            "ownerReferences": [owner_reference(name=ic.metadata.name, uid=ic.metadata.uid or "")],
+        },
+    }
+    return GeneratedSecret(manifest=manifest, key=GENERATED_KEY)
+
+
+def generate_token() -> str:
+    """A fresh engine key, base64-encoded for a Secret's ``data``.
+
+    Hex, not urlsafe base64: defence in depth. The rendered args attach the key with
+    "=" (`--api-key=$(KEY)`, render/argv.py), so a leading "-" no longer reaches
+    argparse as an option; a generated key still never starts with one.
+    """
+    return base64.b64encode(secrets.token_hex(32).encode()).decode()

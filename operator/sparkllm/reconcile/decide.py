@@ -1,0 +1,210 @@
+"""The decide step of a pass: an observation in, the plan of every write out. Pure.
+
+Why pure: every behaviour of the operator — gang restarts, backoff and budget, node
+failure, scale up and drain, rolling updates, the proofs, refusals — is a function of
+what one pass read, so it is tested as a table of observations without a cluster, and
+``sparkllm render`` prints what the operator would apply by calling this same function
+on a fresh observation. No I/O, no clock (``observation.now``), no metrics (the plan
+lists the increments), no randomness (the generated key is named, ``execute`` makes it).
+It reads as a list of steps: refuse what cannot be acted on, the engine key, the
+replicas, the proofs, the benchmark, the drain, then the status and the annotations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sparkllm.api import InferenceCluster, Phase, Reason
+from sparkllm.reconcile import owned
+from sparkllm.reconcile.actions import JSON, Plan, earliest
+from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark
+from sparkllm.reconcile.decide_replicas import (
+    PassFacts,
+    cluster_report,
+    decide_replicas,
+    place,
+)
+from sparkllm.reconcile.drain import plan_drain
+from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.observation import ConfigResult, Observation
+from sparkllm.reconcile.proofs import capacity_condition, config_condition
+from sparkllm.reconcile.replicas import model_verdict
+from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
+from sparkllm.reconcile.status import ClusterReport, cluster_phase, derive_status
+from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
+from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
+
+
+def decide(observation: Observation, *, gateway_image: str) -> Plan:
+    """Every write of this pass, and when to look again."""
+    obj, ic = observation.obj, observation.ic
+    if obj is None:
+        return Plan()  # gone: garbage collection removes what it owned
+    generation = int(obj["metadata"].get("generation") or 0)
+    if ic is None:
+        return _blocked(observation, obj, observation.spec_error or "invalid spec")
+    capacity, fits = capacity_condition(ic.spec, generation=generation)
+    if not fits:
+        message = capacity["message"]
+        return _blocked(
+            observation, obj, message, reason=Reason.CAPACITY_EXCEEDED, extra=(capacity,)
+        )
+    return _act(observation, obj, ic, capacity=capacity, gateway_image=gateway_image)
+
+
+def _act(
+    observation: Observation,
+    obj: JSON,
+    ic: InferenceCluster,
+    *,
+    capacity: JSON,
+    gateway_image: str,
+) -> Plan:
+    """The pass of a valid spec whose memory plan fits."""
+    observed, now = observation.observed, observation.now
+    previous: Mapping[str, Any] = obj.get("status") or {}
+    generation = int(obj["metadata"].get("generation") or 0)
+    key_seen = observation.engine_key or EngineKeySeen(ref=engine_key_ref(ic))
+    secret = generated_key_secret(ic, key_seen)
+    events: list[PendingEvent] = []
+    if secret is None and key_seen.value is None:
+        message = f"Secret {key_seen.ref.secret} has no key {key_seen.ref.key}"
+        events.append(PendingEvent(True, Reason.SECRET_MISSING, message))
+    force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
+    model = model_verdict(observed, previous, generation=generation, force=force)
+    facts = PassFacts(
+        previous_status=previous,
+        generation=generation,
+        force=force,
+        blocked=f"model copies disagree: {model['message']}"
+        if model["status"] == "False"
+        else None,
+        engine_key=key_seen.ref,
+        gateway_image=gateway_image,
+        now=now,
+    )
+    assignment, problems = place(ic, observed)
+    replicas = decide_replicas(ic, observed, assignment, facts)
+    events.extend(replicas.events)
+    report = cluster_report(
+        ic, decision=replicas, assignment=assignment, problems=problems, generation=generation
+    )
+    config = config_condition(_config_results(observation, report), generation=generation)
+    events.extend(_proof_events(previous, model, config))
+    ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
+    benchmark = decide_benchmark(
+        ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
+    )
+    events.extend(PendingEvent(e.warning, e.reason, e.message) for e in benchmark.events)
+    drain = plan_drain(
+        observed, replicas=ic.spec.replicas, running=observation.running_requests, now=now
+    )
+    events.extend(drain.events)
+    report = replace(report, extra_conditions=(capacity, model, config))
+    return Plan(
+        target=obj,
+        gang_restarts=tuple(replicas.gang_restarts),
+        secrets=() if secret is None else (secret,),
+        delete_jobs=benchmark.delete_jobs,
+        create_jobs=benchmark.create_jobs,
+        pod_patches=drain.patches,
+        apply=owned.to_apply(replicas.desired, observed),
+        prune=owned.to_prune(replicas.desired, replicas.keep | drain.keep, observed),
+        status=_status(report, previous, now, benchmark=benchmark),
+        events=tuple(events),
+        annotations=_consumed(obj, benchmark),
+        replica_phases=tuple(r.phase for r in report.replicas),
+        retry_after=earliest(replicas.retry_after, drain.retry_after),
+        nodes=frozenset(replicas.nodes),
+        waiting_for_nodes=bool(assignment.unplaced),
+    )
+
+
+def _config_results(observation: Observation, report: ClusterReport) -> dict[int, ConfigResult]:
+    """ConfigApplied's evidence for each serving replica, read at its generation."""
+    results: dict[int, ConfigResult] = {}
+    for replica in report.replicas:
+        if replica.phase is not Phase.READY or replica.endpoint is None:
+            continue
+        seen = observation.server_info.get(replica.index)
+        if seen is not None and seen.generation == replica.generation:
+            results[replica.index] = seen.result
+        else:
+            results[replica.index] = "rank 0's /get_server_info was not read for this generation"
+    return results
+
+
+def _proof_events(previous: Mapping[str, Any], *conditions: JSON) -> list[PendingEvent]:
+    """A Warning when a proof turns False, or its False message changes."""
+    before = {c["type"]: c for c in previous.get("conditions") or []}
+    events = []
+    for cond in conditions:
+        old = before.get(cond["type"], {})
+        if cond["status"] == "False" and (old.get("status"), old.get("message")) != (
+            "False",
+            cond["message"],
+        ):
+            events.append(PendingEvent(True, Reason(cond["reason"]), cond["message"]))
+    return events
+
+
+def _status(
+    report: ClusterReport,
+    previous: Mapping[str, Any],
+    now: datetime,
+    *,
+    benchmark: BenchmarkOutcome,
+) -> JSON | None:
+    """The status to write, or None when it equals the live one (no write)."""
+    status = derive_status(report, previous, now)
+    # status.benchmark is written by the benchmark step; every status write carries it
+    # (server-side apply drops a field our manager stops sending).
+    kept = benchmark.status_value(previous)
+    if kept is not None:
+        status["benchmark"] = kept
+    if benchmark.create_jobs:
+        return status  # requestedAt comes from the Job execute creates
+    return None if all(previous.get(k) == v for k, v in status.items()) else status
+
+
+def _consumed(obj: JSON, benchmark: BenchmarkOutcome) -> JSON | None:
+    """The merge patch removing the request annotations this pass answered."""
+    consumed: dict[str, None] = {}
+    if (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now":
+        consumed[ANNOTATION_RESTART] = None
+    if benchmark.remove_annotation:
+        consumed[ANNOTATION_BENCHMARK] = None
+    return {"metadata": {"annotations": consumed}} if consumed else None
+
+
+def _blocked(
+    observation: Observation,
+    obj: JSON,
+    message: str,
+    *,
+    reason: Reason = Reason.INVALID_SPEC,
+    extra: tuple[JSON, ...] = (),
+) -> Plan:
+    """The spec cannot be acted on (invalid, or the memory plan does not fit)."""
+    previous: Mapping[str, Any] = obj.get("status") or {}
+    generation = int(obj["metadata"].get("generation") or 0)
+    events: tuple[PendingEvent, ...] = ()
+    if (
+        previous.get("phase") != Phase.FAILED.value
+        or previous.get("observedGeneration") != generation
+    ):
+        events = (PendingEvent(True, reason, message),)
+    report = ClusterReport(
+        generation=generation,
+        desired_replicas=0,
+        selector=cluster_selector(obj["metadata"]["name"]),
+        replicas=(),
+        spec_error=message,
+        spec_error_reason=reason,
+        extra_conditions=extra,
+    )
+    status = _status(report, previous, observation.now, benchmark=BenchmarkOutcome())
+    return Plan(target=obj, status=status, events=events)

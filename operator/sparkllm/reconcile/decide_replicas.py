@@ -1,0 +1,143 @@
+"""The replicas' part of ``decide``: placement, one decision per replica, desired objects.
+
+Why apart from ``decide.py``: this is the loop over replicas — place them on node
+groups, plan each (run, gang-restart, wait, hold; ``replicas.plan_replica``) with the
+decisions made earlier in the same pass in view, so two replicas never stop for an
+update in one pass — and it yields the desired objects (the front door first, then the
+ranks), the replica reports for status, and the names to keep while a replica cannot be
+rendered. Pure, like everything ``decide`` calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sparkllm.api import LABEL_REPLICA, InferenceCluster, Phase
+from sparkllm.reconcile.actions import JSON, earliest
+from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.replicas import (
+    Observed,
+    ReplicaInputs,
+    cause_class,
+    label,
+    plan_replica,
+)
+from sparkllm.reconcile.status import ClusterReport, ReplicaReport
+from sparkllm.render import EngineKeyRef
+from sparkllm.render.gateway import render_gateway
+from sparkllm.render.names import LABEL_NODE_GROUP, cluster_selector
+from sparkllm.render.placement import Assignment, assign_groups, discover_groups
+
+
+@dataclass
+class ReplicasDecision:
+    """What the replica loop decided (accumulated replica by replica)."""
+
+    reports: list[ReplicaReport] = field(default_factory=list)
+    desired: list[JSON] = field(default_factory=list)
+    keep: set[str] = field(default_factory=set)
+    events: list[PendingEvent] = field(default_factory=list)
+    gang_restarts: list[str] = field(default_factory=list)
+    nodes: set[str] = field(default_factory=set)
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class PassFacts:
+    """What every replica's decision shares."""
+
+    previous_status: Mapping[str, Any]
+    generation: int
+    force: bool  # sparkllm.io/restart=now
+    blocked: str | None  # model copies disagree
+    engine_key: EngineKeyRef
+    gateway_image: str
+    now: datetime
+
+
+def place(ic: InferenceCluster, observed: Observed) -> tuple[Assignment, tuple[str, ...]]:
+    """Replica -> node group (keeping the groups replicas hold), and placement problems."""
+    current = {
+        int(r): g
+        for sts in observed.statefulsets
+        if (r := label(sts, LABEL_REPLICA)) is not None
+        and r.isdigit()
+        and (g := label(sts, LABEL_NODE_GROUP)) is not None
+    }
+    discovery = discover_groups(ic.spec, list(observed.nodes.values()))
+    assignment = assign_groups(replicas=ic.spec.replicas, groups=discovery.groups, current=current)
+    return assignment, discovery.problems
+
+
+def decide_replicas(
+    ic: InferenceCluster, observed: Observed, assignment: Assignment, facts: PassFacts
+) -> ReplicasDecision:
+    """Plan every placed replica in index order, then put the front door first."""
+    previous = {int(r["index"]): r for r in facts.previous_status.get("replicaStatuses") or []}
+    reset_budget = facts.generation != facts.previous_status.get("observedGeneration")
+    # A replica rolls for an update only while every other one serves; decisions made
+    # earlier in this pass count, so two replicas never stop in the same pass.
+    phases = {i: str(p.get("phase")) for i, p in previous.items()}
+    out = ReplicasDecision()
+    replicas = ic.spec.replicas
+    for index in range(replicas):
+        group = assignment.replicas.get(index)
+        if group is None:
+            continue
+        out.nodes.update(group.nodes)
+        others_ready = all(
+            phases.get(i) == Phase.READY.value for i in range(replicas) if i != index
+        )
+        inputs = ReplicaInputs(
+            index=index,
+            group_key=group.key,
+            nodes=group.nodes,
+            previous=previous.get(index),
+            reset_budget=reset_budget,
+            force=facts.force,
+            others_ready=others_ready,
+            blocked=facts.blocked,
+            engine_key=facts.engine_key,
+            tools_image=facts.gateway_image,
+            now=facts.now,
+        )
+        result = plan_replica(ic, observed, inputs)
+        out.events.extend(result.events)
+        if result.restart_cause is not None:
+            out.gang_restarts.append(cause_class(result.restart_cause))
+        out.reports.append(result.report)
+        phases[index] = result.report.phase.value  # later replicas see this pass's view
+        if result.objects is None:  # cannot render (rank 0 node gone): keep what exists
+            live = observed.by_replica(observed.statefulsets + observed.services, index)
+            out.keep.update(o["metadata"]["name"] for o in live)
+        else:
+            out.desired.extend(result.objects)
+        out.retry_after = earliest(out.retry_after, result.retry_after)
+    # The front door (admission layer + router) goes first in apply order, before
+    # the ranks: a Role must exist before the router's pod watch needs it.
+    out.desired[:0] = render_gateway(
+        ic, engine_key=facts.engine_key, gateway_image=facts.gateway_image
+    )
+    return out
+
+
+def cluster_report(
+    ic: InferenceCluster,
+    *,
+    decision: ReplicasDecision,
+    assignment: Assignment,
+    problems: tuple[str, ...],
+    generation: int,
+) -> ClusterReport:
+    """The report status is derived from (proof conditions are added by ``decide``)."""
+    return ClusterReport(
+        generation=generation,
+        desired_replicas=ic.spec.replicas,
+        selector=cluster_selector(ic.metadata.name),
+        replicas=tuple(decision.reports),
+        unplaced=assignment.unplaced,
+        placement_problems=problems,
+    )

@@ -1,0 +1,155 @@
+"""The observe step of a pass: everything the decision needs, read once, frozen.
+
+Why one read step: ``decide`` is pure, so every fact it uses must be in its input — the
+InferenceCluster, nodes, owned objects and rank pods, the engine-key Secret, benchmark
+Jobs and the users' key names, the running-request counts of replicas being removed,
+rank 0's ``/get_server_info`` verdicts, and the clock's ``now``. All cluster reads go
+through ``KubeAPI``; the two engine reads (``/metrics``, ``/get_server_info``) go to the
+engines. Nothing here writes. A unit test builds an ``Observation`` by hand instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sparkllm.api import (
+    API_VERSION,
+    ENGINE_HTTP_PORT,
+    KIND,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    InferenceCluster,
+    validate_inference_cluster,
+)
+from sparkllm.configcheck import Mismatch
+from sparkllm.errors import SpecError
+from sparkllm.reconcile import owned
+from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
+from sparkllm.reconcile.drain import RunningRequests, rank0_address, removed_replicas
+from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
+from sparkllm.reconcile.observe import pod_ready
+from sparkllm.reconcile.proofs import ConfigProbe
+from sparkllm.reconcile.replicas import Observed, label
+from sparkllm.reconcile.secrets import EngineKeySeen, read_engine_key
+from sparkllm.render.names import LABEL_GENERATION
+
+IC = lookup_kind(API_VERSION, KIND)
+Key = tuple[str, str]
+ConfigResult = list[Mismatch] | str  # mismatches, or why the check could not run
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """Rank 0's ``/get_server_info`` compared with the spec, for one restart generation."""
+
+    generation: int
+    result: ConfigResult
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one pass read. ``obj`` None: the InferenceCluster is gone or being deleted.
+
+    ``ic`` is None when the spec is invalid (``spec_error`` says why); the other reads
+    are then not made.
+    """
+
+    key: Key
+    obj: JSON | None
+    now: datetime
+    ic: InferenceCluster | None = None
+    spec_error: str | None = None
+    observed: Observed = field(default_factory=owned.empty)
+    engine_key: EngineKeySeen | None = None
+    benchmark: BenchmarkSeen = field(default_factory=BenchmarkSeen)
+    running_requests: Mapping[int, int | None] = field(default_factory=dict)
+    server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The reads that go to engines rather than the API server (faked in tests)."""
+
+    config_probe: ConfigProbe
+    running_requests: RunningRequests
+
+
+async def observe(
+    api: KubeAPI, key: Key, *, engines: Engines, clock: Callable[[], datetime]
+) -> Observation:
+    """Read everything a pass decides from; reads only."""
+    namespace, name = key
+    obj = await api.get(IC, name, namespace)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return Observation(key=key, obj=None, now=clock())
+    try:
+        ic = validate_inference_cluster(obj)
+    except SpecError as exc:
+        return Observation(key=key, obj=obj, now=clock(), spec_error=str(exc))
+    observed = await owned.observe(api, ic)
+    engine_key = await read_engine_key(api, ic)
+    benchmark = await read_benchmark(api, ic, obj)
+    running = {
+        index: await engines.running_requests.count(address)
+        for index in removed_replicas(observed, ic.spec.replicas)
+        if (address := rank0_address(observed, index)) is not None
+    }
+    server_info = await _server_info(
+        ic, obj, observed, probe=engines.config_probe, api_key=engine_key.value
+    )
+    return Observation(
+        key=key,
+        obj=obj,
+        now=clock(),
+        ic=ic,
+        observed=observed,
+        engine_key=engine_key,
+        benchmark=benchmark,
+        running_requests=running,
+        server_info=server_info,
+    )
+
+
+def ready_rank0_pods(observed: Observed) -> dict[int, JSON]:
+    """Per replica, its rank-0 pod (a live one before one being deleted), when Ready."""
+    chosen: dict[int, JSON] = {}
+    for pod in observed.pods:
+        replica, rank = label(pod, LABEL_REPLICA), label(pod, LABEL_RANK)
+        if rank != "0" or replica is None or not replica.isdigit():
+            continue
+        current = chosen.get(int(replica))
+        if current is None or current["metadata"].get("deletionTimestamp"):
+            chosen[int(replica)] = pod
+    return {i: p for i, p in chosen.items() if pod_ready(p)}
+
+
+async def _server_info(
+    ic: InferenceCluster,
+    obj: JSON,
+    observed: Observed,
+    *,
+    probe: ConfigProbe,
+    api_key: str | None,
+) -> dict[int, ServerInfo]:
+    """ConfigApplied's evidence: each Ready rank 0, read once per restart generation."""
+    spec_generation = str(obj["metadata"].get("generation") or 0)
+    namespace = ic.metadata.namespace or "default"
+    results: dict[int, ServerInfo] = {}
+    for index, pod in sorted(ready_rank0_pods(observed).items()):
+        generation_text = label(pod, LABEL_GENERATION) or ""
+        node = observed.nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        address = (node.internal_ip if node else None) or (pod.get("status") or {}).get("hostIP")
+        if not generation_text.isdigit() or not address:
+            continue
+        cache_key = (namespace, ic.metadata.name, str(index), generation_text, spec_generation)
+        result = await probe.check(
+            ic.spec,
+            cache_key=cache_key,
+            endpoint=f"http://{address}:{ENGINE_HTTP_PORT}",
+            api_key=api_key,
+            rank0_ip=address,
+        )
+        results[index] = ServerInfo(generation=int(generation_text), result=result)
+    return results
