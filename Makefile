@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 
 # The same install script the Dockerfile's builder stage runs: the image cannot drift
 # from what the tests ran against.
-$(STAMP): pyproject.toml hack/install-python-deps.sh
+$(STAMP): pyproject.toml harness/pyproject.toml hack/install-python-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	bash hack/install-python-deps.sh $(BIN)/python --editable --extras dev
 	touch $(STAMP)
@@ -25,30 +25,30 @@ binaries: $(STAMP)
 	PYTHON=$(BIN)/python bash hack/fetch-kube-schemas.sh
 
 demo: $(STAMP) binaries
-	$(BIN)/sparkllm demo
+	$(BIN)/sparkllm-dev demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests
-	$(BIN)/ruff format --check operator tests
+	$(BIN)/ruff check operator harness tests conftest.py
+	$(BIN)/ruff format --check operator harness tests conftest.py
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit harness/tests/unit $(PYTEST_ARGS)
 
 test: $(STAMP) binaries lint
-	$(BIN)/pytest tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests harness/tests $(PYTEST_ARGS)
 
 bench: $(STAMP) binaries
 	$(BIN)/python -m tests.bench $(BENCH_ARGS)
 
 devcluster-up: $(STAMP) binaries
-	$(BIN)/sparkllm devcluster up
+	$(BIN)/sparkllm-dev up
 
 devcluster-down: $(STAMP)
-	$(BIN)/sparkllm devcluster down
+	$(BIN)/sparkllm-dev down
 
 demo-down: $(STAMP)
-	$(BIN)/sparkllm demo down
+	$(BIN)/sparkllm-dev demo down
 
 crds: $(STAMP)
 	bash hack/gen-crd.sh

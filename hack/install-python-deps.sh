@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install sparkllm and its pinned dependencies into a Python environment. The ONE install
-# command: the Makefile's virtualenv (CI and developers) and the Dockerfile's builder stage
-# both run this script, so the image cannot drift from what the tests ran against.
+# Install sparkllm and its pinned dependencies into a Python environment (with --extras dev
+# also the dev/test harness, harness/). The ONE install command: the Makefile's virtualenv
+# (CI and developers) and the Dockerfile's builder stage both run this script, so the image
+# cannot drift from what the tests ran against.
 #
 #   hack/install-python-deps.sh PYTHON [--editable] [--extras NAME]
 #
@@ -28,8 +29,12 @@ done
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 "$python" -m pip install --quiet --no-cache-dir --upgrade "pip==$PIP_VERSION"
 "$python" -m pip install --quiet --no-cache-dir "${editable[@]}" "$target"
-# Tests read SGLang's own code as the reference (its DeepSeek V4 prompt renderer); only
+# The dev extras also bring the harness (harness/: package sparkllm_dev, command
+# sparkllm-dev — dev cluster, simulator, demo, flag extraction), which never goes into the
+# image; it needs nothing sparkllm[dev] does not already install. Tests read SGLang's own
+# code as the reference (its DeepSeek V4 prompt renderer, its flag registrations); only
 # the files are needed, never the engine, so the wheel goes in without its dependencies.
 if [[ $target == *dev* ]]; then
+  "$python" -m pip install --quiet --no-cache-dir --no-deps "${editable[@]}" ./harness
   "$python" -m pip install --quiet --no-cache-dir --no-deps "sglang==$SGLANG_VERSION"
 fi

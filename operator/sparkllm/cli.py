@@ -11,53 +11,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from sparkllm.errors import DevClusterError, SparkllmError
+from sparkllm.errors import SparkllmError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _devcluster(args: argparse.Namespace) -> int:
-    from sparkllm.devcluster import DevCluster
-
-    cluster = DevCluster()
-    if args.action == "up":
-        started = cluster.up()
-        if not started:
-            print("[devcluster] already running")
-        print(f"kubeconfig: {cluster.paths.kubeconfig}")
-        print(
-            cluster.kubectl(
-                "get", "nodes", "-o", "wide", "-L", "sparkllm.io/node-group,sparkllm.io/rank"
-            ).stdout,
-            end="",
-        )
-        return 0
-    if args.action == "engines":
-        from sparkllm.devcluster.engines import run_engine_harness
-
-        return run_engine_harness(cluster, sim_args=args.sim_args, namespace=args.namespace)
-    if args.action == "gateways":
-        from sparkllm.devcluster.gateway_pods import run_gateway_pods
-
-        if args.tokenizer_dir is None:
-            raise DevClusterError("devcluster gateways needs --tokenizer-dir")
-        state = args.state_file or cluster.paths.state_dir / "gateways.json"
-        return run_gateway_pods(
-            cluster, tokenizer_dir=args.tokenizer_dir, namespace=args.namespace, state_file=state
-        )
-    if args.action == "down":
-        cluster.down()
-        print("[devcluster] down; no control-plane process left")
-        return 0
-    status = cluster.status()
-    print(f"running:     {status.running}")
-    print(f"kubeconfig:  {status.kubeconfig}")
-    print(f"server:      {status.server or '-'}")
-    print(f"nodes ready: {status.nodes_ready}")
-    print(f"processes:   {', '.join(status.processes) or '-'}")
-    return 0 if status.running else 3
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -89,12 +46,6 @@ def _node_ip(text: str) -> tuple[str, str]:
     if not sep or not name or not ip:
         raise argparse.ArgumentTypeError(f"expected NODE=IP, got {text!r}")
     return name, ip
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from sparkllm.demo import demo_down, demo_up
-
-    return demo_down() if args.action == "down" else demo_up()
 
 
 def _lazy_subcommand(parser: argparse.ArgumentParser, module_name: str) -> None:
@@ -138,10 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.set_defaults(handler=_render)
 
-    demo = sub.add_parser("demo", help="dev cluster + operator + sample InferenceCluster, Ready")
-    demo.add_argument("action", nargs="?", choices=["up", "down"], default="up")
-    demo.set_defaults(handler=_demo)
-
     for name, module, help_text in (
         ("plan", "sparkllm.plan_command", "per-rank memory plan of an InferenceCluster"),
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
@@ -149,32 +96,22 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command = sub.add_parser(name, help=help_text)
         _lazy_subcommand(command, module)
-
-    dev = sub.add_parser("devcluster", help="local control plane with simulated DGX Spark nodes")
-    dev.add_argument("action", choices=["up", "down", "status", "engines", "gateways"])
-    dev.add_argument("--tokenizer-dir", type=Path, help="gateways: the model's tokenizer files")
-    dev.add_argument("--state-file", type=Path, help="gateways: where to write the endpoints")
-    dev.add_argument("-n", "--namespace", help="engines: only this namespace")
-    dev.add_argument(
-        "--sim-arg",
-        dest="sim_args",
-        action="append",
-        default=[],
-        help="engines: extra simulator option (repeatable), e.g. --sim-arg=--sim-tpot-ms=5",
-    )
-    dev.set_defaults(handler=_devcluster)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run the chosen subcommand's handler; sparkllm's errors -> exit 1."""
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)
     except SparkllmError as exc:
-        print(f"sparkllm: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(build_parser(), argv)
 
 
 if __name__ == "__main__":

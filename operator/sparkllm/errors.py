@@ -9,8 +9,6 @@ handle sparkllm's own vocabulary and never a library's::
     ├── PlacementError         the nodes a spec names are missing or not usable
     ├── ClusterAPIError        the Kubernetes API refused or failed a request
     │   └── ConflictError      optimistic-concurrency conflict: retry with fresh state
-    ├── DevClusterError        the local control plane cannot be built, started or reached
-    │   └── WaitTimeoutError   (devcluster.wait) a polled condition missed its deadline
     └── GatewayError           the admission layer cannot serve (bad config, no upstream)
 """
 
@@ -37,10 +35,6 @@ class ClusterAPIError(SparkllmError):
 
 class ConflictError(ClusterAPIError):
     """A write lost an optimistic-concurrency race (HTTP 409); retry on fresh state."""
-
-
-class DevClusterError(SparkllmError):
-    """The local development control plane failed to build, start, or answer."""
 
 
 class GatewayError(SparkllmError):

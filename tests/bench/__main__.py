@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sparkllm.devcluster import DevCluster
+from sparkllm_dev.devcluster import DevCluster
 from tests.bench import bench_faults, bench_reconcile
 from tests.bench.common import ROOT, machine_facts, percentile, print_table
 

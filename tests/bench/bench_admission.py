@@ -38,12 +38,12 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from sparkllm.devcluster.toymodel import DEEPSEEK_V4_SPECIAL_TOKENS
 from sparkllm.errors import GatewayError
 from sparkllm.gateway.admission import Admission, Admitted, Route
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.tokens import TokenCounter
+from sparkllm_dev.devcluster.toymodel import DEEPSEEK_V4_SPECIAL_TOKENS
 from tests.unit.gateway_fixtures import clamp_policy
 
 # DeepSeek's special tokens use U+FF5C (fullwidth bar) and U+2581 (lower one-eighth block).

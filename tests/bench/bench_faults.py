@@ -42,9 +42,9 @@ from pathlib import Path
 
 import yaml
 
-from sparkllm.devcluster import DevCluster, FaultInjector
-from sparkllm.errors import DevClusterError
 from sparkllm.reconcile.observe import describe_pod_failure
+from sparkllm_dev.devcluster import DevCluster, FaultInjector
+from sparkllm_dev.errors import DevClusterError
 from tests.bench.bench_reconcile import (
     GROUPS,
     NAME,

@@ -5,7 +5,7 @@ repository root (about two minutes on two busy cores; no cluster needed):
 
     .venv/bin/python -m tests.bench.bench_front_door [--scale 1.0]
 
-One SGLang simulator (``sparkllm.sim``: TTFT 5 ms + 2 ms/1K tokens, 1 ms per output
+One SGLang simulator (``sparkllm_dev.sim``: TTFT 5 ms + 2 ms/1K tokens, 1 ms per output
 token), one smg router and one admission layer run as local processes, configured as
 the operator renders them (``router_args``/``admission_env`` of a bench
 InferenceCluster; discovery replaced by ``--worker-urls``, concurrency limits raised to
@@ -55,13 +55,13 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.devcluster.gateway_io import free_port, localize_router_args, with_worker_url
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import env_var_name
 from sparkllm.gateway.tokens import TokenCounter
 from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.gateway import admission_env, router_args
 from sparkllm.render.ranks import EngineKeyRef
+from sparkllm_dev.devcluster.gateway_io import free_port, localize_router_args, with_worker_url
 from tests.bench.bench_admission import MODEL, _prompt_of_tokens, train_bench_tokenizer
 
 ENGINE_KEY, USER_KEY = "bench-engine-key", "bench-user-key"
@@ -120,7 +120,7 @@ def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], list[An
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLLM_GATEWAY_")}
     sim_port, smg_port, gate_port = (free_port("127.0.0.1") for _ in range(3))
     sim = [
-        sys.executable, "-m", "sparkllm.sim", "--sim-host", "127.0.0.1", "--sim-port",
+        sys.executable, "-m", "sparkllm_dev.sim", "--sim-host", "127.0.0.1", "--sim-port",
         str(sim_port), "--sim-answer-tokens", str(OUTPUT_TOKENS), "--",
         "--model-path", str(model_dir), "--served-model-name", MODEL, "--api-key", ENGINE_KEY,
         "--context-length", str(ic.spec.engine.context_length), "--max-running-requests", "64",

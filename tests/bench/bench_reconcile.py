@@ -35,8 +35,8 @@ from pathlib import Path
 import yaml
 
 from sparkllm.api import LABEL_CLUSTER
-from sparkllm.devcluster import DevCluster, WaitTimeoutError, wait_until
-from sparkllm.errors import DevClusterError
+from sparkllm_dev.devcluster import DevCluster, WaitTimeoutError, wait_until
+from sparkllm_dev.errors import DevClusterError
 from tests.bench.common import (
     JSON,
     ROOT,

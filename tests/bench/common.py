@@ -33,10 +33,11 @@ import kubernetes.config
 from kubernetes.watch.watch import iter_resp_lines
 
 from sparkllm.api import CRD_NAME, GROUP, PLURAL, VERSION
-from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.engines import EngineHarness
-from sparkllm.errors import ClusterAPIError, DevClusterError
-from tests.conftest import OperatorProcess
+from sparkllm.errors import ClusterAPIError
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.engines import EngineHarness
+from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.testing import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,7 +96,7 @@ def machine_facts(cluster: DevCluster | None = None) -> dict[str, str]:
     if cluster is not None and cluster.is_running():
         version = json.loads(cluster.kubectl("version", "-o", "json").stdout)
         facts["kubernetes"] = str(version.get("serverVersion", {}).get("gitVersion", "?"))
-        facts["kubelets"] = "kwok (simulated), engines: sparkllm.sim processes"
+        facts["kubelets"] = "kwok (simulated), engines: sparkllm_dev.sim processes"
     return facts
 
 
@@ -366,7 +367,7 @@ def operator_stack(cluster: DevCluster, *, name: str) -> Iterator[Stack]:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
     cluster.kubectl("create", "namespace", namespace)
-    harness_log = logging.getLogger("sparkllm.devcluster")
+    harness_log = logging.getLogger("sparkllm_dev.devcluster")
     handler = logging.FileHandler(logs / "harness.log")
     harness_log.addHandler(handler)
     harness_log.setLevel(logging.INFO)

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import yaml
 
-from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.gateway_pods import GatewayInfo, GatewayPods
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.gateway_pods import GatewayInfo, GatewayPods
 from tests.unit.gateway_fixtures import MODEL
 
 DEADLINE = 180  # seconds; generous, the machine is busy

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.bench_jobs import (
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.bench_jobs import (
     BenchJobs,
     bench_argv,
     completed_status_patch,
@@ -30,10 +30,10 @@ from sparkllm.devcluster.bench_jobs import (
     service_address,
     with_option,
 )
-from sparkllm.devcluster.gateway_pods import GatewayInfo
-from sparkllm.devcluster.hostpaths import LocalMount
-from sparkllm.errors import DevClusterError
-from tests.conftest import OperatorProcess
+from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
+from sparkllm_dev.devcluster.hostpaths import LocalMount
+from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.testing import OperatorProcess
 from tests.e2e.serving import DEADLINE, serve
 
 NAME = "bench"

@@ -1,7 +1,7 @@
 """The front door end to end: admission layer -> smg router -> simulated rank 0, for real.
 
 The real operator makes two replicas (node groups a and b) of simulated engines (the
-engine harness runs ``sparkllm.sim`` for each rank pod); the gateway objects rendered by
+engine harness runs ``sparkllm_dev.sim`` for each rank pod); the gateway objects rendered by
 ``render_gateway`` run in the dev cluster and ``GatewayPods`` runs their two containers
 here, smg discovering the rank-0 pods through the API server as the gateway's
 ServiceAccount. Shown: a streamed chat request goes through; a 9,000-token prompt is
@@ -29,15 +29,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.gateway_io import (
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.gateway_io import (
     localize_router_args,
     service_account_kubeconfig,
     write_secret_volume,
 )
-from sparkllm.devcluster.gateway_pods import GatewayInfo
-from sparkllm.errors import DevClusterError
-from tests.conftest import OperatorProcess
+from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
+from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.testing import OperatorProcess
 from tests.e2e.serving import DEADLINE, USERS_SECRET, serve
 from tests.unit.gateway_fixtures import MODEL, TOKENIZER_CORPUS_WORD
 

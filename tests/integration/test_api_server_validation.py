@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.devcluster import DevCluster, wait_until
 from sparkllm.errors import SpecError
+from sparkllm_dev.devcluster import DevCluster, wait_until
 from tests.fixtures.invalid import (
     REPO_ROOT,
     InvalidCase,

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm.devcluster import DevCluster, wait_until
-from tests.conftest import ROOT
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.testing import ROOT
 from tests.unit.test_chart_render import CHART, require_binary, run_helm
 
 pytestmark = pytest.mark.cluster

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sparkllm.devcluster import DevCluster, FaultInjector, wait_until
-from tests.conftest import OperatorProcess
+from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
+from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
 
 pytestmark = pytest.mark.cluster

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm.devcluster import DevCluster
-from tests.conftest import ROOT
+from sparkllm_dev.devcluster import DevCluster
+from sparkllm_dev.testing import ROOT
 from tests.unit.test_chart_render import render_chart, require_binary
 
 pytestmark = pytest.mark.cluster

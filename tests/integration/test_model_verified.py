@@ -21,10 +21,10 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.engines import EngineHarness
 from sparkllm.integrity import ModelSummary
-from tests.conftest import ROOT, OperatorProcess
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.engines import EngineHarness
+from sparkllm_dev.testing import ROOT, OperatorProcess
 from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
 from tests.unit.test_integrity_fixtures import make_model_dir, shard_name
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm.devcluster import DevCluster, wait_until
-from tests.conftest import ROOT, OperatorProcess
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.testing import ROOT, OperatorProcess
 from tests.integration.test_rbac import FORBIDDEN, chart_identity, token_kubeconfig
 
 pytestmark = pytest.mark.cluster

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkllm.devcluster import DevCluster, wait_until
-from tests.conftest import OperatorProcess
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import apply, condition, icl, ready, sample, user_keys
 
 pytestmark = pytest.mark.cluster

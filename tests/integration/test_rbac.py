@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm.devcluster import DevCluster, wait_until
-from sparkllm.devcluster.engines import EngineHarness
-from tests.conftest import ROOT, OperatorProcess
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.engines import EngineHarness
+from sparkllm_dev.testing import ROOT, OperatorProcess
 from tests.unit.test_chart_render import render_chart
 
 pytestmark = pytest.mark.cluster

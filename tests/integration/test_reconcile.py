@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.devcluster import DevCluster, wait_until
 from sparkllm.render.engine import engine_args
-from tests.conftest import OperatorProcess
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.testing import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]

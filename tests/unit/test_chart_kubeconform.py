@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm.devcluster.paths import cache_root
+from sparkllm_dev.devcluster.paths import cache_root
 from tests.unit.test_chart_render import (
     ALL_MONITORING,
     HA_TWO_NAMESPACES,

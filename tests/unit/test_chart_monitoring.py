@@ -1,7 +1,7 @@
 """The chart's alerts and dashboard read series that really exist, with labels that do.
 
 Metric names are checked against the exporters themselves: the operator's registry
-(``sparkllm.reconcile.metrics``) and the SGLang simulator's (``sparkllm.sim.metrics``,
+(``sparkllm.reconcile.metrics``) and the SGLang simulator's (``sparkllm_dev.sim.metrics``,
 which mirrors SGLang 0.5.23's names). A renamed metric or a typo in a PromQL expression
 fails here instead of silently never firing. The label contract — the engine PodMonitor
 turns the rank pods' ``sparkllm.io/*`` labels into ``sparkllm_io_*`` target labels — is
@@ -21,7 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from sparkllm.offline import render_file
 from sparkllm.reconcile import metrics as operator_metrics
-from sparkllm.sim.metrics import EngineMetrics
+from sparkllm_dev.sim.metrics import EngineMetrics
 from tests.unit.test_chart_render import (
     ALL_MONITORING,
     CHART,

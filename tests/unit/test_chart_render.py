@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm.devcluster.paths import default_paths
+from sparkllm_dev.devcluster.paths import default_paths
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = Path(__file__).resolve().parents[2]

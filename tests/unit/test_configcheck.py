@@ -17,7 +17,6 @@ import httpx
 import pytest
 import yaml
 
-import sparkllm
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
 from sparkllm.configcheck import (
     REDACTED,
@@ -28,9 +27,10 @@ from sparkllm.configcheck import (
     redact_server_info,
     values_match,
 )
-from sparkllm.devcluster import kubelet
 from sparkllm.render.engine import ENGINE_API_KEY_ENV, ENGINE_COMMAND, engine_args
-from sparkllm.sim.server import prepare
+from sparkllm_dev.devcluster import kubelet
+from sparkllm_dev.sim.server import prepare
+from sparkllm_dev.testing import source_pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
@@ -116,9 +116,9 @@ def test_simulator_process_that_ignores_two_flags() -> None:
         "--sim-host", "127.0.0.1", "--sim-port", str(port),
         "--sim-ignore-flag=--pp-size", "--sim-ignore-flag=--cuda-graph-max-bs-decode",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(sparkllm.__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": source_pythonpath()}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sparkllm.sim", *sim, "--", *rank0_command(spec)],
+        [sys.executable, "-m", "sparkllm_dev.sim", *sim, "--", *rank0_command(spec)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkllm.devcluster.toymodel import ARCHITECTURE, train_tokenizer
 from sparkllm.errors import GatewayError
 from sparkllm.gateway import deepseek_prompt
 from sparkllm.gateway.admission import Admission, Admitted, Route
@@ -30,6 +29,7 @@ from sparkllm.gateway.chat_template import ChatTemplateError
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt, chat_encoding
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.tokens import TokenCounter
+from sparkllm_dev.devcluster.toymodel import ARCHITECTURE, train_tokenizer
 from tests.unit.gateway_fixtures import clamp_policy
 
 TOKENIZER = train_tokenizer()

@@ -15,7 +15,6 @@ import pytest
 from smg.launch_router import parse_router_args
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
-from sparkllm.devcluster.kubelet import expand_references
 from sparkllm.gateway.config import MaxTokensPolicy, load_gateway_config
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.engine import ENGINE_API_KEY_ENV
@@ -33,6 +32,7 @@ from sparkllm.render.gateway import (
 from sparkllm.render.names import ANNOTATION_HASH
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.ranks import EngineKeyRef
+from sparkllm_dev.devcluster.kubelet import expand_references
 
 NAME, NAMESPACE, UID = "llm", "serving", "uid-123"
 ENGINE_KEY = EngineKeyRef(secret="llm-engine-key", key="token")

@@ -28,19 +28,20 @@ import yaml
 from smg.launch_router import parse_router_args
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
-from sparkllm.devcluster import kubelet
-from sparkllm.devcluster.gateway_io import (
+from sparkllm.errors import SpecError
+from sparkllm.reconcile.secrets import engine_key_ref
+from sparkllm.render import ReplicaPlan, render_replica
+from sparkllm.render.argv import attached, flag_name, option_value, replace_option_values
+from sparkllm.render.gateway import render_gateway
+from sparkllm_dev.devcluster import kubelet
+from sparkllm_dev.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,
     free_port,
     localize_router_args,
     with_worker_url,
 )
-from sparkllm.errors import DevClusterError, SpecError
-from sparkllm.reconcile.secrets import engine_key_ref
-from sparkllm.render import ReplicaPlan, render_replica
-from sparkllm.render.argv import attached, flag_name, option_value, replace_option_values
-from sparkllm.render.gateway import render_gateway
-from sparkllm.sim.server import UsageError, prepare
+from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.sim.server import UsageError, prepare
 from tests.unit.loopback_http import JSONHandler, serving
 
 ROOT = Path(__file__).resolve().parents[2]

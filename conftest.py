@@ -1,0 +1,7 @@
+"""Root of both test trees (tests/ and harness/tests/): the shared cluster fixtures.
+
+The fixtures (devcluster, namespace, faults, operator) live in the harness package as a
+pytest plugin, so the product's tests and the harness's own tests see the same ones.
+"""
+
+pytest_plugins = ["sparkllm_dev.testing"]

@@ -1,0 +1,119 @@
+"""The ``sparkllm-dev`` command: the dev cluster, its engine and gateway harnesses, the demo.
+
+Why a command apart from ``sparkllm``: these subcommands drive the local control plane and
+the SGLang simulator, which exist only in the dev virtualenv; the product CLI in the image
+offers only what an operator of a real cluster runs. Like ``sparkllm``, each subcommand
+parses its arguments here and calls one function elsewhere; harness errors are printed as
+one line and exit 1.
+
+    sparkllm-dev up | down | status          the local control plane
+    sparkllm-dev engines [-n NS] [--sim-arg=...]      one SGLang simulator per engine pod
+    sparkllm-dev gateways --tokenizer-dir DIR [-n NS] [--state-file F]   gateway pods
+    sparkllm-dev demo [down]                 what `make demo` runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sparkllm.cli import dispatch
+from sparkllm_dev.devcluster import DevCluster
+from sparkllm_dev.errors import DevClusterError
+
+
+def _up(_: argparse.Namespace) -> int:
+    cluster = DevCluster()
+    if not cluster.up():
+        print("[devcluster] already running")
+    print(f"kubeconfig: {cluster.paths.kubeconfig}")
+    nodes = cluster.kubectl(
+        "get", "nodes", "-o", "wide", "-L", "sparkllm.io/node-group,sparkllm.io/rank"
+    )
+    print(nodes.stdout, end="")
+    return 0
+
+
+def _down(_: argparse.Namespace) -> int:
+    DevCluster().down()
+    print("[devcluster] down; no control-plane process left")
+    return 0
+
+
+def _status(_: argparse.Namespace) -> int:
+    status = DevCluster().status()
+    print(f"running:     {status.running}")
+    print(f"kubeconfig:  {status.kubeconfig}")
+    print(f"server:      {status.server or '-'}")
+    print(f"nodes ready: {status.nodes_ready}")
+    print(f"processes:   {', '.join(status.processes) or '-'}")
+    return 0 if status.running else 3
+
+
+def _engines(args: argparse.Namespace) -> int:
+    from sparkllm_dev.devcluster.engines import run_engine_harness
+
+    return run_engine_harness(DevCluster(), sim_args=args.sim_args, namespace=args.namespace)
+
+
+def _gateways(args: argparse.Namespace) -> int:
+    from sparkllm_dev.devcluster.gateway_pods import run_gateway_pods
+
+    if args.tokenizer_dir is None:
+        raise DevClusterError("sparkllm-dev gateways needs --tokenizer-dir")
+    cluster = DevCluster()
+    state = args.state_file or cluster.paths.state_dir / "gateways.json"
+    return run_gateway_pods(
+        cluster, tokenizer_dir=args.tokenizer_dir, namespace=args.namespace, state_file=state
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sparkllm_dev.demo import demo_down, demo_up
+
+    return demo_down() if args.action == "down" else demo_up()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparkllm-dev", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, handler, help_text in (
+        ("up", _up, "start the local control plane with simulated DGX Spark nodes"),
+        ("down", _down, "stop the local control plane; no process left"),
+        ("status", _status, "is the local control plane running (exit 3 if not)"),
+    ):
+        sub.add_parser(name, help=help_text).set_defaults(handler=handler)
+
+    engines = sub.add_parser("engines", help="run an SGLang simulator per engine pod")
+    engines.add_argument("-n", "--namespace", help="only this namespace")
+    engines.add_argument(
+        "--sim-arg",
+        dest="sim_args",
+        action="append",
+        default=[],
+        help="extra simulator option (repeatable), e.g. --sim-arg=--sim-tpot-ms=5",
+    )
+    engines.set_defaults(handler=_engines)
+
+    gateways = sub.add_parser("gateways", help="run the gateway pods (admission + router)")
+    gateways.add_argument("--tokenizer-dir", type=Path, help="the model's tokenizer files")
+    gateways.add_argument("--state-file", type=Path, help="where to write the endpoints")
+    gateways.add_argument("-n", "--namespace", help="only this namespace")
+    gateways.set_defaults(handler=_gateways)
+
+    demo = sub.add_parser("demo", help="dev cluster + operator + sample InferenceCluster, Ready")
+    demo.add_argument("action", nargs="?", choices=["up", "down"], default="up")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch(build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

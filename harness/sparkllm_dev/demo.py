@@ -1,0 +1,228 @@
+"""``sparkllm-dev demo``: the whole system on one machine, brought to Ready.
+
+It starts the dev cluster (real control plane, six simulated DGX Spark nodes), installs
+the CRD generated from the API models, starts the operator and the engine harness (one
+SGLang SIMULATOR per rank pod, on its node's 127.0.0.x) as background processes, applies
+the documents' sample InferenceCluster and waits until it is Ready, then sends one chat
+request through the front door (admission layer -> smg router -> simulated rank 0). A
+tiny but real model directory stands in for the weights on the group's nodes, so the
+integrity check (ModelVerified) runs. ``demo down`` stops the processes and the cluster.
+Process ids and logs live under the cache directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from sparkllm.api.crd import render_crd_yaml
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.toymodel import write_toy_model
+from sparkllm_dev.errors import DevClusterError
+
+NAMESPACE = "llm"
+SAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "samples" / "deepseek-v4-flash.yaml"
+GROUP_A = ("spark-a0", "spark-a1", "spark-a2")
+MODEL_PATH = "/models/DeepSeek-V4-Flash-NVFP4"  # the sample's spec.model.path
+
+
+def _processes(cluster: DevCluster) -> dict[str, list[str]]:
+    """Each background process as ``python -m MODULE ARGS``: the product CLI runs the
+    operator, the harness CLI (``sparkllm-dev``) the engines and the gateway pods."""
+    tokenizer_dir = _host_model_dir(cluster, GROUP_A[0])
+    return {
+        "operator": ["sparkllm.cli", "run", "-n", NAMESPACE, "--metrics-port", "18080"],
+        "engines": ["sparkllm_dev.cli", "engines", "-n", NAMESPACE],
+        "gateways": [
+            "sparkllm_dev.cli",
+            "gateways",
+            "-n",
+            NAMESPACE,
+            "--tokenizer-dir",
+            str(tokenizer_dir),
+        ],
+    }
+
+
+def _host_model_dir(cluster: DevCluster, node: str) -> Path:
+    """Where the engine harness finds ``MODEL_PATH`` on simulated ``node`` (hostPath)."""
+    return cluster.paths.state_dir / "hosts" / node / MODEL_PATH.lstrip("/")
+
+
+def _pid_file(cluster: DevCluster, name: str) -> Path:
+    return cluster.paths.state_dir / f"demo-{name}.pid"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _gone(pid: int) -> bool:
+    return not _alive(pid)
+
+
+def _start_background(cluster: DevCluster, name: str, args: list[str]) -> Path:
+    pid_file = _pid_file(cluster, name)
+    log = cluster.paths.state_dir / f"demo-{name}.log"
+    if pid_file.exists() and _alive(int(pid_file.read_text())):
+        return log
+    env = {**os.environ, "KUBECONFIG": str(cluster.paths.kubeconfig)}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    pid_file.write_text(str(proc.pid))
+    return log
+
+
+def _demo_key(cluster: DevCluster) -> str:
+    """The demo user's API key (created once, then read back from the Secret)."""
+    live = cluster.kubectl(
+        "get", "secret", "llm-user-keys", "-n", NAMESPACE, "-o", "json", check=False
+    )
+    if live.returncode == 0:
+        return base64.b64decode(json.loads(live.stdout)["data"]["demo"]).decode()
+    key = secrets.token_hex(16)
+    cluster.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "llm-user-keys",
+        "-n",
+        NAMESPACE,
+        f"--from-literal=demo={key}",
+    )
+    return key
+
+
+def _ready(cluster: DevCluster) -> dict[str, Any] | None:
+    result = cluster.kubectl("get", "icl", "-n", NAMESPACE, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    items = yaml.safe_load(result.stdout).get("items") or []
+    if not items:
+        return None
+    obj: dict[str, Any] = items[0]
+    status = obj.get("status") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+    generation_seen = status.get("observedGeneration") == obj["metadata"]["generation"]
+    return obj if conditions.get("Ready") == "True" and generation_seen else None
+
+
+def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
+    cluster = cluster or DevCluster()
+    started = time.monotonic()
+    cluster.up()
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input=render_crd_yaml()
+    )
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/inferenceclusters.sparkllm.io", "--timeout=60s"
+    )
+    if cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
+        cluster.kubectl("create", "namespace", NAMESPACE)
+    key = _demo_key(cluster)
+    # The sample's model directory on each Spark of group a: a tiny but real stand-in
+    # (valid safetensors shards, index, config, tokenizer), so the integrity check runs
+    # and the gateway counts tokens with a real tokenizer.
+    for node in GROUP_A:
+        write_toy_model(_host_model_dir(cluster, node), layers=43, shards=46)
+    logs = [_start_background(cluster, n, a) for n, a in _processes(cluster).items()]
+    print(f"[demo] operator, engine harness and gateway running; logs: {', '.join(map(str, logs))}")
+    if not SAMPLE.exists():
+        raise DevClusterError(f"sample not found at {SAMPLE} (run the demo from the repository)")
+    cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(SAMPLE))
+    print(f"[demo] applied {SAMPLE.name}; waiting for Ready ...", flush=True)
+    last_phase = None
+
+    def ready_with_progress() -> dict[str, Any] | None:
+        nonlocal last_phase
+        obj = _ready(cluster)
+        phase = cluster.kubectl(
+            "get", "icl", "-n", NAMESPACE, "-o", "jsonpath={.items[0].status.phase}", check=False
+        ).stdout
+        if phase and phase != last_phase:
+            print(f"[demo] phase: {phase}", flush=True)
+            last_phase = phase
+        return obj
+
+    wait_until(ready_with_progress, timeout=timeout, interval=0.5, what="InferenceCluster Ready")
+    print(f"[demo] Ready in {time.monotonic() - started:.1f} s\n")
+    for what in ("icl", "statefulsets,services,secrets", "pods"):
+        print(cluster.kubectl("get", what, "-n", NAMESPACE, "-o", "wide").stdout)
+    _front_door(cluster, key)
+    print(f"export KUBECONFIG={cluster.paths.kubeconfig}")
+    print("kubectl -n llm get icl deepseek-v4-flash -o yaml   # status, conditions, replicas")
+    print("sparkllm-dev demo down                              # stop everything")
+    return 0
+
+
+def _front_door(cluster: DevCluster, key: str) -> None:
+    """Send one chat request through admission -> smg -> a simulated rank 0, and show it."""
+    state = cluster.paths.state_dir / "gateways.json"
+
+    def endpoint() -> str | None:
+        try:
+            urls = json.loads(state.read_text())
+        except (OSError, ValueError):
+            return None
+        return next(iter(urls.values()), None)
+
+    url = str(wait_until(endpoint, timeout=120, interval=0.5, what="the gateway pod running"))
+    wait_until(lambda: _ready_upstream(url), timeout=120, interval=0.5, what="front door ready")
+    body = {
+        "model": "deepseek-v4-flash",
+        "messages": [{"role": "user", "content": "Say hello from the pipeline."}],
+        "max_tokens": 16,
+    }
+    headers = {"Authorization": f"Bearer {key}"}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60)
+    print(f"[demo] front door {url}: POST /v1/chat/completions -> {answer.status_code}")
+    print(f"       {answer.text[:300]}")
+    print(f"curl -s {url}/v1/chat/completions -H 'Authorization: Bearer {key}' \\")
+    print(
+        '  -H \'Content-Type: application/json\' -d \'{"model": "deepseek-v4-flash", '
+        '"messages": [{"role": "user", "content": "hi"}]}\'\n'
+    )
+
+
+def _ready_upstream(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def demo_down(cluster: DevCluster | None = None) -> int:
+    cluster = cluster or DevCluster()
+    for name in _processes(cluster):
+        pid_file = _pid_file(cluster, name)
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+                wait_until(partial(_gone, pid), timeout=30, what=f"demo {name} exit")
+            pid_file.unlink()
+    cluster.down()
+    print("[demo] stopped the operator, the engine harness and the dev cluster")
+    return 0

@@ -1,0 +1,298 @@
+"""Start, stop and inspect the local control plane (the dev cluster).
+
+Why kwokctl: it already knows how to run etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and the kwok controller as plain processes (its "binary" runtime), with
+certificates and a kubeconfig of its own. We hand it only local binaries built by
+``hack/build-binaries.sh`` — every binary path is given explicitly, so nothing is ever
+downloaded — plus our kwok Stages (``stages.yaml``) and an audit policy that records
+writes (tests use it to prove that an idle reconcile writes nothing).
+
+``up`` on a running cluster does nothing; ``down`` deletes the cluster and then checks
+that no process of ours is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparkllm_dev.devcluster.nodes import node_manifest, spark_nodes
+from sparkllm_dev.devcluster.paths import CLUSTER_NAME, K8S_VERSION, DevPaths, default_paths
+from sparkllm_dev.devcluster.wait import wait_until
+from sparkllm_dev.errors import DevClusterError
+
+# Writes are logged at Metadata level (who, what, when); reads and the constant
+# lease/heartbeat/event traffic are not, so the log stays small.
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "resources": [{"group": "coordination.k8s.io"}]},
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+    ],
+}
+
+_CONTROL_PLANE = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "kwok-controller",
+)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What `devcluster status` reports."""
+
+    running: bool
+    kubeconfig: Path
+    server: str | None
+    nodes_ready: int
+    processes: tuple[str, ...]
+
+
+class DevCluster:
+    """The dev cluster: a thin wrapper over kwokctl and kubectl with our paths."""
+
+    def __init__(self, paths: DevPaths | None = None) -> None:
+        self.paths = paths or default_paths()
+
+    # --- commands -------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.paths.kwok_workdir)
+        env["KWOK_RUNTIME"] = "binary"
+        env["KWOK_KUBE_VERSION"] = K8S_VERSION
+        return env
+
+    def kwokctl(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kwokctl for our cluster; raise DevClusterError with its output on failure."""
+        cmd = [str(self.paths.binary("kwokctl")), "--name", CLUSTER_NAME, *args]
+        return _run(cmd, env=self._env(), check=check, timeout=timeout)
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against the dev cluster (never the user's ~/.kube/config)."""
+        cmd = [str(self.paths.binary("kubectl")), "--kubeconfig", str(self.paths.kubeconfig)]
+        return _run([*cmd, *args], input=input, check=check, timeout=timeout)
+
+    def kubectl_json(self, *args: str) -> Any:
+        """kubectl ... -o json, parsed."""
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def is_running(self) -> bool:
+        """True when the API server answers /readyz with our kubeconfig."""
+        if not self.paths.kubeconfig.exists() or self.paths.missing_binaries():
+            return False
+        probe = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        return probe.returncode == 0 and probe.stdout.strip() == "ok"
+
+    def up(self, *, log: bool = True) -> bool:
+        """Start the cluster and register the Spark nodes. False when already running."""
+        self.paths.require_binaries()
+        if self.is_running():
+            self.register_nodes()  # idempotent: apply, so a deleted node comes back
+            return False
+        started = time.monotonic()
+        self._delete_leftovers()
+        self._write_config()
+        _say(log, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+        self.kwokctl(
+            "create",
+            "cluster",
+            "--config",
+            str(self.paths.kwokctl_config),
+            "--kubeconfig",
+            str(self.paths.kubeconfig),
+            "--wait",
+            "120s",
+            timeout=300,
+        )
+        wait_until(self.is_running, timeout=60, interval=0.2, what="kube-apiserver /readyz")
+        self.register_nodes()
+        wait_until(
+            lambda: self.nodes_ready() == len(spark_nodes()),
+            timeout=60,
+            interval=0.2,
+            what="six simulated Spark nodes Ready",
+        )
+        _say(log, f"dev cluster up in {time.monotonic() - started:.1f} s")
+        return True
+
+    def down(self) -> None:
+        """Delete the cluster and make sure none of its processes survive."""
+        if self.paths.binary("kwokctl").exists() and self._cluster_dir().exists():
+            self.kwokctl("delete", "cluster", check=False, timeout=120)
+        self._kill_leftover_processes()
+        self.paths.kubeconfig.unlink(missing_ok=True)
+
+    def status(self) -> ClusterStatus:
+        running = self.is_running()
+        server = None
+        if self.paths.kubeconfig.exists():
+            config = yaml.safe_load(self.paths.kubeconfig.read_text()) or {}
+            clusters = config.get("clusters") or []
+            if clusters:
+                server = clusters[0].get("cluster", {}).get("server")
+        return ClusterStatus(
+            running=running,
+            kubeconfig=self.paths.kubeconfig,
+            server=server,
+            nodes_ready=self.nodes_ready() if running else 0,
+            processes=tuple(name for name, _ in self._our_processes()),
+        )
+
+    def audit_log(self) -> Path:
+        """The API server's audit log (writes only, Metadata level; see AUDIT_POLICY)."""
+        return self._cluster_dir() / "logs" / "audit.log"
+
+    def audit_writes(self, *, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Audit events of writes, optionally only those on objects in ``namespace``."""
+        events = []
+        with self.audit_log().open(encoding="utf-8") as fh:
+            for line in fh:
+                event = json.loads(line)
+                ref = event.get("objectRef") or {}
+                if namespace is None or ref.get("namespace") == namespace:
+                    events.append(event)
+        return events
+
+    # --- nodes ----------------------------------------------------------------------
+
+    def register_nodes(self) -> None:
+        """Create (or re-create) the six simulated Spark nodes."""
+        docs = [node_manifest(n) for n in spark_nodes()]
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def nodes_ready(self) -> int:
+        result = self.kubectl("get", "nodes", "-o", "json", check=False, timeout=10)
+        if result.returncode != 0:
+            return 0
+        items = json.loads(result.stdout).get("items", [])
+        return sum(1 for item in items if _node_ready(item))
+
+    # --- internals ------------------------------------------------------------------
+
+    def _cluster_dir(self) -> Path:
+        return self.paths.kwok_workdir / "clusters" / CLUSTER_NAME
+
+    def _write_config(self) -> None:
+        self.paths.state_dir.mkdir(parents=True, exist_ok=True)
+        self.paths.audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        b = self.paths.binary
+        kwokctl_config = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": {
+                "runtime": "binary",
+                "kubeVersion": K8S_VERSION,
+                "etcdBinary": str(b("etcd")),
+                "kubeApiserverBinary": str(b("kube-apiserver")),
+                "kubeControllerManagerBinary": str(b("kube-controller-manager")),
+                "kubeSchedulerBinary": str(b("kube-scheduler")),
+                "kubectlBinary": str(b("kubectl")),
+                "kwokControllerBinary": str(b("kwok")),
+                "kubeAuditPolicy": str(self.paths.audit_policy),
+                "nodeLeaseDurationSeconds": 40,
+            },
+            "componentsPatches": [
+                # etcd's fsync dominates write latency on a shared disk; this cluster is
+                # disposable, so trade durability for speed.
+                {"name": "etcd", "extraArgs": [{"key": "unsafe-no-fsync", "value": "true"}]},
+            ],
+        }
+        stages = resources.files("sparkllm_dev.devcluster").joinpath("stages.yaml").read_text()
+        self.paths.kwokctl_config.write_text(
+            yaml.safe_dump(kwokctl_config, sort_keys=False) + "---\n" + stages
+        )
+
+    def _delete_leftovers(self) -> None:
+        if self._cluster_dir().exists():
+            self.kwokctl("delete", "cluster", check=False, timeout=120)
+        self._kill_leftover_processes()
+
+    def _our_processes(self) -> list[tuple[str, int]]:
+        """(binary name, pid) of control-plane processes run from our cache directory."""
+        found = []
+        # kwokctl copies the binaries into its cluster directory and runs them from there.
+        roots = (str(self.paths.bin_dir), str(self.paths.kwok_workdir))
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                exe = os.readlink(proc / "exe").removesuffix(" (deleted)")  # rebuilt binary
+            except OSError:
+                continue
+            if exe.startswith(roots) and Path(exe).name in _CONTROL_PLANE:
+                found.append((Path(exe).name, int(proc.name)))
+        return found
+
+    def _kill_leftover_processes(self) -> None:
+        for _, pid in self._our_processes():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        wait_until(lambda: not self._our_processes(), timeout=30, what="control plane exit")
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _say(enabled: bool, message: str) -> None:
+    if enabled:
+        print(f"[devcluster] {message}", flush=True)
+
+
+def _run(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    try:
+        result = subprocess.run(
+            list(cmd),
+            check=False,
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DevClusterError(f"{Path(cmd[0]).name} failed to run: {exc}") from exc
+    if check and result.returncode != 0:
+        raise DevClusterError(
+            f"{Path(cmd[0]).name} {' '.join(cmd[1:])} exited {result.returncode}: "
+            f"{result.stderr.strip() or result.stdout.strip()}"
+        )
+    return result

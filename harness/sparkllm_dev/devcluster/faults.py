@@ -1,0 +1,82 @@
+"""Fault injection for the dev cluster: the failures a DGX Spark replica really sees.
+
+Each helper drives one of the kwok Stages in ``stages.yaml`` by putting a label (and
+annotations for the details) on the object, or deletes the object outright. kwok then
+writes the status a real kubelet would have written. Nothing here fakes the operator's
+view: the operator sees the same watch events it would see in production.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from sparkllm_dev.devcluster.cluster import DevCluster
+
+NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+POD_RESTART_LABEL = "fault.sparkllm.io/container-restart"
+EXIT_CODE_ANNOTATION = "fault.sparkllm.io/exit-code"
+REASON_ANNOTATION = "fault.sparkllm.io/reason"
+MESSAGE_ANNOTATION = "fault.sparkllm.io/message"
+
+
+class ContainerFault(Enum):
+    """How a container failure shows in the pod status."""
+
+    RESTART = "restart"  # restartPolicy Always: restartCount 1, lastState.terminated, not Ready
+    FAILED = "failed"  # the pod ends in phase Failed with the container terminated
+
+
+class FaultInjector:
+    """Inject failures into pods and nodes of a running dev cluster."""
+
+    def __init__(self, cluster: DevCluster) -> None:
+        self.cluster = cluster
+
+    def fail_container(
+        self,
+        *,
+        namespace: str,
+        pod: str,
+        exit_code: int = 137,
+        reason: str = "OOMKilled",
+        message: str = "container exited (injected)",
+        mode: ContainerFault = ContainerFault.RESTART,
+    ) -> None:
+        """Make the pod's containers exit with ``exit_code`` and ``reason``."""
+        self.cluster.kubectl(
+            "annotate",
+            "--overwrite",
+            "-n",
+            namespace,
+            f"pod/{pod}",
+            f"{EXIT_CODE_ANNOTATION}={exit_code}",
+            f"{REASON_ANNOTATION}={reason}",
+            f"{MESSAGE_ANNOTATION}={message}",
+        )
+        label = POD_RESTART_LABEL if mode is ContainerFault.RESTART else POD_FAILED_LABEL
+        self.cluster.kubectl("label", "--overwrite", "-n", namespace, f"pod/{pod}", f"{label}=true")
+
+    def delete_pod(self, *, namespace: str, pod: str) -> None:
+        """Delete a pod as someone else would (kwok removes it at once)."""
+        self.cluster.kubectl("delete", "-n", namespace, f"pod/{pod}", "--wait=false")
+
+    def node_not_ready(self, node: str, *, reason: str = "KubeletNotReady") -> None:
+        """Make the node report Ready=False (the kubelet stopped being healthy)."""
+        self.cluster.kubectl(
+            "annotate", "--overwrite", f"node/{node}", f"{REASON_ANNOTATION}={reason}"
+        )
+        self.cluster.kubectl("label", "--overwrite", f"node/{node}", f"{NODE_NOT_READY_LABEL}=true")
+
+    def node_ready(self, node: str) -> None:
+        """Bring a NotReady node back: kwok's node-initialize stage marks it Ready."""
+        self.cluster.kubectl("label", f"node/{node}", f"{NODE_NOT_READY_LABEL}-")
+
+    def delete_node(self, node: str) -> None:
+        """Remove the Node object, as when a machine is decommissioned or lost."""
+        self.cluster.kubectl("delete", f"node/{node}", "--wait=false")
+
+    def restore_nodes(self) -> None:
+        """Re-register every simulated Spark (after delete_node) and clear NotReady labels."""
+        self.cluster.register_nodes()
+        self.cluster.kubectl("label", "nodes", "--all", f"{NODE_NOT_READY_LABEL}-")

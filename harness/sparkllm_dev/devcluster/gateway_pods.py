@@ -1,0 +1,337 @@
+"""Gateway pods in the dev cluster: kwok runs the pod, this module runs its two containers.
+
+Why: kwok marks a gateway pod (``app.kubernetes.io/component=gateway``) Running but runs
+nothing. To exercise the front door for real, this does for it what ``engines.py`` does
+for engine pods: for every Running gateway pod on a simulated node it runs the pod's own
+``router`` (smg) and ``admission`` containers as local processes, from the pod spec
+(``$(VAR)`` and ``secretKeyRef`` resolved by the pure ``kubelet`` helpers), with what a
+kubelet would provide:
+
+- volumes: the users'-keys Secret volume is written in the kubelet's layout (``..data``
+  swapped atomically) and re-written when the Secret changes, so key reload is real; the
+  model volume (hostPath/PVC) is the local ``tokenizer_dir``; an emptyDir a temp dir.
+  Env values pointing into a mount are rewritten to the local directory.
+- the pod's loopback: its ports become free loopback ports (pods and engineers share
+  this machine); the admission layer's address is reported by ``endpoint``.
+- in-cluster credentials: smg's ``KUBECONFIG`` authenticates as the pod's
+  ServiceAccount (a TokenRequest token), so the gateway Role is what allows its watch.
+
+Level-based: the supervisor thread (``pod_supervisor.PodSupervisor``, shared with the
+engine harness and the benchmark Jobs) lists gateway pods every tick and starts, restarts
+(after a back-off) or stops processes. Not done: probes and pod status (kwok shows the
+pod Ready), resources, images.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack, closing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from sparkllm.gateway.config import ENV_PREFIX, env_var_name
+from sparkllm_dev.devcluster import engine_io, kubelet
+from sparkllm_dev.devcluster.cluster import DevCluster
+from sparkllm_dev.devcluster.gateway_io import (
+    ROUTER_PORT_FLAGS,
+    SELECTOR,
+    GatewayKube,
+    free_port,
+    localize_router_args,
+    service_account_kubeconfig,
+    write_secret_volume,
+)
+from sparkllm_dev.devcluster.kubelet import JSON
+from sparkllm_dev.devcluster.pod_supervisor import (
+    PodSupervisor,
+    cli_logging,
+    pod_key,
+    pods_by_uid,
+    scratch_directory,
+    stop_processes,
+    stop_signal,
+)
+from sparkllm_dev.errors import DevClusterError
+
+logger = logging.getLogger(__name__)
+
+ROUTER, ADMISSION = "router", "admission"
+STOP_GRACE_SECONDS = 8.0
+RESTART_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class GatewayInfo:
+    """One gateway pod as run here (a snapshot, for tests and the benchmark)."""
+
+    namespace: str
+    pod: str
+    uid: str
+    admission_url: str  # the pod's entry point, as the Service would reach it
+    router_url: str  # smg, on loopback as in the pod
+    router_metrics_url: str
+    log_dir: Path  # router.log and admission.log
+
+
+@dataclass
+class _Container:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    restart_at: float = 0.0
+
+
+@dataclass
+class _Gateway:
+    key: tuple[str, str]
+    workdir: Path
+    info: GatewayInfo
+    containers: list[_Container]
+    keys_secrets: dict[str, Path]  # Secret name -> its local volume directory
+    keys_seen: dict[str, dict[str, bytes] | None] = field(default_factory=dict)
+
+
+class GatewayPods(PodSupervisor[_Gateway]):
+    """Run the router and admission containers of every Running gateway pod, like a kubelet."""
+
+    name, noun = "gateway pods", "gateway"
+    stop_grace_seconds = STOP_GRACE_SECONDS
+
+    def __init__(
+        self,
+        cluster: DevCluster,
+        *,
+        tokenizer_dir: Path,
+        namespace: str | None = None,
+        host: str = "127.0.0.1",
+        log_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.tokenizer_dir = tokenizer_dir
+        self.namespace = namespace
+        self.host = host
+        self.log_dir = log_dir or cluster.paths.state_dir / "gateways"
+        self._snapshot: dict[tuple[str, str], GatewayInfo] = {}
+        self._kube: GatewayKube | None = None
+        self._workdir: Path | None = None
+
+    def gateways(self) -> tuple[GatewayInfo, ...]:
+        """The gateway pods running here, as of the supervisor's last tick."""
+        return tuple(self._snapshot.values())
+
+    def endpoint(self, namespace: str, pod: str) -> str:
+        """The admission layer's base URL for ``namespace/pod``; DevClusterError if not run."""
+        info = self._snapshot.get((namespace, pod))
+        if info is None:
+            raise DevClusterError(f"gateway pod {namespace}/{pod} is not running here")
+        return info.admission_url
+
+    # --- the supervisor's hooks --------------------------------------------------------
+
+    def _open(self, resources: ExitStack) -> None:
+        self._kube = resources.enter_context(closing(GatewayKube(self.cluster.paths.kubeconfig)))
+        self._workdir = scratch_directory(resources, prefix="sparkllm-gateways-")
+
+    def _close(self) -> None:
+        self._snapshot = {}
+
+    def _list_pods(self) -> dict[str, JSON]:
+        assert self._kube is not None
+        return pods_by_uid(self._kube.list_pods_by_selector(SELECTOR, namespace=self.namespace))
+
+    def _start_pod(self, uid: str, pod: JSON) -> _Gateway:
+        """The pod's processes, ready to run: ``_follow`` starts them in this same tick."""
+        gateway = self._prepare(pod, uid=uid, key=pod_key(pod))
+        logger.info("gateway %s/%s started: %s", *gateway.key, gateway.info.admission_url)
+        return gateway
+
+    def _follow(self, gateway: _Gateway, pod: JSON) -> None:
+        self._sync_keys(gateway)
+        _keep_running(gateway)
+
+    def _retire(self, gateway: _Gateway, *, why: str) -> None:
+        logger.info("gateway %s/%s stopping: %s", *gateway.key, why)
+        _stop_containers(gateway.containers)
+        shutil.rmtree(gateway.workdir, ignore_errors=True)
+
+    def _after_tick(self) -> None:
+        self._snapshot = {g.key: g.info for g in self._pod_states.values()}
+
+    def _prepare(self, pod: JSON, *, uid: str, key: tuple[str, str]) -> _Gateway:
+        assert self._kube is not None
+        assert self._workdir is not None
+        containers = {c["name"]: c for c in pod["spec"].get("containers") or []}
+        if ROUTER not in containers or ADMISSION not in containers:
+            raise DevClusterError(f"pod has no {ROUTER!r} and {ADMISSION!r} containers")
+        workdir = self._workdir / f"{key[0]}_{key[1]}_{uid}"
+        paths, keys_secrets = _volume_paths(
+            pod, containers[ADMISSION], workdir=workdir, model_dir=self.tokenizer_dir
+        )
+        ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
+        admission_port = free_port(self.host)
+        router_env = self._env(pod, containers[ROUTER])
+        router_env["KUBECONFIG"] = str(self._kubeconfig(pod, workdir=workdir))
+        admission_env = {
+            name: _map_path(value, paths)
+            for name, value in self._env(pod, containers[ADMISSION]).items()
+        }
+        admission_env[env_var_name("listen_host")] = self.host
+        admission_env[env_var_name("listen_port")] = str(admission_port)
+        admission_env[env_var_name("upstream_url")] = f"http://127.0.0.1:{ports['--port']}"
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", ENV_PREFIX))}
+        logs = self.log_dir / f"{key[0]}_{key[1]}_{uid}"
+        router_words = kubelet.command_line(containers[ROUTER], router_env)
+        admission_words = kubelet.command_line(containers[ADMISSION], admission_env)
+        router_argv = localize_router_args(router_words[1:], ports=ports)
+        router = _Container(ROUTER, [_executable(router_words[0]), *router_argv],
+                            {**base, **router_env}, logs / "router.log")  # fmt: skip
+        admission = _Container(ADMISSION, [_executable(admission_words[0]), *admission_words[1:]],
+                               {**base, **admission_env}, logs / "admission.log")  # fmt: skip
+        info = GatewayInfo(
+            namespace=key[0], pod=key[1], uid=uid, log_dir=logs,
+            admission_url=f"http://{self.host}:{admission_port}",
+            router_url=f"http://127.0.0.1:{ports['--port']}",
+            router_metrics_url=f"http://127.0.0.1:{ports['--prometheus-port']}/metrics",
+        )  # fmt: skip
+        gateway = _Gateway(
+            key=key, workdir=workdir, info=info, containers=[router, admission],
+            keys_secrets=keys_secrets,
+        )  # fmt: skip
+        self._sync_keys(gateway)
+        missing = [secret for secret in keys_secrets if gateway.keys_seen.get(secret) is None]
+        if missing:  # the kubelet would keep the pod in ContainerCreating
+            raise DevClusterError(f"secret volume source {missing[0]!r} does not exist")
+        return gateway
+
+    def _kubeconfig(self, pod: JSON, *, workdir: Path) -> Path:
+        """A kubeconfig as the pod's ServiceAccount (what in-cluster config would give)."""
+        assert self._kube is not None
+        account = str(pod["spec"].get("serviceAccountName") or "default")
+        token = self._kube.service_account_token(account, namespace=pod["metadata"]["namespace"])
+        dev = yaml.safe_load(self.cluster.paths.kubeconfig.read_text(encoding="utf-8"))
+        path = workdir / "kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(service_account_kubeconfig(dev, token=token)))
+        path.chmod(0o600)
+        return path
+
+    def _env(self, pod: JSON, container: JSON) -> dict[str, str]:
+        assert self._kube is not None
+        namespace = str(pod["metadata"]["namespace"])
+        refs = kubelet.key_refs(container)
+        values = {ref: self._kube.read_key(ref, namespace=namespace) for ref in refs}
+        return kubelet.container_env(pod, container, values=values)
+
+    def _sync_keys(self, gateway: _Gateway) -> None:
+        """Rewrite a Secret volume when the Secret changed (the kubelet's periodic sync)."""
+        assert self._kube is not None
+        for secret, directory in gateway.keys_secrets.items():
+            data = self._kube.secret_data(secret, namespace=gateway.key[0])
+            if data is None or data == gateway.keys_seen.get(secret):
+                continue
+            write_secret_volume(directory, data)
+            gateway.keys_seen[secret] = data
+            logger.info("gateway %s/%s: secret %s synced", *gateway.key, secret)
+
+
+def _volume_paths(
+    pod: JSON, container: JSON, *, workdir: Path, model_dir: Path
+) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(mountPath -> local directory, Secret name -> local directory) for a container."""
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    paths: dict[str, Path] = {}
+    secrets: dict[str, Path] = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"]) or {}
+        local = workdir / "volumes" / str(mount["name"])
+        if "secret" in volume:
+            secrets[str(volume["secret"]["secretName"])] = local
+        elif "hostPath" in volume or "persistentVolumeClaim" in volume:
+            local = model_dir
+        else:
+            local.mkdir(parents=True, exist_ok=True)
+        paths[str(mount["mountPath"])] = local
+    return paths, secrets
+
+
+def _map_path(value: str, paths: Mapping[str, Path]) -> str:
+    for mount, local in paths.items():
+        if value == mount or value.startswith(mount.rstrip("/") + "/"):
+            return str(local) + value[len(mount.rstrip("/")) :]
+    return value
+
+
+def _executable(word: str) -> str:
+    """The image's ``python``/``smg`` as this environment's (exec needs absolute paths)."""
+    if word in ("python", "python3"):
+        return sys.executable
+    local = Path(sys.executable).parent / word
+    return str(local) if local.exists() else word
+
+
+def _keep_running(gateway: _Gateway) -> None:
+    """Start what is not running; restart an exited container after a short back-off."""
+    for container in gateway.containers:
+        process = container.process
+        if process is not None and process.poll() is not None:
+            container.process, container.restart_at = None, time.monotonic() + RESTART_SECONDS
+            logger.warning("gateway %s/%s: %s exited with %d", *gateway.key, container.name,
+                           process.returncode)  # fmt: skip
+        if container.process is None and time.monotonic() >= container.restart_at:
+            header = f"--- {datetime.now(UTC).isoformat()} gateway pods: {container.name}"
+            container.process = engine_io.spawn_simulator(
+                container.argv, env=container.env, log_path=container.log_path, header=header
+            )
+
+
+def _stop_containers(containers: list[_Container]) -> None:
+    processes = [c.process for c in containers if c.process is not None]
+    stop_processes(processes, grace_seconds=STOP_GRACE_SECONDS)
+    for container in containers:
+        container.process = None
+
+
+def run_gateway_pods(
+    cluster: DevCluster, *, tokenizer_dir: Path, namespace: str | None, state_file: Path
+) -> int:
+    """``sparkllm-dev gateways``: run gateway pods until SIGINT/SIGTERM.
+
+    The admission endpoints (``namespace/pod -> URL``) are written to ``state_file`` as
+    JSON whenever they change, so another process (the demo) can tell users where the
+    front door is.
+    """
+    cli_logging("gateways")
+    written: dict[str, str] | None = None
+    with (
+        stop_signal() as stop,
+        GatewayPods(cluster, tokenizer_dir=tokenizer_dir, namespace=namespace) as pods,
+    ):
+        while not stop.wait(timeout=0.5):
+            current = {f"{g.namespace}/{g.pod}": g.admission_url for g in pods.gateways()}
+            if current != written:
+                state_file.write_text(json.dumps(current, indent=2))
+                written = current
+    state_file.unlink(missing_ok=True)
+    return 0
+
+
+__all__ = [  # free_port and localize_router_args are re-exported for the benchmarks
+    "GatewayInfo",
+    "GatewayPods",
+    "free_port",
+    "localize_router_args",
+    "run_gateway_pods",
+]

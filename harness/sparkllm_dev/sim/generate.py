@@ -1,0 +1,188 @@
+"""Serving one SIMULATED generation: queue, time to first token, tokens, metrics.
+
+Why its own module: this is the part that pretends to be the GPU — it takes a slot from
+the scheduler, waits the latency model's TTFT and TPOT, streams or returns the
+deterministic answer, and records SGLang's request metrics. The routing app stays a list
+of endpoints. Timing is real (``asyncio.sleep``), scaled down by the latency model.
+
+Tokens follow a fixed decode clock (token k at first token + k x TPOT), not "sleep TPOT
+after each token": a GPU's decode steps do not slow down because the host's CPU is busy,
+and with relative sleeps every scheduling delay of the simulator's own process (other
+processes on the same two cores) would add up over an answer and blur what a benchmark
+compares — the cost of the layers in front of the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sparkllm_dev.sim import asgi
+from sparkllm_dev.sim.engine_config import EngineConfig
+from sparkllm_dev.sim.generation import Answer, answer_for
+from sparkllm_dev.sim.metrics import EngineMetrics
+from sparkllm_dev.sim.model_files import TokenCounter
+from sparkllm_dev.sim.openai_api import (
+    GenerationRequest,
+    Kind,
+    RejectedRequestError,
+    ResponseShapes,
+    fit_context_window,
+    parse_generation_request,
+)
+from sparkllm_dev.sim.scheduler import RequestSlots, RunningRequest
+
+
+def _compact(payload: object) -> str:
+    return json.dumps(payload, separators=(",", ":"))
+
+
+class _DecodePace:
+    """Token k of an answer is due at ``start + k * tpot``; a late token does not shift the rest."""
+
+    def __init__(self, tpot: float, *, start: float) -> None:
+        self._tpot = tpot
+        self._due = start
+
+    async def next_token(self) -> None:
+        self._due += self._tpot
+        # Behind schedule: still yield once, so other requests' tokens go out too.
+        await asyncio.sleep(max(0.0, self._due - time.monotonic()))
+
+
+@dataclass(slots=True)
+class _Timing:
+    started: float
+    first_token: float | None = None
+
+
+class GenerationService:
+    """Runs chat/completions requests against the simulated engine of one rank 0."""
+
+    def __init__(
+        self,
+        *,
+        config: EngineConfig,
+        tokens: TokenCounter,
+        metrics: EngineMetrics,
+        on_request_done: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.tokens = tokens
+        self.metrics = metrics
+        self.slots = RequestSlots(capacity=config.max_running_requests, metrics=metrics)
+        self._on_request_done = on_request_done
+        self._auto_truncate = bool(config.server_info_args.get("allow_auto_truncate"))
+
+    async def serve(self, kind: Kind, raw_body: bytes, send: asgi.Send) -> None:
+        try:
+            body = json.loads(raw_body or b"null")
+        except ValueError:
+            body = None
+        try:
+            request = parse_generation_request(
+                kind, body, default_model=self.config.served_model_name
+            )
+            prompt_tokens, max_tokens = fit_context_window(
+                prompt_tokens=self.tokens.count(request.prompt),
+                max_tokens=request.max_tokens,
+                context_length=self.config.context_length,
+                auto_truncate=self._auto_truncate,
+            )
+        except RejectedRequestError as rejected:
+            await asgi.send_json(send, status=rejected.status, payload=rejected.body)
+            return
+        answer = answer_for(
+            request.prompt,
+            max_tokens=max_tokens,
+            answer_tokens=self.config.sim.answer_tokens,
+            ignore_eos=request.ignore_eos,
+        )
+        shapes = ResponseShapes(request=request, rid=uuid.uuid4().hex, created=int(time.time()))
+        timing = _Timing(started=time.monotonic())
+        try:
+            async with self.slots.slot(prompt_tokens=prompt_tokens) as running:
+                await asyncio.sleep(self.config.sim.latency.ttft_seconds(prompt_tokens))
+                respond = self._stream if request.stream else self._respond
+                await respond(
+                    send=send,
+                    shapes=shapes,
+                    answer=answer,
+                    prompt_tokens=prompt_tokens,
+                    running=running,
+                    timing=timing,
+                )
+        except OSError:
+            return  # the client went away mid-stream; SGLang aborts the request the same way
+        self._record(request, answer, prompt_tokens, timing)
+
+    async def _respond(
+        self,
+        *,
+        send: asgi.Send,
+        shapes: ResponseShapes,
+        answer: Answer,
+        prompt_tokens: int,
+        running: RunningRequest,
+        timing: _Timing,
+    ) -> None:
+        timing.first_token = time.monotonic()
+        self.slots.record_generated(running, min(1, len(answer.pieces)))
+        pace = _DecodePace(self.config.sim.latency.tpot_seconds, start=timing.first_token)
+        for _ in answer.pieces[1:]:
+            await pace.next_token()
+            self.slots.record_generated(running, 1)
+        payload = shapes.full(answer, prompt_tokens=prompt_tokens)
+        await asgi.send_json(send, status=200, payload=payload)
+
+    async def _stream(
+        self,
+        *,
+        send: asgi.Send,
+        shapes: ResponseShapes,
+        answer: Answer,
+        prompt_tokens: int,
+        running: RunningRequest,
+        timing: _Timing,
+    ) -> None:
+        await asgi.start_stream(send)
+        if shapes.request.kind == "chat":
+            await asgi.send_event(send, _compact(shapes.chunk("", first=True)))
+        pace = _DecodePace(self.config.sim.latency.tpot_seconds, start=time.monotonic())
+        for index, piece in enumerate(answer.pieces):
+            if index:
+                await pace.next_token()
+            else:
+                timing.first_token = time.monotonic()
+            self.slots.record_generated(running, 1)
+            await asgi.send_event(send, _compact(shapes.chunk(piece)))
+        await asgi.send_event(
+            send, _compact(shapes.chunk(None, finish_reason=answer.finish_reason))
+        )
+        if shapes.request.include_usage:
+            usage = shapes.usage_chunk(
+                prompt_tokens=prompt_tokens, completion_tokens=len(answer.pieces)
+            )
+            await asgi.send_event(send, _compact(usage))
+        await asgi.send_event(send, "[DONE]")
+        await asgi.end_stream(send)
+
+    def _record(
+        self, request: GenerationRequest, answer: Answer, prompt_tokens: int, timing: _Timing
+    ) -> None:
+        finished = time.monotonic()
+        first = timing.first_token if timing.first_token is not None else finished
+        completion = len(answer.pieces)
+        self.metrics.observe_request(
+            streaming=request.stream,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion,
+            ttft_seconds=first - timing.started,
+            e2e_seconds=finished - timing.started,
+            inter_token_seconds=(finished - first) / max(1, completion - 1),
+        )
+        self._on_request_done()
