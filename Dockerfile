@@ -6,7 +6,10 @@
 #
 # Two stages: the builder installs into a virtualenv with the SAME script the Makefile (and
 # so CI) uses (hack/install-python-deps.sh); the final stage copies only that virtualenv
-# onto a clean base: no compiler, no pip cache, no source tree. Wheels exist for
+# onto a clean base: no compiler, no pip cache, no source tree. Only the product is copied
+# in (operator/: package sparkllm); the dev/test harness (harness/: the dev cluster, the
+# SGLang simulator, the demo, the flag extraction) and the tests never enter the image
+# (tests/unit/test_product_boundary.py builds the same wheel and checks). Wheels exist for
 # linux/amd64 and linux/arm64 (DGX Spark is arm64):
 #   docker buildx build --platform linux/arm64,linux/amd64 -t REGISTRY/sparkllm:0.1.0 .
 
