@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the product's SGLang flag table (sglang_flags.json, next to the module that
-# loads it: sparkllm.render.sglang_flags) from the pinned sglang wheel.
+# loads it: sparkllm.sglang_contract.flags) from the pinned sglang wheel.
 #
 # Why from the wheel and not `import sglang`: importing sglang pulls in torch. The wheel is
 # downloaded once without dependencies into the cache and read with `ast` by

@@ -6,13 +6,16 @@ by an image's entrypoint, renamed by an SGLang upgrade (``--cuda-graph-max-bs`` 
 ``--cuda-graph-max-bs-decode``), or resolved differently at start-up; the engine then
 serves, answers 200, and is not the deployment that was planned. SGLang reports what it
 runs with at ``GET /get_server_info`` (every ServerArgs field, flat), so the operator
-compares that with what it rendered.
+compares that with the spec.
 
-What is compared: exactly the values the operator puts on rank 0's command line — it
-renders the command with :func:`sparkllm.render.engine.engine_args` and parses it with
-the pinned SGLang flag table, so ``extraArgs`` are covered too and the two can never
-disagree about a key name (the CUDA-graph decode batch is reported as
-``cuda_graph_max_bs_decode`` by SGLang 0.5.23). Not compared: ``api_key`` (a secret;
+How, field by field: each row of the SGLang contract's table
+(:data:`sparkllm.sglang_contract.fields.LAUNCH_FIELDS`) says where a setting comes from
+in the spec and which server_info key reports it (the flag's ``dest`` in the pinned flag
+table). The expected value is the spec's, typed as SGLang types that flag (a float flag
+given ``2`` stores ``2.0``); the actual one is server_info's. Rank 0's command line is
+not rendered and parsed back, so a renderer that emits a wrong value is caught rather
+than agreed with. ``extraArgs`` are covered too: they are the user's own argv words, so
+only they are parsed, with the pinned flag table. Not compared: ``api_key`` (a secret;
 its value never leaves this module), ``dist_init_addr`` (a node address, known only at
 reconcile time; pass ``rank0_address`` to include it), and the layer partition (an
 environment variable SGLang does not report). Floats compare with a relative tolerance
@@ -27,8 +30,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sparkllm.api import InferenceClusterSpec
-from sparkllm.render.engine import engine_args
-from sparkllm.render.sglang_flags import flag_table, parse_sglang_argv, typed_value
+from sparkllm.sglang_contract.fields import LAUNCH_FIELDS, RankLaunch
+from sparkllm.sglang_contract.flags import (
+    coerce,
+    flag_spec,
+    flag_table,
+    parse_sglang_options,
+    typed_value,
+)
 
 # ServerArgs fields that hold secrets; their values are never copied anywhere.
 SECRET_FIELDS: Final = ("api_key", "admin_api_key")
@@ -36,27 +45,15 @@ SECRET_FIELDS: Final = ("api_key", "admin_api_key")
 SECRET_BEARING_FIELDS: Final = (*SECRET_FIELDS, "launch_command")
 REDACTED: Final = "<redacted>"
 RELATIVE_TOLERANCE: Final = 1e-6
-_PLACEHOLDER_ADDRESS: Final = "0.0.0.0"
+EXTRA_ARGS_SOURCE: Final = "spec.engine.extraArgs"
 
-SPEC_PATHS: Final[Mapping[str, str]] = {
-    "model_path": "spec.model.path",
-    "served_model_name": "spec.model.servedName",
-    "nnodes": "spec.engine.pipelineParallel",
-    "pp_size": "spec.engine.pipelineParallel",
-    "tp_size": "spec.engine.tensorParallel",
-    "mem_fraction_static": "spec.engine.memFractionStatic",
-    "context_length": "spec.engine.contextLength",
-    "chunked_prefill_size": "spec.engine.chunkedPrefillSize",
-    "cuda_graph_max_bs_decode": "spec.engine.cudaGraphMaxBatchSize",
-    "max_running_requests": "spec.engine.maxRunningRequests",
-    "tool_call_parser": "spec.engine.toolCallParser",
-    "reasoning_parser": "spec.engine.reasoningParser",
-    "dist_init_addr": "spec.network.distInitPort",
-    "node_rank": "operator: rank 0",
-    "host": "operator: listen on all addresses",
-    "port": "operator: engine port",
-    "enable_metrics": "operator: metrics on",
-}
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """One value rank 0 should run with, and where in the spec it comes from."""
+
+    value: Any
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +74,30 @@ class Mismatch:
         return f"{self.field}: wanted {self.wanted!r} ({self.source}), {got}"
 
 
+def expected_settings(
+    spec: InferenceClusterSpec, *, rank0_address: str | None = None
+) -> dict[str, Expected]:
+    """{server_info key: expected value and its source} for rank 0 (secrets excluded)."""
+    launch = RankLaunch(rank=0, rank0_address=rank0_address, api_key=False)
+    wanted: dict[str, Expected] = {}
+    for field in LAUNCH_FIELDS:
+        value = field.value(spec, launch)
+        if value is not None and not field.secret:
+            wanted[field.server_info_key] = Expected(
+                value=coerce(flag_spec(field.flag), value), source=field.source
+            )
+    by_dest = {flag.dest: flag for flag in flag_table().flags}
+    for dest, text in parse_sglang_options(spec.engine.extra_args).items():
+        wanted[dest] = Expected(value=typed_value(by_dest[dest], text), source=EXTRA_ARGS_SOURCE)
+    return {key: item for key, item in wanted.items() if key not in SECRET_FIELDS}
+
+
 def expected_server_args(
     spec: InferenceClusterSpec, *, rank0_address: str | None = None
 ) -> dict[str, Any]:
-    """{ServerArgs field: value} that rank 0's rendered command sets (secrets excluded)."""
-    argv = engine_args(spec, rank=0, rank0_ip=rank0_address or _PLACEHOLDER_ADDRESS, api_key=True)
-    specs = {spec.dest: spec for spec in flag_table().flags}
-    wanted = {
-        dest: typed_value(specs[dest], value) for dest, value in parse_sglang_argv(argv).items()
-    }
-    excluded = {*SECRET_FIELDS, *(("dist_init_addr",) if rank0_address is None else ())}
-    return {field: value for field, value in wanted.items() if field not in excluded}
+    """{ServerArgs field: value} rank 0 should report (secrets excluded)."""
+    expected = expected_settings(spec, rank0_address=rank0_address)
+    return {key: item.value for key, item in expected.items()}
 
 
 def _as_number(value: Any) -> float | None:
@@ -155,16 +165,17 @@ def compare_server_info(
     """
     secrets = _secrets(server_info)
     mismatches = []
-    for field, wanted in sorted(expected_server_args(spec, rank0_address=rank0_address).items()):
+    expected = expected_settings(spec, rank0_address=rank0_address)
+    for field, item in sorted(expected.items()):
         reported = field in server_info
         actual = server_info.get(field)
-        if reported and values_match(wanted, actual):
+        if reported and values_match(item.value, actual):
             continue
         mismatches.append(
             Mismatch(
                 field=field,
-                source=SPEC_PATHS.get(field, "spec.engine.extraArgs"),
-                wanted=_scrub(wanted, secrets),
+                source=item.source,
+                wanted=_scrub(item.value, secrets),
                 actual=_scrub(actual, secrets),
                 reported=reported,
             )

@@ -56,11 +56,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.api import validate_inference_cluster
 from sparkllm.gateway.chat_template import ChatTemplate
-from sparkllm.gateway.config import env_var_name
 from sparkllm.gateway.tokens import TokenCounter
-from sparkllm.render.engine import ENGINE_API_KEY_ENV
+from sparkllm.gateway_settings import env_var_name
 from sparkllm.render.gateway import admission_env, router_args
 from sparkllm.render.ranks import EngineKeyRef
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm_dev.devcluster.gateway_io import free_port, localize_router_args, with_worker_url
 from tests.bench.bench_admission import MODEL, _prompt_of_tokens, train_bench_tokenizer
 

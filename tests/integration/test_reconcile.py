@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.render.engine import engine_args
+from sparkllm.sglang_contract.command import engine_args
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 

@@ -3,7 +3,7 @@
 The parser enums are copied into the API so ``kubectl explain`` lists them and the API
 server refuses a typo; this test compares them with the sglang wheel's own lists. The
 owned-flag rule is compared with the flag table the renderer extracts from the same wheel
-(``sparkllm/render/sglang_flags.json``).
+(``sparkllm/sglang_contract/sglang_flags.json``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, get_args
 import pytest
 
 from sparkllm.api import OPERATOR_OWNED_FLAGS, validate_inference_cluster
-from sparkllm.api.engine import ReasoningParser, ToolCallParser
 from sparkllm.errors import SpecError
+from sparkllm.sglang_contract.fields import ReasoningParser, ToolCallParser
 from tests.fixtures.invalid import apply_changes, load_base_manifest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -57,7 +57,7 @@ def test_reasoning_parsers_are_sglangs() -> None:
 
 def _sglang_flags() -> set[str]:
     table: dict[str, Any] = json.loads(
-        resources.files("sparkllm.render").joinpath("sglang_flags.json").read_text()
+        resources.files("sparkllm.sglang_contract").joinpath("sglang_flags.json").read_text()
     )
     assert table["sglang_version"] == "0.5.23"
     names: set[str] = set()

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+import sparkllm.sglang_contract.command as command_module
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
 from sparkllm.configcheck import (
     REDACTED,
@@ -27,8 +28,12 @@ from sparkllm.configcheck import (
     redact_server_info,
     values_match,
 )
-from sparkllm.render.engine import ENGINE_API_KEY_ENV, ENGINE_COMMAND, engine_args
+from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
+from sparkllm.sglang_contract.flags import LaunchValue, parse_sglang_argv
 from sparkllm_dev.devcluster import kubelet
+from sparkllm_dev.sim.engine_config import build_engine_config
+from sparkllm_dev.sim.options import SimOptions
 from sparkllm_dev.sim.server import prepare
 from sparkllm_dev.testing import source_pythonpath
 
@@ -228,3 +233,51 @@ def test_the_api_key_never_appears_in_a_mismatch() -> None:
 
 def test_describe_without_mismatches() -> None:
     assert describe_mismatches([]) == "rank 0 runs with every setting the spec asks for"
+
+
+# --- a render bug is caught: the check does not agree with the renderer by construction ---
+
+
+def simulated_server_info(argv: Sequence[str]) -> dict[str, Any]:
+    """What the simulator (playing SGLang) reports for rank 0 started with ``argv``."""
+    config = build_engine_config(
+        parsed=parse_sglang_argv(argv), sim=SimOptions(), env={}, model_config={}
+    )
+    return dict(config.server_info_args)
+
+
+def test_the_renderers_own_command_is_applied() -> None:
+    spec = sample_spec(extraArgs=["--watchdog-timeout", "600"])
+    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10", api_key=True)
+    assert compare_server_info(spec, simulated_server_info(argv), rank0_address="10.0.0.10") == []
+
+
+def _rounding_word(value: LaunchValue) -> str:
+    """A render bug: floats written with one decimal (0.57 -> "0.6")."""
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def test_a_flag_rendered_with_a_wrong_value_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = sample_spec()
+    monkeypatch.setattr(command_module, "argv_word", _rounding_word)
+    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10", api_key=True)
+    (mismatch,) = compare_server_info(spec, simulated_server_info(argv))
+    assert (mismatch.field, mismatch.wanted, mismatch.actual) == ("mem_fraction_static", 0.57, 0.6)
+    assert mismatch.source == "spec.engine.memFractionStatic"
+
+
+def test_a_flag_the_renderer_drops_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = sample_spec()
+    real = command_module.field_words
+    monkeypatch.setattr(
+        command_module,
+        "field_words",
+        lambda field, value: [] if field.flag == "--context-length" else real(field, value),
+    )
+    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10", api_key=True)
+    (mismatch,) = compare_server_info(spec, simulated_server_info(argv))
+    assert (mismatch.field, mismatch.wanted, mismatch.source) == (
+        "context_length",
+        12288,
+        "spec.engine.contextLength",
+    )

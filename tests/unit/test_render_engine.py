@@ -16,17 +16,14 @@ from typing import Any
 import pytest
 import yaml
 
-import sparkllm.render.engine as engine_module
+import sparkllm.sglang_contract.command as engine_module
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
 from sparkllm.errors import SpecError
-from sparkllm.render.argv import flag_name, option_value
-from sparkllm.render.engine import (
-    CUDA_GRAPH_DECODE_FLAG,
-    ENGINE_API_KEY_ENV,
-    engine_args,
-    engine_env,
-)
-from sparkllm.render.sglang_flags import known_flags, parse_sglang_argv
+from sparkllm.render.engine import engine_env
+from sparkllm.sglang_contract.argv import flag_name, option_value
+from sparkllm.sglang_contract.command import engine_args
+from sparkllm.sglang_contract.fields import CUDA_GRAPH_DECODE_FLAG, ENGINE_API_KEY_ENV
+from sparkllm.sglang_contract.flags import known_flags, parse_sglang_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"

@@ -17,7 +17,6 @@ from smg.launch_router import parse_router_args
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.gateway.config import MaxTokensPolicy, load_gateway_config
 from sparkllm.render import ReplicaPlan, render_replica
-from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.gateway import (
     DEFAULT_GATEWAY_IMAGE,
     GATEWAY_HTTP_PORT,
@@ -32,6 +31,7 @@ from sparkllm.render.gateway import (
 from sparkllm.render.names import ANNOTATION_HASH
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.ranks import EngineKeyRef
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm_dev.devcluster.kubelet import expand_references
 
 NAME, NAMESPACE, UID = "llm", "serving", "uid-123"

@@ -29,7 +29,6 @@ import yaml
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.reconcile.secrets import engine_key_ref
 from sparkllm.render import DEFAULT_TOOLS_IMAGE, EngineKeyRef, ReplicaPlan, render_replica
-from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
 from sparkllm.render.names import (
     ANNOTATION_HASH,
@@ -47,6 +46,7 @@ from sparkllm.render.ranks import (
     render_rank_statefulset,
     render_replica_service,
 )
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
 JSON = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]

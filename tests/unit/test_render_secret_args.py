@@ -1,4 +1,4 @@
-"""A Secret value that starts with "-" survives the rendered command lines (render/argv.py).
+"""A Secret value that starts with "-" survives the rendered command lines (sglang_contract.argv).
 
 The engine key comes from a Secret — possibly the user's (``spec.engine.apiKeySecretRef``)
 — and the kubelet substitutes it for ``$(SPARKLLM_ENGINE_API_KEY)`` in rank 0's and the
@@ -31,8 +31,8 @@ from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.errors import SpecError
 from sparkllm.reconcile.secrets import engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
-from sparkllm.render.argv import attached, flag_name, option_value, replace_option_values
 from sparkllm.render.gateway import render_gateway
+from sparkllm.sglang_contract.argv import attached, flag_name, option_value, replace_option_values
 from sparkllm_dev.devcluster import kubelet
 from sparkllm_dev.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from sparkllm.errors import SpecError
-from sparkllm.render.sglang_flags import (
+from sparkllm.sglang_contract.flags import (
     SGLANG_VERSION,
     canonical_flag,
     flag_takes_value,

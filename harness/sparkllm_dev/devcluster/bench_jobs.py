@@ -46,8 +46,8 @@ from typing import Final, Protocol
 from urllib.parse import urlsplit
 
 from sparkllm.errors import ClusterAPIError
-from sparkllm.render.argv import option_value
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT
+from sparkllm.sglang_contract.argv import option_value
 from sparkllm_dev.devcluster import engine_io, hostpaths, init_containers, kubelet
 from sparkllm_dev.devcluster.cluster import DevCluster
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo

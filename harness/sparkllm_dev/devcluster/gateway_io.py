@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkllm.errors import ClusterAPIError
-from sparkllm.render.argv import flag_name, option_value, replace_option_values
+from sparkllm.sglang_contract.argv import flag_name, option_value, replace_option_values
 from sparkllm_dev.devcluster import engine_io
 from sparkllm_dev.devcluster.kubelet import JSON
 from sparkllm_dev.errors import DevClusterError

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkllm.gateway.config import ENV_PREFIX, env_var_name
+from sparkllm.gateway_settings import ENV_PREFIX, env_var_name
 from sparkllm_dev.devcluster import engine_io, kubelet
 from sparkllm_dev.devcluster.cluster import DevCluster
 from sparkllm_dev.devcluster.gateway_io import (

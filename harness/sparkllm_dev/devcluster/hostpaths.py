@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
-from sparkllm.render.argv import option_value
+from sparkllm.sglang_contract.argv import option_value
 from sparkllm_dev.devcluster import kubelet
 from sparkllm_dev.devcluster.kubelet import JSON, ContainerConfigError
 from sparkllm_dev.errors import DevClusterError

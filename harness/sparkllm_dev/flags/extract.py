@@ -6,7 +6,7 @@ the wheel's Python files with ``ast`` and re-derive what argparse would register
 come from the sglang the dev virtualenv installs without dependencies
 (``read_installed_sources``), or from a downloaded wheel (``ensure_wheel``,
 ``read_wheel_sources``: hack/update-sglang-flags.sh, when the pin moves). Dev-only: the
-product reads the checked-in table, ``sparkllm.render.sglang_flags``.
+product reads the checked-in table, ``sparkllm.sglang_contract.flags``.
 
 How SGLang 0.5.23 registers flags (and therefore what this mirrors):
 
@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkllm.errors import SpecError
-from sparkllm.render import sglang_flags
-from sparkllm.render.sglang_flags import FlagSpec, FlagTable
+from sparkllm.sglang_contract import flags as sglang_flags
+from sparkllm.sglang_contract.flags import FlagSpec, FlagTable
 from sparkllm_dev.flags.source_literals import SourceEvaluator, dotted_name, function_locals
 
 SOURCE_PATTERNS = (

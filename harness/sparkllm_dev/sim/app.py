@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sparkllm.render.sglang_flags import SGLANG_VERSION
+from sparkllm.sglang_contract.flags import SGLANG_VERSION
 from sparkllm_dev.sim import asgi
 from sparkllm_dev.sim.engine_config import EngineConfig
 from sparkllm_dev.sim.generate import GenerationService

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkllm.errors import SpecError
-from sparkllm.render.sglang_flags import ParsedValue, flag_spec, server_args_with_defaults
+from sparkllm.sglang_contract.flags import ParsedValue, flag_spec, server_args_with_defaults
 from sparkllm_dev.sim.options import SimOptions
 
 DOCUMENTED_KV_TOKENS = 1_579_520

@@ -25,7 +25,7 @@ from types import FrameType
 import uvicorn
 
 from sparkllm.errors import SpecError
-from sparkllm.render.sglang_flags import SGLANG_VERSION, flag_spec, parse_sglang_argv
+from sparkllm.sglang_contract.flags import SGLANG_VERSION, flag_spec, parse_sglang_argv
 from sparkllm_dev.sim.app import EngineApp
 from sparkllm_dev.sim.asgi import ASGIApp
 from sparkllm_dev.sim.engine_config import EngineConfig, build_engine_config

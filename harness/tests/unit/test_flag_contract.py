@@ -15,7 +15,7 @@ from importlib import resources
 import pytest
 
 from sparkllm.errors import SpecError
-from sparkllm.render.sglang_flags import (
+from sparkllm.sglang_contract.flags import (
     SGLANG_VERSION,
     FlagSpec,
     FlagTable,
@@ -63,7 +63,7 @@ def sglang_sources() -> dict[str, str]:
 
 
 def test_checked_in_table_equals_fresh_extraction(sglang_sources: dict[str, str]) -> None:
-    packaged = resources.files("sparkllm.render").joinpath("sglang_flags.json").read_text()
+    packaged = resources.files("sparkllm.sglang_contract").joinpath("sglang_flags.json").read_text()
     fresh = extract_flags(sglang_sources).to_json()
     assert json.loads(packaged) == fresh, "run hack/update-sglang-flags.sh and commit the json"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sparkllm.errors import SpecError
-from sparkllm.render.sglang_flags import parse_sglang_argv
+from sparkllm.sglang_contract.flags import parse_sglang_argv
 from sparkllm_dev.sim.engine_config import (
     EngineStartupError,
     build_engine_config,

@@ -7,7 +7,9 @@ CRD in ``crds/`` is generated from them by :mod:`sparkllm.api.crd`. Modules:
 - ``rules``: the ``Rule`` type (CEL for the API server + the same check in Python) and
   ``ApiModel``, the base of every model.
 - ``common``, ``model_source``, ``engine``, ``admission``, ``placement``, ``operations``:
-  the sections of the spec; ``spec``: the spec, its cross-section rules, the object.
+  the sections of the spec (``engine`` reads SGLang's flags and parser names from
+  :mod:`sparkllm.sglang_contract`, re-exported here: ``OPERATOR_OWNED_FLAGS``,
+  ``ENGINE_HTTP_PORT``); ``spec``: the spec, its cross-section rules, the object.
 - ``status``, ``reasons``: status models, condition types, phases, the reason vocabulary.
 - ``schema``, ``crd``: pydantic JSON Schema -> structural OpenAPI -> the CRD. Import
   ``build_crd``/``render_crd_yaml`` from ``sparkllm.api.crd``: re-exporting them here
@@ -22,13 +24,12 @@ from sparkllm.api.common import (
     LocalObjectReference,
     SecretKeyReference,
 )
-from sparkllm.api.engine import OPERATOR_OWNED_ENV, OPERATOR_OWNED_FLAGS, EngineSpec
+from sparkllm.api.engine import OPERATOR_OWNED_ENV, EngineSpec
 from sparkllm.api.meta import (
     API_VERSION,
     BENCHMARK_SCENARIOS,
     CRD_NAME,
     DEFAULT_NODE_GROUP_LABEL,
-    ENGINE_HTTP_PORT,
     GROUP,
     KIND,
     LABEL_CLUSTER,
@@ -52,6 +53,7 @@ from sparkllm.api.status import (
     ReplicaStatus,
 )
 from sparkllm.api.validate import validate_inference_cluster, validate_inference_cluster_update
+from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT, OPERATOR_OWNED_FLAGS
 
 __all__ = [
     "API_VERSION",

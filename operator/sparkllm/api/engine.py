@@ -7,18 +7,20 @@ environment (``SGLANG_PP_LAYER_PARTITION``). Defaults are the documents' deploym
 set; ``extraArgs`` and ``env`` may not override them, because a second, conflicting
 ``--pp-size`` or ``NCCL_IB_HCA`` would silently win or lose depending on argument order.
 
-Parser names are the choices SGLang 0.5.23 (the pinned wheel) accepts for
-``--tool-call-parser`` and ``--reasoning-parser``; ``tests/unit/test_api_engine.py``
-compares them with the wheel.
+Which field sets which flag, the owned flags, and the parser names (the choices SGLang
+0.5.23, the pinned wheel, accepts for ``--tool-call-parser`` and ``--reasoning-parser``)
+come from the SGLang contract, :mod:`sparkllm.sglang_contract.fields`;
+``tests/unit/test_api_engine.py`` compares the parser names with the wheel.
 """
 
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final
 
 from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import EnvVar, SecretKeyReference
 from sparkllm.api.rules import ApiModel, Rule, re2_search
 from sparkllm.gateway_settings import DEFAULT_CONTEXT_LENGTH
+from sparkllm.sglang_contract.fields import OPERATOR_OWNED_FLAGS, ReasoningParser, ToolCallParser
 
 MAX_PIPELINE_PARALLEL: Final = 8
 
@@ -29,19 +31,6 @@ PINNED_IMAGE_PATTERN: Final = (
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
 )
 LATEST_TAG_PATTERN: Final = r":latest(@sha256:[a-f0-9]{64})?$"
-
-# Flags the operator sets on every rank (with their aliases in SGLang 0.5.23). SGLang's
-# argparse accepts unique abbreviations (``--mem-frac`` means ``--mem-fraction-static``),
-# so an extra argument is refused when its name is a prefix of any of these; no other
-# SGLang flag is such a prefix (tests/unit/test_api_engine.py checks it).
-OPERATOR_OWNED_FLAGS: Final = (
-    "--model-path", "--model", "--served-model-name", "--nnodes", "--node-rank",
-    "--dist-init-addr", "--nccl-init-addr", "--pp-size", "--pipeline-parallel-size",
-    "--tp-size", "--tensor-parallel-size", "--mem-fraction-static", "--context-length",
-    "--chunked-prefill-size", "--cuda-graph-max-bs-decode", "--max-running-requests",
-    "--host", "--port", "--api-key", "--enable-metrics", "--tool-call-parser",
-    "--reasoning-parser",
-)  # fmt: skip
 
 
 def _sets_owned_flag(arg: str) -> bool:
@@ -57,24 +46,6 @@ OPERATOR_OWNED_ENV: Final = (
     "NCCL_IB_SUBNET_AWARE_ROUTING", "NCCL_IB_MERGE_NICS", "NCCL_NET_PLUGIN",
     "SGLANG_PP_LAYER_PARTITION",
 )  # fmt: skip
-
-ToolCallParser = Literal[
-    "auto", "apertus2509", "beam", "cohere_command4", "deepseekv3", "deepseekv31",
-    "deepseekv32", "deepseekv4", "deepseekv41", "dots", "glm", "glm45", "glm47", "gpt-oss",
-    "k2_horizon", "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3", "mimo", "minicpm5",
-    "mistral", "muse", "poolside_v1", "pythonic", "qwen", "qwen25", "qwen3_coder", "spark25",
-    "step3", "step3p5", "minimax-m2", "minimax-m3", "nanbeige", "trinity", "interns1",
-    "hermes", "hunyuan", "gigachat3", "gigachat35", "gemma4", "inkling", "iquest_q1",
-    "response_template",
-]  # fmt: skip
-ReasoningParser = Literal[
-    "auto", "apertus2509", "beam", "deepseek-r1", "deepseek-v3", "deepseek-v4",
-    "deepseek-v41", "dots", "glm45", "ling3", "hunyuan", "gpt-oss", "k2_horizon", "kimi",
-    "kimi_k2", "kimi_k3", "mimo", "muse", "poolside_v1", "qwen3", "qwen3-thinking", "minimax",
-    "minimax-append-think", "minimax-m3", "nanbeige", "step3", "step3p5", "mistral",
-    "nemotron_3", "granite_thinking_parser", "interns1", "gemma4", "inkling", "iquest_q1",
-    "cohere_command4", "gigachat35", "response_template",
-]  # fmt: skip
 
 ImageReference = Annotated[
     str,

@@ -2,8 +2,9 @@
 
 Everything here is part of the published contract (DESIGN.md): the group/version/kind a
 user writes in a manifest, the CRD's names, the label keys the operator stamps on every
-object it owns and reads from nodes, the engine's serving port, and the benchmark
-scenario names a user may write in an annotation. They live in one
+object it owns and reads from nodes, and the benchmark scenario names a user may write
+in an annotation. (The engine's serving port is an SGLang launch fact: it lives in
+:mod:`sparkllm.sglang_contract.fields` and ``sparkllm.api`` re-exports it.) They live in one
 module, with no logic, so that ``render``, ``reconcile``, the gateway and the CLI import
 one spelling of each name instead of re-typing string literals.
 """
@@ -31,10 +32,6 @@ LABEL_RANK: Final = "sparkllm.io/rank"
 # group (fixed: one spelling across the fleet keeps node labelling scriptable).
 DEFAULT_NODE_GROUP_LABEL: Final = "sparkllm.io/node-group"
 NODE_RANK_LABEL: Final = "sparkllm.io/rank"
-
-# Rank 0 serves SGLang's HTTP API here (host network, so it is a port on the node).
-# Fixed by DESIGN.md; the API forbids other ports the operator opens from colliding.
-ENGINE_HTTP_PORT: Final = 30000
 
 # The benchmark scenarios a user may name in the annotation
 # ``sparkllm.io/benchmark-scenarios`` (render/benchmark.py), in matrix order. The matrix

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from sparkllm.api.meta import ENGINE_HTTP_PORT
 from sparkllm.api.rules import ApiModel, Rule
+from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT
 
 # Linux interface names: at most 15 bytes, no '/' or whitespace.
 INTERFACE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,15}$"

@@ -42,7 +42,6 @@ from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
     STANDALONE_MAX_BODY_BYTES,
-    env_var_name,
 )
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -246,11 +245,9 @@ def load_gateway_config(
 
 
 __all__ = [
-    "ENV_PREFIX",  # defined in sparkllm.gateway_settings; import it from there
     "LOG_LEVELS",
     "GatewayConfig",
     "MaxTokensPolicy",
     "build_argument_parser",
-    "env_var_name",  # defined in sparkllm.gateway_settings; import it from there
     "load_gateway_config",
 ]

@@ -84,7 +84,7 @@ def generate_token() -> str:
     """A fresh engine key, base64-encoded for a Secret's ``data``.
 
     Hex, not urlsafe base64: defence in depth. The rendered args attach the key with
-    "=" (`--api-key=$(KEY)`, render/argv.py), so a leading "-" no longer reaches
+    "=" (`--api-key=$(KEY)`, sglang_contract/argv.py), so a leading "-" no longer reaches
     argparse as an option; a generated key still never starts with one.
     """
     return base64.b64encode(secrets.token_hex(32).encode()).decode()

@@ -37,8 +37,6 @@ from sparkllm.gateway_settings import (
     ROUTER_PORT,
     env_var_name,
 )
-from sparkllm.render.argv import attached
-from sparkllm.render.engine import ENGINE_API_KEY_ENV
 from sparkllm.render.names import (
     COMPONENT_ENGINE,
     COMPONENT_GATEWAY,
@@ -50,6 +48,8 @@ from sparkllm.render.names import (
 )
 from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS, EngineKeyRef
+from sparkllm.sglang_contract.argv import attached
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
 DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
@@ -161,7 +161,7 @@ def router_args(ic: InferenceCluster) -> list[str]:
         "--balance-abs-threshold", str(max(1, engine.max_running_requests // 4)),
         "--max-tree-size", str(ROUTER_MAX_TREE_CHARS),
         "--disable-tokenizer-autoload",
-        # One word: the key may start with "-" (a user's Secret); see render/argv.py.
+        # One word: the key may start with "-" (a user's Secret); see sglang_contract/argv.py.
         attached("--api-key", f"$({ENGINE_API_KEY_ENV})"),
         "--health-check-endpoint", HEALTH_PATH,
         "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_SECONDS),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
-from sparkllm.render.engine import ENGINE_API_KEY_ENV, ENGINE_COMMAND, engine_args, engine_env
+from sparkllm.render.engine import engine_env
 from sparkllm.render.names import (
     ANNOTATION_TEMPLATE_HASH,
     LABEL_GENERATION,
@@ -30,6 +30,8 @@ from sparkllm.render.names import (
     replica_service_name,
 )
 from sparkllm.render.objects import JSON, render_template, stamp_hash, template_hash
+from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
 # A NotReady/unreachable node must not hold a pipeline rank for the default 300 s: the
 # replica is already broken and the operator restarts it as a whole when the node is back.

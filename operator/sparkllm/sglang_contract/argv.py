@@ -14,11 +14,13 @@ exactly ``--``, which Python 3.11's argparse drops). The kubelet expands
 one word after expansion. :func:`attached` renders that form.
 
 Why readers live here too: once a rendered command line holds both forms, everything
-that reads one — render's own check that every emitted flag exists, the dev cluster's
-rewrite of the router's ports, tests — must find a flag and its value in either form.
-:func:`flag_name`, :func:`option_value` and :func:`replace_option_values` do, the way
-argparse does (the last occurrence wins). They match exact spellings only; argparse's
-abbreviations are ``sglang_flags``' business, where the whole SGLang table is known.
+that reads one — the contract's own check that every emitted flag exists, the dev
+cluster's rewrite of the router's ports, tests — must find a flag and its value in
+either form. :func:`flag_name`, :func:`option_value` and :func:`replace_option_values`
+do, the way argparse does (the last occurrence wins). They match exact spellings only;
+argparse's abbreviations are :mod:`sparkllm.sglang_contract.flags`' business, where the
+whole SGLang table is known. (smg's ``launch`` is argparse too, so the gateway's router
+command uses the same helpers.)
 
 Pure: no I/O.
 """

@@ -1,10 +1,12 @@
-"""The command-line contract of the pinned SGLang (0.5.23): which flags exist and how they parse.
+"""The pinned SGLang's (0.5.23) flag table: which flags exist and how argparse reads them.
 
 Why this module exists: every flag the operator renders, and every ``extraArgs`` entry a
 user adds, must be accepted by the SGLang inside the pinned image, and the simulator must
 refuse a command line exactly where SGLang would. Both read the same table,
-``sglang_flags.json``, generated from the sglang wheel by ``flag_extract`` (never by
-importing sglang, which pulls in torch) and checked in; a unit test fails when it drifts.
+``sglang_flags.json``, generated from the sglang wheel by the harness's extractor
+(``hack/update-sglang-flags.sh``; never by importing sglang, which pulls in torch) and
+checked in; a unit test fails when it drifts. Which spec field sets which of these flags
+is :mod:`sparkllm.sglang_contract.fields`' business.
 
 Facts of 0.5.23 the operator depends on (all verified in the wheel; see docs/simulator.md):
 
@@ -125,7 +127,7 @@ class FlagTable:
 @cache
 def flag_table() -> FlagTable:
     """The packaged table for the pinned SGLang version (read once)."""
-    text = resources.files("sparkllm.render").joinpath(FLAGS_RESOURCE).read_text("utf-8")
+    text = resources.files("sparkllm.sglang_contract").joinpath(FLAGS_RESOURCE).read_text("utf-8")
     return FlagTable.from_json(json.loads(text))
 
 
@@ -300,18 +302,27 @@ def _stored(spec: FlagSpec, values: list[str]) -> ParsedValue:
     return values[0]
 
 
-def parse_sglang_argv(argv: Sequence[str]) -> dict[str, ParsedValue]:
-    """Parse SGLang's own arguments (after ``-m sglang.launch_server``) as 0.5.23 would.
+def parse_sglang_options(argv: Sequence[str]) -> dict[str, ParsedValue]:
+    """Parse some of SGLang's arguments (e.g. ``extraArgs``) as 0.5.23 would, without
+    asking for the required ones.
 
     Returns the options given, keyed by ServerArgs field (``pp_size``), values as written
     (strings, lists for nargs options, booleans for switches). Raises SpecError with
-    argparse's message on the first problem, including a missing required option.
+    argparse's message on the first problem.
     """
-    table = flag_table()
-    found, problems = _scan(argv, table)
+    found, problems = _scan(argv, flag_table())
     if problems:
         raise SpecError(problems[0])
-    parsed = {occurrence.spec.dest: occurrence.value for occurrence in found}
+    return {occurrence.spec.dest: occurrence.value for occurrence in found}
+
+
+def parse_sglang_argv(argv: Sequence[str]) -> dict[str, ParsedValue]:
+    """Parse SGLang's own arguments (after ``-m sglang.launch_server``) as 0.5.23 would.
+
+    As :func:`parse_sglang_options`, and a missing required option is an error too.
+    """
+    table = flag_table()
+    parsed = parse_sglang_options(argv)
     missing = [s for s in table.flags if s.required and s.dest not in parsed]
     if missing:
         names = ", ".join(_argument_label(s) for s in missing)
@@ -363,6 +374,24 @@ def typed_value(spec: FlagSpec, value: ParsedValue) -> Any:
     if spec.value_type == "human_readable_int":
         return parse_human_readable_int(value)
     return value
+
+
+LaunchValue = str | int | float | bool
+
+
+def coerce(spec: FlagSpec, value: LaunchValue) -> Any:
+    """A value the operator sets (a spec's int, float or text) as SGLang stores it for this
+    flag: a float for a ``float`` flag (``2`` -> ``2.0``), an int for an integer one, the
+    switch's value for a switch, else the text. What ConfigApplied expects in server_info."""
+    if not spec.takes_value:
+        return _switch_value(spec, negated=False)
+    if spec.value_type == "human_readable_int" and isinstance(value, str):
+        return parse_human_readable_int(value)
+    if spec.value_type == "float":
+        return float(value)
+    if spec.value_type in ("int", "human_readable_int"):
+        return int(value)
+    return value if isinstance(value, str) else str(value)
 
 
 def server_args_with_defaults(parsed: Mapping[str, ParsedValue]) -> dict[str, Any]:

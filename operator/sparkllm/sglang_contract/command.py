@@ -1,0 +1,92 @@
+"""The SGLang command line of one rank, built from the field table and checked against SGLang.
+
+Every word comes from a row of :data:`~sparkllm.sglang_contract.fields.LAUNCH_FIELDS`,
+in its order, and every flag must exist in the pinned SGLang's flag table
+(``sglang_flags.json``, extracted from the wheel); :func:`engine_args` asserts it. The
+layer partition has no flag in SGLang — it is the env ``SGLANG_PP_LAYER_PARTITION``
+(``render/engine.py`` sets the environment).
+
+The engine API key never appears in the pod spec: the args say
+``--api-key=$(SPARKLLM_ENGINE_API_KEY)``, which the kubelet expands from an env var that
+a secretKeyRef fills. It is attached with "=" as one word because the key is a Secret's
+value, possibly a user's, that may start with "-", which argparse would read as an
+option if it stood alone (:mod:`sparkllm.sglang_contract.argv`). Every other value here
+is the operator's own or constrained by the API so that it cannot start with "-" (paths
+are absolute, served names start with a letter or digit, parsers are enums);
+``extraArgs`` are the user's own argv words, checked as SGLang would parse them.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from sparkllm.errors import SpecError
+from sparkllm.sglang_contract.argv import attached, flag_name
+from sparkllm.sglang_contract.fields import (
+    LAUNCH_FIELDS,
+    OPERATOR_OWNED_FLAGS,
+    LaunchField,
+    RankLaunch,
+)
+from sparkllm.sglang_contract.flags import (
+    LaunchValue,
+    flag_spec,
+    known_flags,
+    validate_extra_args,
+)
+
+if TYPE_CHECKING:
+    from sparkllm.api.spec import InferenceClusterSpec
+
+ENGINE_COMMAND: Final = ("python3", "-m", "sglang.launch_server")
+
+
+def argv_word(value: LaunchValue) -> str:
+    """A value exactly as SGLang's argparse will read it back (0.57, not 0.5699...).
+
+    For a float, ``repr`` is the shortest string that round-trips; a fixed precision would
+    round (0.123456789 -> 0.123457) and SGLang would run with another value than the spec's.
+    """
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def field_words(field: LaunchField, value: LaunchValue) -> list[str]:
+    """The argv words that set ``field`` to ``value``."""
+    if not flag_spec(field.flag).takes_value:
+        return [field.flag]
+    if field.secret:  # one word: the value may start with "-"
+        return [attached(field.flag, argv_word(value))]
+    return [field.flag, argv_word(value)]
+
+
+def engine_args(
+    spec: InferenceClusterSpec, *, rank: int, rank0_ip: str, api_key: bool
+) -> list[str]:
+    """The arguments after ``python3 -m sglang.launch_server`` for ``rank``."""
+    launch = RankLaunch(rank=rank, rank0_address=rank0_ip, api_key=api_key)
+    args: list[str] = []
+    for field in LAUNCH_FIELDS:
+        value = field.value(spec, launch)
+        if value is not None:
+            args += field_words(field, value)
+    names = {name for name in map(flag_name, args) if name is not None}
+    unknown = sorted(names - known_flags())
+    if unknown:  # a programming error, but never ship a command SGLang would refuse
+        raise SpecError(f"rendered SGLang flags unknown to the pinned SGLang: {unknown}")
+    reserved = [flag for flag in OPERATOR_OWNED_FLAGS if flag in known_flags()]
+    problems = validate_extra_args(spec.engine.extra_args, reserved=reserved)
+    if problems:
+        raise SpecError("spec.engine.extraArgs: " + "; ".join(problems))
+    return args + list(spec.engine.extra_args)
+
+
+__all__ = [
+    "ENGINE_COMMAND",
+    "argv_word",
+    "engine_args",
+    "field_words",
+]

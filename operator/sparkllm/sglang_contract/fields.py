@@ -1,0 +1,170 @@
+"""The one table: each launch setting's source in the spec, its SGLang flag, its server_info key.
+
+Why one table: the same fact — "``spec.engine.memFractionStatic`` is SGLang's
+``--mem-fraction-static``, reported back as ``mem_fraction_static``" — is needed by the
+API (which flags ``extraArgs`` may not set), by the renderer (which words to put on each
+rank's command line) and by the ConfigApplied check (which ``/get_server_info`` key to
+compare with which spec value, and which spec path to name when they differ). Written
+once per consumer, the copies drift: an SGLang upgrade renames a flag
+(``--cuda-graph-max-bs`` became ``--cuda-graph-max-bs-decode`` in 0.5.x) and one copy
+follows while the others do not. Here every row names its flag once; the server_info
+key is the flag's argparse ``dest`` from the pinned flag table
+(:mod:`sparkllm.sglang_contract.flags`), never typed again, and a unit test checks every
+flag exists in that table.
+
+Also here, because they are facts of the pinned SGLang the API publishes: the choices of
+``--tool-call-parser`` and ``--reasoning-parser`` (from the flag table, so the CRD's
+enums are SGLang's own lists) and the engine's HTTP port.
+
+Pure: imports nothing of the API at run time (the API imports this module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal
+
+from sparkllm.sglang_contract.flags import LaunchValue, flag_spec
+
+if TYPE_CHECKING:
+    from sparkllm.api.spec import InferenceClusterSpec
+
+# Rank 0 serves SGLang's HTTP API here (host network, so it is a port on the node).
+ENGINE_HTTP_PORT: Final = 30000
+# Every address of the node: pods on the host network must be reachable from the router.
+ENGINE_LISTEN_HOST: Final = "0.0.0.0"
+# The CUDA-graph decode batch flag of the pinned SGLang (0.5.23): `--cuda-graph-max-bs`
+# became ambiguous there (it prefixes -decode and -prefill); see sglang_contract/flags.py.
+CUDA_GRAPH_DECODE_FLAG: Final = "--cuda-graph-max-bs-decode"
+# The variable the kubelet expands into ``--api-key=$(...)``; a secretKeyRef fills it.
+ENGINE_API_KEY_ENV: Final = "SPARKLLM_ENGINE_API_KEY"
+
+TOOL_CALL_PARSERS: Final = flag_spec("--tool-call-parser").choices or ()
+REASONING_PARSERS: Final = flag_spec("--reasoning-parser").choices or ()
+if TYPE_CHECKING:
+    ToolCallParser = str
+    ReasoningParser = str
+else:  # enums in the CRD: the choices SGLang's argparse accepts, in its order
+    ToolCallParser = Literal[TOOL_CALL_PARSERS]
+    ReasoningParser = Literal[REASONING_PARSERS]
+
+
+@dataclass(frozen=True, slots=True)
+class RankLaunch:
+    """What besides the spec decides one rank's command line."""
+
+    rank: int
+    rank0_address: str | None
+    """Rank 0's node address (for ``--dist-init-addr``); None when not known."""
+    api_key: bool
+    """Whether the rank requires the engine key (rank 0 does)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchField:
+    """One setting the operator puts on every rank's command line."""
+
+    flag: str
+    """SGLang's canonical spelling, e.g. ``--mem-fraction-static``."""
+    source: str
+    """Where the value comes from: a spec path, or ``operator: ...`` for the operator's own."""
+    value: Callable[[InferenceClusterSpec, RankLaunch], LaunchValue | None]
+    """The value for a rank, as Python holds it (0.57, 12288, "deepseekv4"); None: not set."""
+    secret: bool = False
+    """A secret reference: rendered as one ``--flag=value`` word, never compared."""
+
+    @property
+    def server_info_key(self) -> str:
+        """The ServerArgs field SGLang sets from the flag and reports in server_info."""
+        return flag_spec(self.flag).dest
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """The flag and its aliases in the pinned SGLang (``--pp-size``,
+        ``--pipeline-parallel-size``)."""
+        spec = flag_spec(self.flag)
+        return (spec.name, *spec.aliases)
+
+
+def _dist_init_addr(spec: InferenceClusterSpec, launch: RankLaunch) -> str | None:
+    if launch.rank0_address is None:
+        return None
+    return f"{launch.rank0_address}:{spec.network.dist_init_port}"
+
+
+def _api_key(_spec: InferenceClusterSpec, launch: RankLaunch) -> str | None:
+    return f"$({ENGINE_API_KEY_ENV})" if launch.api_key else None
+
+
+# In command-line order. Every rank gets every row; only --node-rank differs between ranks.
+LAUNCH_FIELDS: Final = (
+    LaunchField("--model-path", "spec.model.path", lambda s, _: s.model.path),
+    LaunchField("--served-model-name", "spec.model.servedName", lambda s, _: s.model.served_name),
+    LaunchField(
+        "--nnodes", "spec.engine.pipelineParallel", lambda s, _: s.engine.pipeline_parallel
+    ),
+    LaunchField("--node-rank", "operator: the node's rank", lambda _, launch: launch.rank),
+    LaunchField("--dist-init-addr", "spec.network.distInitPort", _dist_init_addr),
+    LaunchField(
+        "--pp-size", "spec.engine.pipelineParallel", lambda s, _: s.engine.pipeline_parallel
+    ),
+    LaunchField("--tp-size", "spec.engine.tensorParallel", lambda s, _: s.engine.tensor_parallel),
+    LaunchField(
+        "--mem-fraction-static",
+        "spec.engine.memFractionStatic",
+        lambda s, _: s.engine.mem_fraction_static,
+    ),
+    LaunchField(
+        "--context-length", "spec.engine.contextLength", lambda s, _: s.engine.context_length
+    ),
+    LaunchField(
+        "--chunked-prefill-size",
+        "spec.engine.chunkedPrefillSize",
+        lambda s, _: s.engine.chunked_prefill_size,
+    ),
+    LaunchField(
+        CUDA_GRAPH_DECODE_FLAG,
+        "spec.engine.cudaGraphMaxBatchSize",
+        lambda s, _: s.engine.cuda_graph_max_batch_size,
+    ),
+    LaunchField(
+        "--max-running-requests",
+        "spec.engine.maxRunningRequests",
+        lambda s, _: s.engine.max_running_requests,
+    ),
+    LaunchField("--host", "operator: listen on all addresses", lambda *_: ENGINE_LISTEN_HOST),
+    LaunchField("--port", "operator: engine port", lambda *_: ENGINE_HTTP_PORT),
+    LaunchField("--enable-metrics", "operator: metrics on", lambda *_: True),
+    LaunchField(
+        "--tool-call-parser", "spec.engine.toolCallParser", lambda s, _: s.engine.tool_call_parser
+    ),
+    LaunchField(
+        "--reasoning-parser", "spec.engine.reasoningParser", lambda s, _: s.engine.reasoning_parser
+    ),
+    LaunchField("--api-key", "spec.engine.apiKeySecretRef", _api_key, secret=True),
+)
+
+# Flags (with their aliases) that extraArgs may not set: a second, conflicting --pp-size
+# would silently win or lose by position. SGLang's argparse accepts unique abbreviations
+# (--mem-frac means --mem-fraction-static), so the API also refuses a prefix of any of
+# these; no other SGLang flag is such a prefix (tests/unit/test_api_engine.py checks it).
+OPERATOR_OWNED_FLAGS: Final = tuple(
+    spelling for field in LAUNCH_FIELDS for spelling in field.spellings
+)
+
+
+__all__ = [
+    "CUDA_GRAPH_DECODE_FLAG",
+    "ENGINE_API_KEY_ENV",
+    "ENGINE_HTTP_PORT",
+    "ENGINE_LISTEN_HOST",
+    "LAUNCH_FIELDS",
+    "OPERATOR_OWNED_FLAGS",
+    "REASONING_PARSERS",
+    "TOOL_CALL_PARSERS",
+    "LaunchField",
+    "RankLaunch",
+    "ReasoningParser",
+    "ToolCallParser",
+]
