@@ -16,9 +16,9 @@ SGLang behaviour mirrored here (0.5.23):
 - ``served_model_name`` defaults to the model path (``arg_groups/serving_hook.py``) and
   must not contain ``:`` (``arg_groups/validation_hook.py``).
 
-KV pool size: the documents report 1,579,520 tokens per rank at mem_fraction_static 0.57;
-the simulator scales that linearly with the fraction it is given (a simplification: the
-real pool is the fraction of memory left after weights).
+KV pool size: the product's one KV model (:mod:`sparkllm.plan.kv`) — the documents'
+1,579,520 tokens per rank at mem_fraction_static 0.57, scaled in proportion to the
+fraction given (the simulator knows no weight sizes; the capacity plan subtracts them).
 """
 
 from __future__ import annotations
@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkllm.errors import SpecError
+from sparkllm.plan.kv import DOCUMENTED_MEM_FRACTION, proportional_pool_tokens
+from sparkllm.sglang_contract.fields import LAYER_PARTITION_ENV
 from sparkllm.sglang_contract.flags import ParsedValue, flag_spec, server_args_with_defaults
 from sparkllm_dev.sim.options import SimOptions
 
-DOCUMENTED_KV_TOKENS = 1_579_520
-DOCUMENTED_MEM_FRACTION = 0.57
 DEFAULT_CONTEXT_LENGTH = 32_768
 DEFAULT_MAX_RUNNING_REQUESTS = 64
-LAYER_PARTITION_ENV = "SGLANG_PP_LAYER_PARTITION"
 
 
 class EngineStartupError(SpecError):
@@ -108,11 +107,6 @@ def parse_layer_partition(
     return partitions
 
 
-def kv_pool_tokens(mem_fraction_static: float) -> int:
-    """The documents' 1,579,520 tokens at 0.57, scaled linearly with the fraction."""
-    return round(DOCUMENTED_KV_TOKENS * mem_fraction_static / DOCUMENTED_MEM_FRACTION)
-
-
 def _effective_args(
     parsed: Mapping[str, ParsedValue], ignored_flags: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -175,7 +169,9 @@ def build_engine_config(
         max_running_requests=_int_or(
             args.get("max_running_requests"), DEFAULT_MAX_RUNNING_REQUESTS
         ),
-        max_total_num_tokens=_int_or(args.get("max_total_tokens"), kv_pool_tokens(fraction)),
+        max_total_num_tokens=_int_or(
+            args.get("max_total_tokens"), proportional_pool_tokens(fraction)
+        ),
         layer_partition=partition,
         num_hidden_layers=num_hidden_layers,
         sim=sim,

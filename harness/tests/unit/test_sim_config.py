@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from sparkllm.errors import SpecError
+from sparkllm.plan.kv import proportional_pool_tokens as kv_pool_tokens
 from sparkllm.sglang_contract.flags import parse_sglang_argv
 from sparkllm_dev.sim.engine_config import (
     EngineStartupError,
     build_engine_config,
-    kv_pool_tokens,
     parse_layer_partition,
 )
 from sparkllm_dev.sim.generation import answer_for, chat_prompt_text

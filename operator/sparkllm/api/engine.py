@@ -20,7 +20,12 @@ from pydantic import Field, StringConstraints
 from sparkllm.api.common import EnvVar, SecretKeyReference
 from sparkllm.api.rules import ApiModel, Rule, re2_search
 from sparkllm.gateway_settings import DEFAULT_CONTEXT_LENGTH
-from sparkllm.sglang_contract.fields import OPERATOR_OWNED_FLAGS, ReasoningParser, ToolCallParser
+from sparkllm.sglang_contract.fields import (
+    LAYER_PARTITION_ENV,
+    OPERATOR_OWNED_FLAGS,
+    ReasoningParser,
+    ToolCallParser,
+)
 
 MAX_PIPELINE_PARALLEL: Final = 8
 
@@ -44,7 +49,7 @@ def _sets_owned_flag(arg: str) -> bool:
 OPERATOR_OWNED_ENV: Final = (
     "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
     "NCCL_IB_SUBNET_AWARE_ROUTING", "NCCL_IB_MERGE_NICS", "NCCL_NET_PLUGIN",
-    "SGLANG_PP_LAYER_PARTITION",
+    LAYER_PARTITION_ENV,
 )  # fmt: skip
 
 ImageReference = Annotated[

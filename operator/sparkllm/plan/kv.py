@@ -16,6 +16,11 @@ other needs the cache's bytes per token per layer. Three sources, best first:
    construction), useful to predict other fractions; it is consistent with a compressed
    MLA-style latent of 576 values stored in about one byte each, and rules out a dense
    BF16 cache, which for a model of this size would need tens of kilobytes.
+
+One more figure lives here, so that nothing else models the pool on its own:
+:func:`proportional_pool_tokens`, the documents' pool scaled in proportion to the
+fraction. It is what a stand-in engine that knows no weights reports (the dev cluster's
+simulator); the plan itself always subtracts the rank's weights (``capacity``).
 """
 
 from __future__ import annotations
@@ -64,6 +69,16 @@ def documented_basis() -> KvBasis:
         description=f"{value:.1f} bytes per token per layer, calibrated from the documents' "
         f"{DOCUMENTED_KV_TOKENS:,} tokens at {DOCUMENTED_MEM_FRACTION} (an estimate)",
     )
+
+
+def proportional_pool_tokens(mem_fraction_static: float) -> int:
+    """The documents' 1,579,520 tokens at 0.57, in proportion to ``mem_fraction_static``.
+
+    Coarser than the plan (the real pool is what the fraction leaves after the weights),
+    and meant only where no weights are known: it keeps a simulated engine's
+    ``max_total_num_tokens`` at the documents' figure for the documents' fraction.
+    """
+    return round(DOCUMENTED_KV_TOKENS * mem_fraction_static / DOCUMENTED_MEM_FRACTION)
 
 
 def _positive_int(config: Mapping[str, Any], key: str) -> int | None:

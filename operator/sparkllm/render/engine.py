@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkllm.api import InferenceClusterSpec
+from sparkllm.sglang_contract.fields import LAYER_PARTITION_ENV
 
 
 def engine_env(spec: InferenceClusterSpec) -> list[dict[str, Any]]:
@@ -35,8 +36,6 @@ def engine_env(spec: InferenceClusterSpec) -> list[dict[str, Any]]:
         ]
     partition = spec.engine.layer_partition
     if partition is not None:
-        env.append(
-            {"name": "SGLANG_PP_LAYER_PARTITION", "value": ",".join(str(n) for n in partition)}
-        )
+        env.append({"name": LAYER_PARTITION_ENV, "value": ",".join(str(n) for n in partition)})
     env += [{"name": e.name, "value": e.value} for e in spec.engine.env]
     return env

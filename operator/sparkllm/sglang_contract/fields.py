@@ -37,6 +37,8 @@ ENGINE_LISTEN_HOST: Final = "0.0.0.0"
 # The CUDA-graph decode batch flag of the pinned SGLang (0.5.23): `--cuda-graph-max-bs`
 # became ambiguous there (it prefixes -decode and -prefill); see sglang_contract/flags.py.
 CUDA_GRAPH_DECODE_FLAG: Final = "--cuda-graph-max-bs-decode"
+# The layer split has no flag: SGLang reads it from this variable (get_pp_indices).
+LAYER_PARTITION_ENV: Final = "SGLANG_PP_LAYER_PARTITION"
 # The variable the kubelet expands into ``--api-key=$(...)``; a secretKeyRef fills it.
 ENGINE_API_KEY_ENV: Final = "SPARKLLM_ENGINE_API_KEY"
 
@@ -160,6 +162,7 @@ __all__ = [
     "ENGINE_HTTP_PORT",
     "ENGINE_LISTEN_HOST",
     "LAUNCH_FIELDS",
+    "LAYER_PARTITION_ENV",
     "OPERATOR_OWNED_FLAGS",
     "REASONING_PARSERS",
     "TOOL_CALL_PARSERS",
