@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(handler=_run)
 
-    render = sub.add_parser("render", help="print the objects an InferenceCluster becomes")
+    render = sub.add_parser(
+        "render", help="print the objects the operator applies for an InferenceCluster"
+    )
     render.add_argument("-f", "--file", required=True, help="InferenceCluster manifest")
     render.add_argument("-n", "--namespace", default=None, help="namespace if the file has none")
     render.add_argument(
