@@ -1,7 +1,8 @@
 """``spec.engine`` against the pinned SGLang (0.5.23): parser names and owned flags.
 
 The parser enums are copied into the API so ``kubectl explain`` lists them and the API
-server refuses a typo; this test compares them with the sglang wheel's own lists. The
+server refuses a typo; this test compares them with sglang's own lists, read from the
+files of the pinned sglang the dev virtualenv installs (no deps, never imported). The
 owned-flag rule is compared with the flag table the renderer extracts from the same wheel
 (``sparkllm/sglang_contract/sglang_flags.json``).
 """
@@ -11,9 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-import zipfile
 from importlib import resources
-from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -21,21 +20,21 @@ import pytest
 from sparkllm.api import OPERATOR_OWNED_FLAGS, validate_inference_cluster
 from sparkllm.errors import SpecError
 from sparkllm.sglang_contract.fields import ReasoningParser, ToolCallParser
+from sparkllm_dev.flags.extract import read_installed_sources
 from tests.fixtures.invalid import apply_changes, load_base_manifest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-WHEEL_DIR = Path.home() / ".cache" / "sparkllm" / "wheels"
 
 
 def _wheel_list(member: str, variable: str) -> list[str]:
-    wheels = sorted(WHEEL_DIR.glob("sglang-0.5.23-*.whl"))
-    if not wheels:
-        message = f"sglang 0.5.23 wheel not in {WHEEL_DIR}"
+    """A list literal from the pinned sglang's files, as the dev virtualenv installs them."""
+    try:
+        sources = read_installed_sources("0.5.23")
+    except SpecError as exc:
         if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    with zipfile.ZipFile(wheels[0]) as archive:
-        tree = ast.parse(archive.read(member).decode())
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    tree = ast.parse(sources[member])
     for statement in tree.body:
         if isinstance(statement, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == variable for target in statement.targets
