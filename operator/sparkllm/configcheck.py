@@ -30,14 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sparkllm.api import InferenceClusterSpec
-from sparkllm.sglang_contract.fields import LAUNCH_FIELDS, RankLaunch
-from sparkllm.sglang_contract.flags import (
-    coerce,
-    flag_spec,
-    flag_table,
-    parse_sglang_options,
-    typed_value,
-)
+from sparkllm.sglang_contract.fields import LAUNCH_FIELDS, RankLaunch, coerce
+from sparkllm.sglang_contract.flags import flag_spec, flag_table, parse_sglang_options, typed_value
 
 # ServerArgs fields that hold secrets; their values are never copied anywhere.
 SECRET_FIELDS: Final = ("api_key", "admin_api_key")

@@ -58,8 +58,9 @@ from sparkllm.api import validate_inference_cluster
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.tokens import TokenCounter
 from sparkllm.gateway_settings import env_var_name
-from sparkllm.render.gateway import admission_env, router_args
+from sparkllm.render.gateway import admission_env
 from sparkllm.render.ranks import EngineKeyRef
+from sparkllm.render.router import router_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm_dev.devcluster.gateway_io import free_port, localize_router_args, with_worker_url
 from tests.bench.bench_admission import MODEL, _prompt_of_tokens, train_bench_tokenizer

@@ -29,8 +29,8 @@ from sparkllm.configcheck import (
     values_match,
 )
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
-from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
-from sparkllm.sglang_contract.flags import LaunchValue, parse_sglang_argv
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV, LaunchValue
+from sparkllm.sglang_contract.flags import parse_sglang_argv
 from sparkllm_dev.devcluster import kubelet
 from sparkllm_dev.sim.engine_config import build_engine_config
 from sparkllm_dev.sim.options import SimOptions

@@ -29,9 +29,9 @@ from sparkllm.render.benchmark import (
     parse_benchmark_request,
     render_benchmark_job,
 )
-from sparkllm.render.gateway import engine_discovery_selector
 from sparkllm.render.names import ANNOTATION_HASH
 from sparkllm.render.objects import desired_hash
+from sparkllm.render.router import engine_discovery_selector
 
 NAME, NAMESPACE, UID = "llm", "serving", "uid-123"
 USER, SCENARIOS = ANNOTATION_BENCHMARK, ANNOTATION_BENCHMARK_SCENARIOS

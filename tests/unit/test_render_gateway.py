@@ -16,21 +16,20 @@ from smg.launch_router import parse_router_args
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.gateway.config import MaxTokensPolicy, load_gateway_config
+from sparkllm.gateway_settings import ROUTER_PORT
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import (
     DEFAULT_GATEWAY_IMAGE,
     GATEWAY_HTTP_PORT,
     GATEWAY_IMAGE_ENV,
-    ROUTER_PORT,
     admission_env,
-    engine_discovery_selector,
     gateway_image_from,
     render_gateway,
-    router_args,
 )
 from sparkllm.render.names import ANNOTATION_HASH
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.ranks import EngineKeyRef
+from sparkllm.render.router import engine_discovery_selector, router_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm_dev.devcluster.kubelet import expand_references
 

@@ -7,13 +7,8 @@ pods with the cache-aware policy, finding them by Kubernetes service discovery; 
 > 0 never match its selector, so nothing routes to them. smg watches pods with its own
 ServiceAccount ``N-gateway``, allowed get/list/watch on pods in this namespace only.
 
-Why these numbers: every smg knob set here, and why, is in docs/gateway.md ("The router
-behind it"); the behaviour it relies on (kubeconfig/in-cluster auth, Ready pods only, the
-pod IP as address, which statuses are retried, what trips the breaker) was verified
-against smg 1.13.0 and is recorded there too. In short: requests take tens of seconds,
-replicas are few (one to three) and each runs at most a handful of requests, so the
-router's defaults — sized for large GPU fleets — would never spill load off a replica
-and would leave a dead one in rotation too long.
+The router's own command line and the reasons for each of its knobs are in
+``render/router.py``; this module builds the Kubernetes objects around the two containers.
 
 Why the model directory is mounted: the admission layer counts tokens with the model's
 own ``tokenizer.json`` and chat template, which live beside the weights. It is mounted
@@ -29,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from sparkllm.api import ENGINE_HTTP_PORT, LABEL_CLUSTER, LABEL_RANK, InferenceCluster
+from sparkllm.api import LABEL_CLUSTER, InferenceCluster
 from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
@@ -38,26 +33,27 @@ from sparkllm.gateway_settings import (
     env_var_name,
 )
 from sparkllm.render.names import (
-    COMPONENT_ENGINE,
     COMPONENT_GATEWAY,
     LABEL_COMPONENT,
-    LABEL_SERVING,
     cluster_labels,
     gateway_name,
     owner_reference,
 )
 from sparkllm.render.objects import JSON, render_template, stamp_hash
-from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS, EngineKeyRef
-from sparkllm.sglang_contract.argv import attached
+from sparkllm.render.ranks import EngineKeyRef
+from sparkllm.render.router import (
+    ROUTER_COMMAND,
+    ROUTER_LIVENESS_COMMAND,
+    ROUTER_METRICS_PORT,
+    ROUTER_REQUEST_TIMEOUT_SECONDS,
+    router_args,
+)
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
 DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
 
-ROUTER_HEALTH_PORT: Final = 30081  # smg's isolated probe listener (loopback too)
-ROUTER_METRICS_PORT: Final = 29000  # smg's Prometheus exporter, on the pod IP
 USER_KEYS_DIR: Final = "/etc/sparkllm/user-keys"
-ROUTER_COMMAND: Final = ("smg", "launch")
 ADMISSION_COMMAND: Final = ("python", "-m", "sparkllm.gateway")
 # One instance: spec.admission limits concurrency "across all replicas", which holds
 # only with one admission queue, and smg's cache-aware view is per process.
@@ -72,44 +68,9 @@ RESTRICTED_CONTAINER_SECURITY: Final[JSON] = {
 # A rollout waits this long after the new pod is Ready: smg lists the rank-0 pods and
 # registers them in about a second; the old pod keeps serving meanwhile.
 MIN_READY_SECONDS: Final = 5
-# smg and uvicorn let in-flight streams finish on SIGTERM; longer answers are cut.
-SHUTDOWN_GRACE_SECONDS: Final = 290
+# Longer than smg's and uvicorn's own drain (render/router.py: SHUTDOWN_GRACE_SECONDS).
 TERMINATION_GRACE_SECONDS: Final = 300
 PRE_STOP_SLEEP_SECONDS: Final = 5  # let the Service drop the pod before it stops accepting
-
-# --- smg knobs (docs/gateway.md, "The router behind it") ---------------------------------
-ROUTER_POLICY: Final = "cache_aware"
-# The engines' own readiness check: /health runs a one-token generation (20 s budget).
-ROUTER_HEALTH_INTERVAL_SECONDS: Final = 10
-ROUTER_HEALTH_FAILURES: Final = 3
-ROUTER_HEALTH_SUCCESSES: Final = 1
-# Attempts in total (smg counts the first). Retried: 408, 429, 502, 503, 504 and
-# connection failures — on another replica when one is down.
-ROUTER_RETRY_ATTEMPTS: Final = 3
-ROUTER_RETRY_INITIAL_BACKOFF_MS: Final = 100
-ROUTER_RETRY_MAX_BACKOFF_MS: Final = 2000
-ROUTER_RETRY_MULTIPLIER: Final = 2
-ROUTER_RETRY_JITTER: Final = 0.2
-# 5xx and transport failures count, 4xx do not. A dead engine fails every request at
-# once; a healthy one's rare 500 for a bad request should not take it out.
-ROUTER_CB_FAILURES: Final = 5
-ROUTER_CB_WINDOW_SECONDS: Final = 30
-ROUTER_CB_OPEN_SECONDS: Final = 15
-ROUTER_CB_SUCCESSES: Final = 2
-# 8K prompt: 44 s to the first token (SEEDS.md); a whole-window answer at 78 ms/token
-# is ~16 min. 30 min bounds a request including time queued in the engine.
-ROUTER_REQUEST_TIMEOUT_SECONDS: Final = 1800
-# Radix tree of prompt text: 4 chars/token x the 1.58M-token KV pool of one replica is
-# ~6.3M chars; 16M covers two to three replicas (a prefix no engine holds cannot hit).
-ROUTER_MAX_TREE_CHARS: Final = 16 * 1024 * 1024
-BODY_REWRITE_MARGIN_BYTES: Final = 64 * 1024  # admission may add max_tokens to a body
-
-ROUTER_LIVENESS_COMMAND: Final = (
-    "python",
-    "-c",
-    "import urllib.request; "
-    f"urllib.request.urlopen('http://{ROUTER_HOST}:{ROUTER_HEALTH_PORT}/liveness', timeout=4)",
-)
 
 
 def gateway_image_from(environ: Mapping[str, str]) -> str:
@@ -125,69 +86,6 @@ def gateway_rbac_name(cluster: str) -> str:
 def gateway_selector_labels(cluster: str) -> dict[str, str]:
     """The gateway Deployment's (immutable) selector and its Service's."""
     return {LABEL_CLUSTER: cluster, LABEL_COMPONENT: COMPONENT_GATEWAY}
-
-
-def engine_discovery_selector(cluster: str) -> dict[str, str]:
-    """What smg discovers: rank-0 engine pods of this cluster, never ranks > 0."""
-    return {
-        LABEL_CLUSTER: cluster,
-        LABEL_RANK: "0",
-        LABEL_COMPONENT: COMPONENT_ENGINE,
-        LABEL_SERVING: "true",  # a replica being scaled away is drained first
-    }
-
-
-def router_args(ic: InferenceCluster) -> list[str]:
-    """``smg launch`` arguments; the engine key stays ``$(SPARKLLM_ENGINE_API_KEY)``.
-
-    smg parses them with Python's argparse, so the key is attached with "=" exactly as
-    on rank 0's command line; every other value is the operator's or a DNS name.
-    """
-    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
-    admission, engine = ic.spec.admission, ic.spec.engine
-    selector = [f"{key}={value}" for key, value in engine_discovery_selector(name).items()]
-    return [
-        "--host", ROUTER_HOST,
-        "--port", str(ROUTER_PORT),
-        "--health-check-port", str(ROUTER_HEALTH_PORT),
-        "--prometheus-host", "0.0.0.0",
-        "--prometheus-port", str(ROUTER_METRICS_PORT),
-        "--service-discovery",
-        "--selector", *selector,
-        "--service-discovery-namespace", namespace,
-        "--service-discovery-port", str(ENGINE_HTTP_PORT),
-        "--policy", ROUTER_POLICY,
-        # smg's default gap of 64 requests never spills off an engine that runs 8.
-        "--balance-abs-threshold", str(max(1, engine.max_running_requests // 4)),
-        "--max-tree-size", str(ROUTER_MAX_TREE_CHARS),
-        "--disable-tokenizer-autoload",
-        # One word: the key may start with "-" (a user's Secret); see sglang_contract/argv.py.
-        attached("--api-key", f"$({ENGINE_API_KEY_ENV})"),
-        "--health-check-endpoint", HEALTH_PATH,
-        "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_SECONDS),
-        "--health-check-timeout-secs", str(HEALTH_TIMEOUT_SECONDS),
-        "--health-failure-threshold", str(ROUTER_HEALTH_FAILURES),
-        "--health-success-threshold", str(ROUTER_HEALTH_SUCCESSES),
-        "--retry-max-retries", str(ROUTER_RETRY_ATTEMPTS),
-        "--retry-initial-backoff-ms", str(ROUTER_RETRY_INITIAL_BACKOFF_MS),
-        "--retry-max-backoff-ms", str(ROUTER_RETRY_MAX_BACKOFF_MS),
-        "--retry-backoff-multiplier", str(ROUTER_RETRY_MULTIPLIER),
-        "--retry-jitter-factor", str(ROUTER_RETRY_JITTER),
-        "--cb-failure-threshold", str(ROUTER_CB_FAILURES),
-        "--cb-success-threshold", str(ROUTER_CB_SUCCESSES),
-        "--cb-timeout-duration-secs", str(ROUTER_CB_OPEN_SECONDS),
-        "--cb-window-duration-secs", str(ROUTER_CB_WINDOW_SECONDS),
-        "--request-timeout-secs", str(ROUTER_REQUEST_TIMEOUT_SECONDS),
-        "--shutdown-grace-period-secs", str(SHUTDOWN_GRACE_SECONDS),
-        # Every admitted body stays retryable (smg streams larger ones unbuffered).
-        "--max-buffered-request-bytes", str(admission.max_body_bytes + BODY_REWRITE_MARGIN_BYTES),
-        # A backstop mirroring the admission limits; admission is the queue users see.
-        "--max-concurrent-requests", str(admission.max_concurrent_requests),
-        "--queue-size", str(admission.queue_size),
-        "--queue-timeout-secs", str(admission.queue_timeout_seconds),
-        "--log-level", "info",
-        "--log-json",  # one JSON object per line; without it smg writes ANSI colours
-    ]  # fmt: skip
 
 
 def _secret_env(name: str, ref: EngineKeyRef) -> JSON:
@@ -313,15 +211,8 @@ def _router(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
     }
 
 
-def render_gateway(
-    ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: str
-) -> list[JSON]:
-    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped."""
-    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
-    labels = cluster_labels(name, COMPONENT_GATEWAY)
-    owner = owner_reference(name=name, uid=ic.metadata.uid or "")
-    rbac = gateway_rbac_name(name)
-    common = {"namespace": namespace, "labels": labels, "owner": owner}
+def _rbac(rbac: str, common: Mapping[str, object]) -> list[JSON]:
+    """The ServiceAccount smg runs as, and its right to get/list/watch pods here."""
     service_account = render_template("gateway_serviceaccount.yaml.j2", name=rbac, **common)
     role = render_template(
         "gateway_role.yaml.j2",
@@ -332,13 +223,41 @@ def render_gateway(
     binding = render_template(
         "gateway_rolebinding.yaml.j2", name=rbac, role=rbac, service_account=rbac, **common
     )
-    deployment = render_template(
+    return [service_account, role, binding]
+
+
+def _volumes(ic: InferenceCluster) -> list[JSON]:
+    user_keys = {"secretName": ic.spec.admission.api_keys_secret_ref.name, "defaultMode": 0o440}
+    return [
+        {"name": "user-keys", "secret": user_keys},
+        model_volume(ic),
+        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
+
+
+# Spark nodes may carry the GPU taint; a dead node should not hold the front door for the
+# default five minutes.
+GATEWAY_TOLERATIONS: Final[list[JSON]] = [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    *(
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ),
+]
+
+
+def _deployment(
+    ic: InferenceCluster, *, rbac: str, common: Mapping[str, object], engine_key: EngineKeyRef,
+    gateway_image: str,
+) -> JSON:  # fmt: skip
+    name = ic.metadata.name
+    return render_template(
         "gateway_deployment.yaml.j2",
         name=gateway_name(name),
         replicas=GATEWAY_REPLICAS,
         min_ready_seconds=MIN_READY_SECONDS,
         selector=gateway_selector_labels(name),
-        pod_labels=labels,
+        pod_labels=common["labels"],
         service_account=rbac,
         termination_grace_seconds=TERMINATION_GRACE_SECONDS,
         pod_security={
@@ -350,31 +269,27 @@ def render_gateway(
         },
         container_security=RESTRICTED_CONTAINER_SECURITY,
         affinity=model_node_affinity(ic),
-        # Spark nodes may carry the GPU taint; a dead node should not hold the front door
-        # for the default five minutes.
-        tolerations=[
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-            *(
-                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
-                for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-            ),
-        ],
+        tolerations=GATEWAY_TOLERATIONS,
         image=gateway_image,
         admission=_admission(ic, engine_key=engine_key),
         router=_router(ic, engine_key=engine_key),
         pre_stop={"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
         **common,
-        volumes=[
-            {
-                "name": "user-keys",
-                "secret": {
-                    "secretName": ic.spec.admission.api_keys_secret_ref.name,
-                    "defaultMode": 0o440,
-                },
-            },
-            model_volume(ic),
-            {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
-        ],
+        volumes=_volumes(ic),
+    )
+
+
+def render_gateway(
+    ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: str
+) -> list[JSON]:
+    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped."""
+    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
+    labels = cluster_labels(name, COMPONENT_GATEWAY)
+    owner = owner_reference(name=name, uid=ic.metadata.uid or "")
+    rbac = gateway_rbac_name(name)
+    common = {"namespace": namespace, "labels": labels, "owner": owner}
+    deployment = _deployment(
+        ic, rbac=rbac, common=common, engine_key=engine_key, gateway_image=gateway_image
     )
     service = render_template(
         "gateway_service.yaml.j2",
@@ -383,20 +298,16 @@ def render_gateway(
         port=GATEWAY_HTTP_PORT,
         **common,
     )
-    return [stamp_hash(obj) for obj in (service_account, role, binding, deployment, service)]
+    return [stamp_hash(obj) for obj in (*_rbac(rbac, common), deployment, service)]
 
 
 __all__ = [
     "DEFAULT_GATEWAY_IMAGE",
     "GATEWAY_HTTP_PORT",
     "GATEWAY_IMAGE_ENV",
-    "ROUTER_HOST",
-    "ROUTER_PORT",
     "admission_env",
-    "engine_discovery_selector",
     "gateway_image_from",
     "gateway_rbac_name",
     "gateway_selector_labels",
     "render_gateway",
-    "router_args",
 ]

@@ -28,14 +28,10 @@ from sparkllm.sglang_contract.fields import (
     LAUNCH_FIELDS,
     OPERATOR_OWNED_FLAGS,
     LaunchField,
+    LaunchValue,
     RankLaunch,
 )
-from sparkllm.sglang_contract.flags import (
-    LaunchValue,
-    flag_spec,
-    known_flags,
-    validate_extra_args,
-)
+from sparkllm.sglang_contract.flags import flag_spec, known_flags, validate_extra_args
 
 if TYPE_CHECKING:
     from sparkllm.api.spec import InferenceClusterSpec

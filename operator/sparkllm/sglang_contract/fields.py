@@ -23,9 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from sparkllm.sglang_contract.flags import LaunchValue, flag_spec
+from sparkllm.sglang_contract.flags import (
+    FlagSpec,
+    flag_spec,
+    parse_human_readable_int,
+    switch_value,
+)
 
 if TYPE_CHECKING:
     from sparkllm.api.spec import InferenceClusterSpec
@@ -50,6 +55,24 @@ if TYPE_CHECKING:
 else:  # enums in the CRD: the choices SGLang's argparse accepts, in its order
     ToolCallParser = Literal[TOOL_CALL_PARSERS]
     ReasoningParser = Literal[REASONING_PARSERS]
+
+
+LaunchValue = str | int | float | bool
+
+
+def coerce(spec: FlagSpec, value: LaunchValue) -> Any:
+    """A value the operator sets (a spec's int, float or text) as SGLang stores it for this
+    flag: a float for a ``float`` flag (``2`` -> ``2.0``), an int for an integer one, the
+    switch's value for a switch, else the text. What ConfigApplied expects in server_info."""
+    if not spec.takes_value:
+        return switch_value(spec, negated=False)
+    if spec.value_type == "human_readable_int" and isinstance(value, str):
+        return parse_human_readable_int(value)
+    if spec.value_type == "float":
+        return float(value)
+    if spec.value_type in ("int", "human_readable_int"):
+        return int(value)
+    return value if isinstance(value, str) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +190,9 @@ __all__ = [
     "REASONING_PARSERS",
     "TOOL_CALL_PARSERS",
     "LaunchField",
+    "LaunchValue",
     "RankLaunch",
     "ReasoningParser",
     "ToolCallParser",
+    "coerce",
 ]

@@ -253,7 +253,7 @@ def _scan(argv: Sequence[str], table: FlagTable) -> tuple[list[_Occurrence], lis
             if has_inline:
                 problems.append(f"argument {label}: ignored explicit argument '{inline}'")
                 continue
-            value: ParsedValue = _switch_value(spec, negated=spelling in spec.negations)
+            value: ParsedValue = switch_value(spec, negated=spelling in spec.negations)
             found.append(_Occurrence(written=option, spec=spec, value=value))
             continue
         values = [inline] if has_inline else []
@@ -275,7 +275,8 @@ def _scan(argv: Sequence[str], table: FlagTable) -> tuple[list[_Occurrence], lis
     return found, problems
 
 
-def _switch_value(spec: FlagSpec, *, negated: bool) -> ParsedValue:
+def switch_value(spec: FlagSpec, *, negated: bool) -> ParsedValue:
+    """What a switch stores when given (``--no-x``: ``negated``)."""
     if negated:
         return False
     if isinstance(spec.const, bool):
@@ -374,24 +375,6 @@ def typed_value(spec: FlagSpec, value: ParsedValue) -> Any:
     if spec.value_type == "human_readable_int":
         return parse_human_readable_int(value)
     return value
-
-
-LaunchValue = str | int | float | bool
-
-
-def coerce(spec: FlagSpec, value: LaunchValue) -> Any:
-    """A value the operator sets (a spec's int, float or text) as SGLang stores it for this
-    flag: a float for a ``float`` flag (``2`` -> ``2.0``), an int for an integer one, the
-    switch's value for a switch, else the text. What ConfigApplied expects in server_info."""
-    if not spec.takes_value:
-        return _switch_value(spec, negated=False)
-    if spec.value_type == "human_readable_int" and isinstance(value, str):
-        return parse_human_readable_int(value)
-    if spec.value_type == "float":
-        return float(value)
-    if spec.value_type in ("int", "human_readable_int"):
-        return int(value)
-    return value if isinstance(value, str) else str(value)
 
 
 def server_args_with_defaults(parsed: Mapping[str, ParsedValue]) -> dict[str, Any]:
