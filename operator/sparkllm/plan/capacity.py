@@ -172,43 +172,25 @@ def build_plan(
 ) -> CapacityPlan:
     """The plan from figures already gathered; pure."""
     engine, stages = spec.engine, spec.engine.pipeline_parallel
-    num_layers = spec.model.num_layers
     usable = node_memory_gb if usable_memory_gb is None else usable_memory_gb
-    if engine.layer_partition is not None:
-        partition, source = tuple(engine.layer_partition), "spec.engine.layerPartition"
-    else:
-        partition = sglang_default_partition(num_layers=num_layers, stages=stages)
-        source = "SGLang's even split (no spec.engine.layerPartition)"
+    partition, source = _partition(spec)
     ranges = stage_ranges(partition)
     budget = engine.mem_fraction_static * usable
-    ranks = []
-    for rank, (weight_bytes, layers) in enumerate(
-        zip(inventory.stage_bytes(ranges), ranges, strict=True)
-    ):
-        weights = weight_bytes / GB
-        ranks.append(
-            RankPlan(
-                rank=rank,
-                layers=layers,
-                weights_gb=weights,
-                static_budget_gb=budget,
-                kv_pool_gb=budget - weights,
-                kv_tokens=_kv_tokens(budget - weights, layers[1] - layers[0], kv_basis),
-                headroom_gb=node_memory_gb - budget,
-                book_headroom_gb=node_memory_gb - weights,
-            )
+    ranks = [
+        RankPlan(
+            rank=rank,
+            layers=layers,
+            weights_gb=weight_bytes / GB,
+            static_budget_gb=budget,
+            kv_pool_gb=budget - weight_bytes / GB,
+            kv_tokens=_kv_tokens(budget - weight_bytes / GB, layers[1] - layers[0], kv_basis),
+            headroom_gb=node_memory_gb - budget,
+            book_headroom_gb=node_memory_gb - weight_bytes / GB,
         )
-    notes = []
-    if inventory.not_loaded_bytes:
-        notes.append(
-            f"{inventory.not_loaded_bytes / GB:.2f} GB of tensors belong to layers beyond "
-            f"{num_layers} (e.g. multi-token prediction) and are not loaded for serving"
+        for rank, (weight_bytes, layers) in enumerate(
+            zip(inventory.stage_bytes(ranges), ranges, strict=True)
         )
-    if inventory.unclassified_bytes:
-        notes.append(
-            f"{inventory.unclassified_bytes / GB:.2f} GB of tensors are neither layers, "
-            "embeddings nor head; counted on rank 0"
-        )
+    ]
     total = inventory.total_bytes / GB
     return CapacityPlan(
         ranks=tuple(ranks),
@@ -234,5 +216,30 @@ def build_plan(
         context_length=engine.context_length,
         max_running_requests=engine.max_running_requests,
         problems=tuple(_problems(ranks, spec=spec, min_headroom_gb=min_headroom_gb, usable=usable)),
-        notes=tuple(notes),
+        notes=_notes(inventory, num_layers=spec.model.num_layers),
     )
+
+
+def _partition(spec: InferenceClusterSpec) -> tuple[tuple[int, ...], str]:
+    """The layers per stage SGLang will use, and where that split comes from."""
+    if spec.engine.layer_partition is not None:
+        return tuple(spec.engine.layer_partition), "spec.engine.layerPartition"
+    stages, num_layers = spec.engine.pipeline_parallel, spec.model.num_layers
+    partition = sglang_default_partition(num_layers=num_layers, stages=stages)
+    return partition, "SGLang's even split (no spec.engine.layerPartition)"
+
+
+def _notes(inventory: WeightInventory, *, num_layers: int) -> tuple[str, ...]:
+    """What the weights' inventory leaves out of the per-rank figures."""
+    notes = []
+    if inventory.not_loaded_bytes:
+        notes.append(
+            f"{inventory.not_loaded_bytes / GB:.2f} GB of tensors belong to layers beyond "
+            f"{num_layers} (e.g. multi-token prediction) and are not loaded for serving"
+        )
+    if inventory.unclassified_bytes:
+        notes.append(
+            f"{inventory.unclassified_bytes / GB:.2f} GB of tensors are neither layers, "
+            "embeddings nor head; counted on rank 0"
+        )
+    return tuple(notes)

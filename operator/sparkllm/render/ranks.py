@@ -159,6 +159,31 @@ def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSO
     }
 
 
+# A failed node's pods are evicted soon (a gang restart follows); Spark nodes may carry
+# the GPU taint.
+RANK_TOLERATIONS: Final[list[JSON]] = [
+    *(
+        {
+            "key": key,
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": NODE_FAILURE_TOLERATION_SECONDS,
+        }
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+    ),
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+]
+
+
+def _rank_env(ic: InferenceCluster, *, engine_key: EngineKeyRef, serves_api: bool) -> list[JSON]:
+    """The rank's environment; rank 0 also gets the engine key, from its Secret."""
+    env = engine_env(ic.spec)
+    if serves_api:
+        key_ref = {"secretKeyRef": {"name": engine_key.secret, "key": engine_key.key}}
+        env.append({"name": ENGINE_API_KEY_ENV, "valueFrom": key_ref})
+    return env
+
+
 def render_rank_statefulset(
     ic: InferenceCluster,
     *,
@@ -171,14 +196,7 @@ def render_rank_statefulset(
     name, namespace, uid = _identity(ic)
     labels = {**rank_labels(name, plan.index, rank), LABEL_NODE_GROUP: plan.group_key}
     serves_api = rank == 0
-    env = engine_env(ic.spec)
-    if serves_api:
-        env.append(
-            {
-                "name": ENGINE_API_KEY_ENV,
-                "valueFrom": {"secretKeyRef": {"name": engine_key.secret, "key": engine_key.key}},
-            }
-        )
+    env = _rank_env(ic, engine_key=engine_key, serves_api=serves_api)
     volumes, mounts = _volumes(ic)
     init_containers = [_verify_init_container(ic, image=tools_image, mounts=mounts)]
     if ic.spec.model.checksums is not None:
@@ -202,16 +220,7 @@ def render_rank_statefulset(
         host_network=host_network,
         dns_policy="ClusterFirstWithHostNet" if host_network else "ClusterFirst",
         node=plan.nodes[rank],
-        tolerations=[
-            {
-                "key": key,
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": NODE_FAILURE_TOLERATION_SECONDS,
-            }
-            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-        ]
-        + [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        tolerations=RANK_TOLERATIONS,
         image=ic.spec.engine.image,
         command=list(ENGINE_COMMAND),
         args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip, api_key=serves_api),
