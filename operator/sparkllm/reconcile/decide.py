@@ -19,7 +19,7 @@ from typing import Any
 
 from sparkllm.api import InferenceCluster, Phase, Reason
 from sparkllm.reconcile import owned
-from sparkllm.reconcile.actions import JSON, Plan, earliest
+from sparkllm.reconcile.actions import JSON, GeneratedSecret, Plan, earliest
 from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark
 from sparkllm.reconcile.decide_replicas import (
     PassFacts,
@@ -67,21 +67,15 @@ def _act(
     observed, now = observation.observed, observation.now
     previous: Mapping[str, Any] = obj.get("status") or {}
     generation = int(obj["metadata"].get("generation") or 0)
-    key_seen = observation.engine_key or EngineKeySeen(ref=engine_key_ref(ic))
-    secret = generated_key_secret(ic, key_seen)
-    events: list[PendingEvent] = []
-    if secret is None and key_seen.value is None:
-        message = f"Secret {key_seen.ref.secret} has no key {key_seen.ref.key}"
-        events.append(PendingEvent(True, Reason.SECRET_MISSING, message))
+    key_seen, secret, events = _engine_key(ic, observation)
     force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
     model = model_verdict(observed, previous, generation=generation, force=force)
+    disagree = f"model copies disagree: {model['message']}"  # the replicas must not run
     facts = PassFacts(
         previous_status=previous,
         generation=generation,
         force=force,
-        blocked=f"model copies disagree: {model['message']}"
-        if model["status"] == "False"
-        else None,
+        blocked=disagree if model["status"] == "False" else None,
         engine_key=key_seen.ref,
         gateway_image=gateway_image,
         now=now,
@@ -99,11 +93,10 @@ def _act(
         ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
     )
     events.extend(PendingEvent(e.warning, e.reason, e.message) for e in benchmark.events)
-    drain = plan_drain(
-        observed, replicas=ic.spec.replicas, running=observation.running_requests, now=now
-    )
+    running = observation.running_requests
+    drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
-    report = replace(report, extra_conditions=(capacity, model, config))
+    proven = replace(report, extra_conditions=(capacity, model, config))
     return Plan(
         target=obj,
         gang_restarts=tuple(replicas.gang_restarts),
@@ -113,7 +106,7 @@ def _act(
         pod_patches=drain.patches,
         apply=owned.to_apply(replicas.desired, observed),
         prune=owned.to_prune(replicas.desired, replicas.keep | drain.keep, observed),
-        status=_status(report, previous, now, benchmark=benchmark),
+        status=_status(proven, previous, now, benchmark=benchmark),
         events=tuple(events),
         annotations=_consumed(obj, benchmark),
         replica_phases=tuple(r.phase for r in report.replicas),
@@ -121,6 +114,18 @@ def _act(
         nodes=frozenset(replicas.nodes),
         waiting_for_nodes=bool(assignment.unplaced),
     )
+
+
+def _engine_key(
+    ic: InferenceCluster, observation: Observation
+) -> tuple[EngineKeySeen, GeneratedSecret | None, list[PendingEvent]]:
+    """The key's Secret: generate it when ours is absent; a missing user key is reported."""
+    seen = observation.engine_key or EngineKeySeen(ref=engine_key_ref(ic))
+    secret = generated_key_secret(ic, seen)
+    if secret is None and seen.value is None:
+        message = f"Secret {seen.ref.secret} has no key {seen.ref.key}"
+        return seen, None, [PendingEvent(True, Reason.SECRET_MISSING, message)]
+    return seen, secret, []
 
 
 def _config_results(observation: Observation, report: ClusterReport) -> dict[int, ConfigResult]:

@@ -9,7 +9,7 @@ ModelVerified verdict that must outlive the pods it came from.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +24,7 @@ from sparkllm.api import (
     Reason,
 )
 from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.observe import observe_replica
+from sparkllm.reconcile.observe import ReplicaState, observe_replica
 from sparkllm.reconcile.proofs import model_condition
 from sparkllm.reconcile.restarts import Action, Decision, History, decide
 from sparkllm.reconcile.status import ReplicaReport
@@ -132,6 +132,29 @@ def precise_timestamp(moment: datetime) -> str:
     return text[:-3] + "Z"
 
 
+Render = Callable[..., list[JSON]]
+
+
+def _renderer(ic: InferenceCluster, inputs: ReplicaInputs, rank0_ip: str) -> Render:
+    """The replica's objects at a generation, rendered once per (generation, running)."""
+
+    @functools.cache  # the hash render is, in the common case, the one applied
+    def render(generation: int, *, running: bool) -> list[JSON]:
+        plan = ReplicaPlan(
+            index=inputs.index,
+            group_key=inputs.group_key,
+            nodes=inputs.nodes,
+            rank0_ip=rank0_ip,
+            generation=generation,
+            running=running,
+        )
+        return render_replica(
+            ic, plan=plan, engine_key=inputs.engine_key, tools_image=inputs.tools_image
+        )
+
+    return render
+
+
 def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs) -> ReplicaResult:
     """Observe, decide and render one replica."""
     index, nodes, previous = inputs.index, inputs.nodes, inputs.previous
@@ -152,27 +175,11 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     history = history_from_status(previous, reset_budget=inputs.reset_budget)
     rank0 = observed.nodes.get(nodes[0])
     rank0_ip = rank0.internal_ip if rank0 is not None else None
-
-    @functools.cache  # the hash render below is, in the common case, the one applied
-    def render(generation: int, *, running: bool) -> list[JSON]:
-        assert rank0_ip is not None
-        plan = ReplicaPlan(
-            index=index,
-            group_key=inputs.group_key,
-            nodes=nodes,
-            rank0_ip=rank0_ip,
-            generation=generation,
-            running=running,
-        )
-        return render_replica(
-            ic, plan=plan, engine_key=inputs.engine_key, tools_image=inputs.tools_image
-        )
-
+    render = None if rank0_ip is None else _renderer(ic, inputs, rank0_ip)
     want: dict[int, str | None] = {}
-    if rank0_ip is not None:
-        for rank, sts in enumerate(render(generation, running=True)):
-            if sts["kind"] == "StatefulSet":
-                want[rank] = pod_template_hash(sts)
+    for rank, sts in enumerate(render(generation, running=True) if render else []):
+        if sts["kind"] == "StatefulSet":
+            want[rank] = pod_template_hash(sts)
     decision = decide(
         state=state,
         generation=generation,
@@ -185,24 +192,44 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         others_ready=inputs.others_ready,
         blocked=inputs.blocked,
     )
-    restarts = history.restarts + unrecorded
-    last_restart = (previous or {}).get("lastRestart")
-    events = list(transition_events(index, previous, decision))
     if decision.action is Action.STOP:
         generation += 1
+    report = _report(
+        inputs,
+        state=state,
+        decision=decision,
+        generation=generation,
+        restarts=history.restarts + unrecorded,
+        rank0_ip=rank0_ip,
+    )
+    running = decision.action is Action.RUN
+    retry = decision.retry_at - inputs.now if decision.retry_at else None
+    return ReplicaResult(
+        report=report,
+        objects=None if render is None else render(generation, running=running),
+        retry_after=None if retry is None else retry.total_seconds(),
+        events=_events(index, previous, decision),
+        restart_cause=decision.cause if decision.action is Action.STOP else None,
+    )
+
+
+def _report(
+    inputs: ReplicaInputs,
+    *,
+    state: ReplicaState,
+    decision: Decision,
+    generation: int,
+    restarts: int,
+    rank0_ip: str | None,
+) -> ReplicaReport:
+    """What status says about the replica after this pass's decision."""
+    last_restart = (inputs.previous or {}).get("lastRestart")
+    if decision.action is Action.STOP:  # generation is already the new one
         restarts += 1
         last_restart = {"time": timestamp(inputs.now), "reason": decision.cause or ""}
-        events.insert(
-            0,
-            PendingEvent(
-                warning=True,
-                reason=Reason.GANG_RESTART,
-                message=f"replica {index}: {decision.cause}",
-            ),
-        )
-    report = ReplicaReport(
-        index=index,
-        nodes=nodes,
+    return ReplicaReport(
+        index=inputs.index,
+        nodes=inputs.nodes,
         phase=decision.phase,
         ready_ranks=state.ready_ranks(generation),
         generation=generation,
@@ -215,14 +242,19 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         node_down=decision.node_down,
         message=decision.message,
     )
-    retry = (decision.retry_at - inputs.now).total_seconds() if decision.retry_at else None
-    objects = (
-        None if rank0_ip is None else render(generation, running=decision.action is Action.RUN)
+
+
+def _events(
+    index: int, previous: Mapping[str, Any] | None, decision: Decision
+) -> tuple[PendingEvent, ...]:
+    """A gang restart's Event first, then the phase transition's."""
+    events = transition_events(index, previous, decision)
+    if decision.action is not Action.STOP:
+        return events
+    restart = PendingEvent(
+        warning=True, reason=Reason.GANG_RESTART, message=f"replica {index}: {decision.cause}"
     )
-    cause = decision.cause if decision.action is Action.STOP else None
-    return ReplicaResult(
-        report=report, objects=objects, retry_after=retry, events=tuple(events), restart_cause=cause
-    )
+    return (restart, *events)
 
 
 def transition_events(

@@ -120,55 +120,25 @@ def decide(
     others_ready: bool = True,
     blocked: str | None = None,
 ) -> Decision:
-    """What to do with one replica this pass.
+    """What to do with one replica this pass, the first rule that applies winning.
 
     ``blocked`` is a reason the replica must not run (the ranks' model copies disagree):
     it is stopped and held, uncounted, until the spec changes or a restart is requested.
     """
     times = recent(history.restart_times, now)
-    node_down = bool(state.nodes_not_ready or state.nodes_missing)
-    if node_down:
-        which = ", ".join(
-            [f"{n} NotReady" for n in state.nodes_not_ready]
-            + [f"{n} missing" for n in state.nodes_missing]
-        )
-        if not stopped:
-            # The survivors would hang in NCCL: stop them now (out of routing at once);
-            # a lost node is not a restart loop, so it does not spend the budget.
-            return _stop(
-                cause=f"node {which}",
-                times=times,
-                now=now,
-                counted=False,
-                phase=Phase.DEGRADED,
-                node_down=True,
-            )
-        return Decision(
-            action=Action.HOLD,
-            phase=Phase.DEGRADED,
-            message=f"node {which}; ranks are pinned to their nodes, waiting for the node",
-            restart_times=times,
-            exhausted=history.exhausted,
-            node_down=True,
-        )
+    if state.nodes_not_ready or state.nodes_missing:
+        return _node_down(state, stopped=stopped, history=history, times=times, now=now)
     if force_restart:
         return _stop(cause="restart requested (annotation sparkllm.io/restart)", times=(), now=now)
     if blocked is not None:
-        if not stopped:
-            return _stop(cause=blocked, times=times, now=now, counted=False, phase=Phase.DEGRADED)
-        return Decision(
-            action=Action.HOLD,
-            phase=Phase.DEGRADED,
-            message=f"{blocked}; fix the files, then change the spec or annotate "
-            "sparkllm.io/restart=now",
-            restart_times=times,
-        )
-    crashed = (
-        None
-        if stopped
-        else dropped_rank(state, generation, current_members(state, generation, history.members))
-    )
-    if outdated and not stopped and crashed is None:
+        return _blocked(blocked, stopped=stopped, times=times, now=now)
+    if stopped:
+        if history.exhausted:
+            return _exhausted(policy, times)
+        return _start(state, generation=generation, policy=policy, times=times, now=now)
+    members = current_members(state, generation, history.members)
+    crashed = dropped_rank(state, generation, members)
+    if outdated and crashed is None:
         if not others_ready:
             return Decision(
                 action=Action.RUN,
@@ -179,48 +149,9 @@ def decide(
             )
         return _stop(cause="spec changed (rolling update)", times=times, now=now, counted=False)
     if history.exhausted:
-        return Decision(
-            action=Action.HOLD,
-            phase=Phase.DEGRADED,
-            message=f"restart budget exhausted ({policy.max_restarts_per_hour} per hour); "
-            "fix the cause, then change the spec or annotate sparkllm.io/restart=now",
-            restart_times=times,
-            exhausted=True,
-        )
-    if stopped:
-        old_pods = [r for r in state.ranks if r.pod is not None and r.generation != generation]
-        due = (times[-1] + backoff_delay(policy, len(times) - 1)) if times else now
-        if old_pods:
-            return Decision(
-                action=Action.WAIT,
-                phase=Phase.RESTARTING,
-                message=f"stopping {len(old_pods)} rank(s) of the previous generation",
-                restart_times=times,
-            )
-        if due > now:
-            return Decision(
-                action=Action.WAIT,
-                phase=Phase.RESTARTING,
-                message=f"backing off until {due:%H:%M:%S}",
-                retry_at=due,
-                restart_times=times,
-            )
-        return Decision(
-            action=Action.RUN, phase=Phase.STARTING, message="starting ranks", restart_times=times
-        )
-    members = current_members(state, generation, history.members)
-    cause = dropped_rank(state, generation, members)
-    if cause is not None:
-        if len(times) >= policy.max_restarts_per_hour:
-            return Decision(
-                action=Action.HOLD,
-                phase=Phase.DEGRADED,
-                message=f"{cause}; restart budget exhausted ({len(times)} restarts in the "
-                "last hour); change the spec or annotate sparkllm.io/restart=now to resume",
-                restart_times=times,
-                exhausted=True,
-            )
-        return _stop(cause=cause, times=times, now=now)
+        return _exhausted(policy, times)
+    if crashed is not None:
+        return _crashed(crashed, policy=policy, times=times, now=now)
     ready = state.serving(generation)
     return Decision(
         action=Action.RUN,
@@ -229,6 +160,112 @@ def decide(
         members=members,
         restart_times=times,
     )
+
+
+def _node_down(
+    state: ReplicaState,
+    *,
+    stopped: bool,
+    history: History,
+    times: tuple[datetime, ...],
+    now: datetime,
+) -> Decision:
+    """A node of the replica is NotReady or missing: stop now, then hold for the node."""
+    which = ", ".join(
+        [f"{n} NotReady" for n in state.nodes_not_ready]
+        + [f"{n} missing" for n in state.nodes_missing]
+    )
+    if not stopped:
+        # The survivors would hang in NCCL: stop them now (out of routing at once);
+        # a lost node is not a restart loop, so it does not spend the budget.
+        return _stop(
+            cause=f"node {which}",
+            times=times,
+            now=now,
+            counted=False,
+            phase=Phase.DEGRADED,
+            node_down=True,
+        )
+    return Decision(
+        action=Action.HOLD,
+        phase=Phase.DEGRADED,
+        message=f"node {which}; ranks are pinned to their nodes, waiting for the node",
+        restart_times=times,
+        exhausted=history.exhausted,
+        node_down=True,
+    )
+
+
+def _blocked(
+    blocked: str, *, stopped: bool, times: tuple[datetime, ...], now: datetime
+) -> Decision:
+    if not stopped:
+        return _stop(cause=blocked, times=times, now=now, counted=False, phase=Phase.DEGRADED)
+    return Decision(
+        action=Action.HOLD,
+        phase=Phase.DEGRADED,
+        message=f"{blocked}; fix the files, then change the spec or annotate "
+        "sparkllm.io/restart=now",
+        restart_times=times,
+    )
+
+
+def _exhausted(policy: RestartPolicySpec, times: tuple[datetime, ...]) -> Decision:
+    return Decision(
+        action=Action.HOLD,
+        phase=Phase.DEGRADED,
+        message=f"restart budget exhausted ({policy.max_restarts_per_hour} per hour); "
+        "fix the cause, then change the spec or annotate sparkllm.io/restart=now",
+        restart_times=times,
+        exhausted=True,
+    )
+
+
+def _start(
+    state: ReplicaState,
+    *,
+    generation: int,
+    policy: RestartPolicySpec,
+    times: tuple[datetime, ...],
+    now: datetime,
+) -> Decision:
+    """A stopped replica starts once its old pods are gone and the backoff has passed."""
+    old_pods = [r for r in state.ranks if r.pod is not None and r.generation != generation]
+    due = (times[-1] + backoff_delay(policy, len(times) - 1)) if times else now
+    if old_pods:
+        return Decision(
+            action=Action.WAIT,
+            phase=Phase.RESTARTING,
+            message=f"stopping {len(old_pods)} rank(s) of the previous generation",
+            restart_times=times,
+        )
+    if due > now:
+        return Decision(
+            action=Action.WAIT,
+            phase=Phase.RESTARTING,
+            message=f"backing off until {due:%H:%M:%S}",
+            retry_at=due,
+            restart_times=times,
+        )
+    return Decision(
+        action=Action.RUN, phase=Phase.STARTING, message="starting ranks", restart_times=times
+    )
+
+
+def _crashed(
+    cause: str, *, policy: RestartPolicySpec, times: tuple[datetime, ...], now: datetime
+) -> Decision:
+    """A rank dropped: gang restart, unless the hour's budget is spent."""
+    if len(times) >= policy.max_restarts_per_hour:
+        return Decision(
+            action=Action.HOLD,
+            phase=Phase.DEGRADED,
+            message=f"{cause}; restart budget exhausted ({len(times)} restarts in the "
+            "last hour); change the spec or annotate sparkllm.io/restart=now to resume",
+            restart_times=times,
+            exhausted=True,
+        )
+    return _stop(cause=cause, times=times, now=now)
 
 
 def _stop(

@@ -133,117 +133,102 @@ def cluster_phase(report: ClusterReport) -> Phase:
 
 
 def _conditions(report: ClusterReport) -> list[JSON]:
-    gen = report.generation
     if report.spec_error is not None:
-        return [
-            condition(
-                ConditionType.READY,
-                status=False,
-                reason=report.spec_error_reason,
-                message=report.spec_error,
-                generation=gen,
-            ),
-            condition(
-                ConditionType.PROGRESSING,
-                status=False,
-                reason=report.spec_error_reason,
-                message=report.spec_error,
-                generation=gen,
-            ),
-            *report.extra_conditions,
-        ]
+        return _refused_conditions(report, report.spec_error)
+    gen = report.generation
+    derived = (
+        (ConditionType.READY, _ready(report)),
+        (ConditionType.PROGRESSING, _progressing(report)),
+        (ConditionType.DEGRADED, _degraded(report)),
+    )
+    return [
+        *(
+            condition(kind, status=status, reason=reason, message=message, generation=gen)
+            for kind, (status, reason, message) in derived
+        ),
+        *report.extra_conditions,
+    ]
+
+
+Verdict = tuple[bool, Reason, str]  # a condition's status, reason and message
+
+
+def _refused_conditions(report: ClusterReport, message: str) -> list[JSON]:
+    """The spec cannot be acted on: not Ready, not Progressing, for the same reason."""
+    return [
+        condition(
+            kind,
+            status=False,
+            reason=report.spec_error_reason,
+            message=message,
+            generation=report.generation,
+        )
+        for kind in (ConditionType.READY, ConditionType.PROGRESSING)
+    ] + list(report.extra_conditions)
+
+
+def _ready(report: ClusterReport) -> Verdict:
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
     desired = report.desired_replicas
     if desired == 0:
-        ready_cond = condition(
-            ConditionType.READY,
-            status=False,
-            reason=Reason.SCALED_TO_ZERO,
-            message="spec.replicas is 0",
-            generation=gen,
-        )
+        status, reason, message = False, Reason.SCALED_TO_ZERO, "spec.replicas is 0"
     elif ready >= desired:
-        ready_cond = condition(
-            ConditionType.READY,
-            status=True,
-            reason=Reason.ALL_REPLICAS_READY,
-            message=f"{ready}/{desired} replicas ready",
-            generation=gen,
+        status, reason, message = (
+            True,
+            Reason.ALL_REPLICAS_READY,
+            f"{ready}/{desired} replicas ready",
         )
     else:
-        ready_cond = condition(
-            ConditionType.READY,
-            status=False,
-            reason=Reason.REPLICAS_NOT_READY,
-            message=f"{ready}/{desired} replicas ready",
-            generation=gen,
+        status, reason, message = (
+            False,
+            Reason.REPLICAS_NOT_READY,
+            f"{ready}/{desired} replicas ready",
         )
+    return status, reason, message
 
-    degraded = [r for r in report.replicas if r.phase is Phase.DEGRADED]
+
+def _held(report: ClusterReport) -> str:
+    """What the degraded replicas say, one after the other."""
+    return "; ".join(
+        f"replica {r.index}: {r.message or 'degraded'}"
+        for r in report.replicas
+        if r.phase is Phase.DEGRADED
+    )
+
+
+def _progressing(report: ClusterReport) -> Verdict:
+    ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
+    desired = report.desired_replicas
+    degraded = any(r.phase is Phase.DEGRADED for r in report.replicas)
+    status = False
     if report.unplaced:
         problems = "; ".join(report.placement_problems)
-        progressing = condition(
-            ConditionType.PROGRESSING,
-            status=False,
-            reason=Reason.INSUFFICIENT_NODE_GROUPS,
-            message=f"no free node group for replica(s) {list(report.unplaced)}"
-            + (f": {problems}" if problems else ""),
-            generation=gen,
+        reason = Reason.INSUFFICIENT_NODE_GROUPS
+        message = f"no free node group for replica(s) {list(report.unplaced)}" + (
+            f": {problems}" if problems else ""
         )
     elif ready >= desired:
-        progressing = condition(
-            ConditionType.PROGRESSING,
-            status=False,
-            reason=Reason.RECONCILED,
-            message="desired state reached",
-            generation=gen,
-        )
-    elif degraded and all(
-        r.phase in {Phase.READY, Phase.DEGRADED} for r in report.replicas
-    ):  # nothing moves: every replica not serving is held (budget, node, model files)
-        progressing = condition(
-            ConditionType.PROGRESSING,
-            status=False,
-            reason=Reason.REPLICA_DEGRADED,
-            message=f"{ready}/{desired} replicas ready; the others are held: "
-            + "; ".join(f"replica {r.index}: {r.message or 'degraded'}" for r in degraded),
-            generation=gen,
-        )
+        reason, message = Reason.RECONCILED, "desired state reached"
+    elif degraded and all(r.phase in {Phase.READY, Phase.DEGRADED} for r in report.replicas):
+        # nothing moves: every replica not serving is held (budget, node, model files)
+        reason = Reason.REPLICA_DEGRADED
+        message = f"{ready}/{desired} replicas ready; the others are held: " + _held(report)
     else:
-        restarting = [r for r in report.replicas if r.phase is Phase.RESTARTING]
+        restarting = any(r.phase is Phase.RESTARTING for r in report.replicas)
+        status, message = True, f"{ready}/{desired} replicas ready"
         reason = Reason.GANG_RESTART if restarting else Reason.RANKS_STARTING
-        progressing = condition(
-            ConditionType.PROGRESSING,
-            status=True,
-            reason=reason,
-            message=f"{ready}/{desired} replicas ready",
-            generation=gen,
-        )
-    if degraded:
-        degraded_cond = condition(
-            ConditionType.DEGRADED,
-            status=True,
-            reason=Reason.REPLICA_DEGRADED,
-            message="; ".join(f"replica {r.index}: {r.message or 'degraded'}" for r in degraded),
-            generation=gen,
-        )
+    return status, reason, message
+
+
+def _degraded(report: ClusterReport) -> Verdict:
+    if any(r.phase is Phase.DEGRADED for r in report.replicas):
+        status, reason, message = True, Reason.REPLICA_DEGRADED, _held(report)
     elif report.unplaced:
-        degraded_cond = condition(
-            ConditionType.DEGRADED,
-            status=True,
-            reason=Reason.INSUFFICIENT_NODE_GROUPS,
-            message=f"{len(report.unplaced)} replica(s) cannot be placed",
-            generation=gen,
-        )
+        status, reason = True, Reason.INSUFFICIENT_NODE_GROUPS
+        message = f"{len(report.unplaced)} replica(s) cannot be placed"
     else:
-        degraded_cond = condition(
-            ConditionType.DEGRADED,
-            status=False,
-            reason=Reason.NOT_DEGRADED,
-            message="",
-            generation=gen,
-        )
-    return [ready_cond, progressing, degraded_cond, *report.extra_conditions]
+        status, reason, message = False, Reason.NOT_DEGRADED, ""
+    return status, reason, message
 
 
 def derive_status(report: ClusterReport, previous: Mapping[str, Any], now: datetime) -> JSON:
