@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from sparkllm.gateway import replies, validation
-from sparkllm.gateway.chat_template import ChatTemplate, ChatTemplateError, prepare_messages
+from sparkllm.gateway.chat_template import (
+    ChatTemplate,
+    ChatTemplateError,
+    message_dump,
+    prepare_messages,
+)
 from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt, FieldError
 from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
@@ -157,15 +162,15 @@ class Admission:
 
     def _measure_chat(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
         messages = validation.chat_messages(payload)
-        tools = validation.chat_tools(payload)
-        template_kwargs = validation.template_kwargs(payload)
         continue_final = validation.optional_bool(payload, "continue_final_message")
         template = self._template
         if isinstance(template, DeepSeekV4Prompt):
             return self._encode_v4(template, payload, exact_above=exact_above)
+        tools = validation.chat_tools(payload)
+        template_kwargs = validation.template_kwargs(payload)
         try:
             prepared, prefix = prepare_messages(
-                messages,
+                [message_dump(message) for message in messages],
                 content_format=template.content_format,
                 continue_final_message=continue_final,
             )

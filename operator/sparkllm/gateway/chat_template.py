@@ -50,6 +50,12 @@ _SPECIAL_TOKEN_KEYS = (
     "mask_token",
 )
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
+_NULLABLE_FUNCTION_FIELDS = frozenset({"description", "parameters"})
+# SGLang's chat message fields (ChatCompletionMessageGenericParam), in its order.
+_MESSAGE_FIELDS = (
+    *("role", "content", "tool_call_id", "name", "phase", "reasoning_content"),
+    *("tool_calls", "tools", "prefix"),
+)
 _MESSAGE_VARIABLES = frozenset({"message", "msg", "m"})
 _SHAPES = 256  # conversation shapes whose rendered length is kept (template_probe.py)
 
@@ -296,14 +302,19 @@ def prepare_messages(
 ) -> tuple[list[Message], str]:
     """SGLang's message preparation; returns the messages and an assistant prefix.
 
-    Expects shapes already validated by admission (objects with a string role; content a
+    ``messages`` as SGLang's request model dumps them (``message_dump``). Expects shapes
+    already validated by admission (objects with a string role; content a
     string, null or a list of text parts; reasoning parts are left out, as SGLang does).
     Raises ChatTemplateError for tool-call arguments that are not a JSON object, as the
     engine does.
     """
     prepared: list[Message] = []
     for original in messages:
-        message = {key: value for key, value in original.items() if value is not None}
+        message = {  # a null content becomes "" in its place, as SGLang writes it
+            key: "" if value is None else value
+            for key, value in original.items()
+            if value is not None or key == "content"
+        }
         content = message.get("content", "")
         if isinstance(content, list):
             if content_format is ContentFormat.STRING or message.get("role") == "tool":
@@ -328,6 +339,62 @@ def prepare_messages(
             else:
                 prepared[-1] = {"role": "user", "content": last_content}
     return prepared, prefix
+
+
+def message_dump(message: Mapping[str, Any]) -> Message:
+    """The message as SGLang's request model dumps it: its fields only, unset ones null.
+
+    A user message keeps role and content; others also their tool-call id, name, phase,
+    reasoning content, tool calls (id, index, type, function name and arguments) and
+    tools (as ``validation`` dumps them), and the prefix flag. The role is lower-cased.
+    """
+    role = str(message["role"]).lower()
+    if role == "user":
+        return {"role": role, "content": message.get("content")}
+    dumped = {field: message.get(field) for field in _MESSAGE_FIELDS}
+    dumped["role"] = role
+    calls = dumped["tool_calls"]
+    if isinstance(calls, list):
+        dumped["tool_calls"] = [_call_dump(call) for call in calls]
+    if isinstance(dumped["tools"], list):
+        dumped["tools"] = [tool_dump(tool) for tool in dumped["tools"]]
+    return dumped
+
+
+def tool_dump(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool as SGLang's ``Tool`` model dumps it for the chat template.
+
+    ``type``, ``function`` and ``defer_loading`` (null when unset); the function's
+    ``description`` and ``parameters`` (null when unset), ``strict`` and
+    ``defer_loading`` only when set, in the client's key order; other keys dropped.
+    Expects a shape validation.py checked.
+    """
+    function = tool["function"]
+    defer = tool.get("defer_loading")
+    function_defer = function.get("defer_loading")
+    fields = {
+        "description": function.get("description"),
+        "name": function["name"],
+        "parameters": function.get("parameters"),
+        "strict": function.get("strict"),
+        "defer_loading": defer if function_defer is None else function_defer,
+    }
+    dumped = {k: v for k, v in fields.items() if v is not None or k in _NULLABLE_FUNCTION_FIELDS}
+    order = [key for key in function if key in dumped]
+    dumped = {key: dumped[key] for key in order + [k for k in dumped if k not in order]}
+    return {"type": tool.get("type", "function"), "function": dumped, "defer_loading": defer}
+
+
+def _call_dump(call: Any) -> Any:
+    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        return call
+    function = call["function"]
+    return {
+        "id": call.get("id"),
+        "index": call.get("index"),
+        "type": call.get("type", "function"),
+        "function": {"name": function.get("name"), "arguments": function.get("arguments")},
+    }
 
 
 def _parsed_tool_call(call: Any) -> Any:

@@ -12,7 +12,9 @@ the checkpoint's own ``tokenizer.json``: the count is the engine's count.
 What is reproduced, in SGLang's order: the trailing assistant turn (continued with
 ``continue_final_message``, else re-sent as a user turn, its tool calls dropped); null
 content as ""; tools only when ``tool_choice`` is not "none" (one tool for a named
-choice), unset fields dropped; thinking from ``chat_template_kwargs.thinking``; a named
+choice), unset fields dropped; thinking as SGLang's request validator decides it
+(``chat_template_kwargs.thinking``, else on for a ``reasoning_effort`` other than "none"
+or a ``reasoning`` object that enables it or names an effort); a named
 ``reasoning_effort`` (a number is refused, as SGLang refuses it for V4); the request
 rewrite before the encoder (``developer`` as ``system``, object tool-call arguments as
 compact JSON, "required" or a named choice as "auto", a structural-tag response format
@@ -181,7 +183,8 @@ class DeepSeekV4Prompt:
         if task is not None and task not in TASK_TOKENS:
             raise FieldError(f"unknown task {task!r}", param="task")
         continue_final = bool(payload.get("continue_final_message"))
-        thinking = bool((payload.get("chat_template_kwargs") or {}).get("thinking", False))
+        effort = _named_effort(payload)
+        thinking = validation.thinking(payload)  # as SGLang's validator resolves it
         task_prefix = None
         last = messages[-1]
         if last["role"] == "assistant" and isinstance(last.get("content"), str):
@@ -205,12 +208,6 @@ class DeepSeekV4Prompt:
             body["tools"] = [_tool(tool) for tool in tools]
             body["tool_choice"] = payload.get("tool_choice")
         body = {key: value for key, value in body.items() if value is not None}
-        effort = payload.get("reasoning_effort")
-        if isinstance(effort, str) and re.fullmatch(r"\d+(\.\d+)?", effort.strip()):
-            raise FieldError(
-                f"DeepSeek-V4 reasoning_effort must be a named tier, got {effort.strip()!r}",
-                param="reasoning_effort",
-            )
         if effort is not None and effort != "none":
             body["reasoning_effort"] = effort
         return body, task, task_prefix
@@ -238,6 +235,23 @@ class DeepSeekV4Prompt:
             raise ChatTemplateError("task requires the conversation to end with a user message")
         task_id = self._token_id(TASK_TOKENS[task])
         return [*ids, task_id] if task == "action" else [*ids[: -len(header)], task_id]
+
+
+def _named_effort(payload: Mapping[str, Any]) -> str | None:
+    """The reasoning effort, which for V4 must be a named tier (SGLang refuses numbers)."""
+    raw = payload.get("reasoning_effort")
+    if isinstance(raw, str) and re.fullmatch(r"\d+(\.\d+)?", raw.strip()):
+        raise FieldError(
+            f"DeepSeek-V4 reasoning_effort must be a named tier, got {raw.strip()!r}",
+            param="reasoning_effort",
+        )
+    effort, _ = validation.reasoning(payload)
+    if isinstance(effort, float):
+        raise FieldError(
+            f"DeepSeek-V4 reasoning_effort must be a named tier, got {effort!r}",
+            param="reasoning" if raw is None else "reasoning_effort",
+        )
+    return effort
 
 
 def _wire_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from sparkllm.gateway import replies
-from sparkllm.gateway.chat_template import RESERVED_TEMPLATE_VARIABLES
+from sparkllm.gateway.chat_template import RESERVED_TEMPLATE_VARIABLES, tool_dump
 from sparkllm.gateway.replies import RequestRejectedError
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
@@ -126,6 +126,33 @@ def _check_content(content: object, *, param: str) -> None:
             wrong_type(f"{part_param}.text", "a string", part.get("text"))
 
 
+def _with_function(value: object, *, param: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An object with a ``function`` object (a tool, or a past tool call), and that function."""
+    if not isinstance(value, dict):
+        wrong_type(param, "an object", value)
+    function = value.get("function")
+    if not isinstance(function, dict):
+        wrong_type(f"{param}.function", "an object", function)
+    return value, function
+
+
+def _check_tool_call(call: object, *, param: str) -> None:
+    """A past tool call SGLang's ``ToolCall`` model takes."""
+    call, function = _with_function(call, param=param)
+    name, arguments = function.get("name"), function.get("arguments")
+    if name is not None and not isinstance(name, str):
+        wrong_type(f"{param}.function.name", "a string", name)
+    if arguments is not None and not isinstance(arguments, str | dict):
+        wrong_type(f"{param}.function.arguments", "a string or an object", arguments)
+    if call.get("id") is not None and not isinstance(call["id"], str):
+        wrong_type(f"{param}.id", "a string", call["id"])
+    index = call.get("index")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+        wrong_type(f"{param}.index", "an integer", index)
+    if call.get("type", "function") != "function":
+        reject(f"'{param}.type' must be 'function'.", param=f"{param}.type")
+
+
 def chat_messages(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``messages``: a non-empty array of objects with a string role and text content."""
     messages = required(payload, "messages")
@@ -150,32 +177,50 @@ def chat_messages(payload: Mapping[str, Any]) -> list[dict[str, Any]]:
         tool_calls = message.get("tool_calls")
         if tool_calls is not None and not isinstance(tool_calls, list):
             wrong_type(f"{param}.tool_calls", "an array", tool_calls)
+        for call_index, call in enumerate(tool_calls or ()):
+            _check_tool_call(call, param=f"{param}.tool_calls[{call_index}]")
+        if message.get("tools") is not None:
+            _checked_tools(message["tools"], param=f"{param}.tools")
     return messages
 
 
-def chat_tools(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The tool definitions the template renders, honouring ``tool_choice`` like SGLang."""
-    tools = payload.get("tools")
-    if tools is None:
-        return None
+def _check_tool(tool: object, *, param: str) -> None:
+    """A tool definition SGLang's ``Tool`` model takes (what ``tool_dump`` relies on)."""
+    tool, function = _with_function(tool, param=param)
+    if not isinstance(function.get("name"), str):
+        wrong_type(f"{param}.function.name", "a string", function.get("name"))
+    if not isinstance(tool.get("type", "function"), str):
+        wrong_type(f"{param}.type", "a string", tool.get("type"))
+    for owner, field, want, where in (
+        (function, "description", str, f"{param}.function.description"),
+        (function, "strict", bool, f"{param}.function.strict"),
+        (function, "defer_loading", bool, f"{param}.function.defer_loading"),
+        (tool, "defer_loading", bool, f"{param}.defer_loading"),
+    ):
+        value = owner.get(field)
+        if value is not None and not isinstance(value, want):
+            wrong_type(where, "a string" if want is str else "a boolean", value)
+
+
+def _checked_tools(tools: object, *, param: str) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        wrong_type("tools", "an array", tools)
+        wrong_type(param, "an array", tools)
     for index, tool in enumerate(tools):
-        param = f"tools[{index}]"
-        if not isinstance(tool, dict):
-            wrong_type(param, "an object", tool)
-        function = tool.get("function")
-        if not isinstance(function, dict):
-            wrong_type(f"{param}.function", "an object", function)
-        if not isinstance(function.get("name"), str):
-            wrong_type(f"{param}.function.name", "a string", function.get("name"))
+        _check_tool(tool, param=f"{param}[{index}]")
+    return tools
+
+
+def chat_tools(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The tools the template renders, dumped and chosen by ``tool_choice`` as SGLang does."""
+    tools = payload.get("tools")
+    dumped = [] if tools is None else [tool_dump(t) for t in _checked_tools(tools, param="tools")]
     choice = payload.get("tool_choice")
     if choice is None or (isinstance(choice, str) and choice in _TOOL_CHOICE_WORDS):
-        return tools if tools and choice != "none" else None
+        return dumped if dumped and choice != "none" else None
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
-        if isinstance(name, str):
-            return [tool for tool in tools if tool["function"]["name"] == name] or None
+        if isinstance(name, str) and choice.get("type", "function") == "function":
+            return [tool for tool in dumped if tool["function"]["name"] == name] or None
     reject(
         "'tool_choice' must be 'none', 'auto', 'required' or "
         '{"type": "function", "function": {"name": ...}}.',
@@ -183,17 +228,88 @@ def chat_tools(payload: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     )
 
 
-def template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """Extra template variables: ``reasoning_effort`` and ``chat_template_kwargs``."""
-    kwargs: dict[str, Any] = {}
-    effort = payload.get("reasoning_effort")
+_EFFORT_TIERS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max"})
+_TRUE_WORDS = frozenset({"1", "true", "yes", "y", "on"})
+
+
+def _effort_value(value: object, *, param: str) -> str | float:
+    """A reasoning effort as SGLang's model takes it: a named tier, or a number in [0, 0.99].
+
+    A number must be written as a string at the top level (the gateway's rule, SGLang
+    also takes a JSON number); in a ``reasoning`` object either form is taken.
+    """
+    if isinstance(value, str) and value in _EFFORT_TIERS:
+        return value
+    if param == "reasoning_effort" and not isinstance(value, str):
+        wrong_type(param, "a string", value)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        wrong_type(param, "a named effort tier or a number", value)
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 0.99:  # also refuses NaN
+        reject(
+            f"'{param}' must be one of {', '.join(sorted(_EFFORT_TIERS))} or a number "
+            f"from 0 to 0.99, got {json.dumps(value)}.",
+            param=param,
+        )
+    return number
+
+
+def reasoning(payload: Mapping[str, Any]) -> tuple[str | float | None, bool | None]:
+    """(reasoning effort, thinking) as SGLang's request validator resolves them.
+
+    ``normalize_reasoning_inputs``: a ``reasoning`` object's effort replaces
+    ``reasoning_effort``; its ``enabled`` turns thinking on; any effort then decides
+    thinking (on unless "none"). None: the request does not say.
+    """
+    effort_raw = payload.get("reasoning_effort")
+    effort = None if effort_raw is None else _effort_value(effort_raw, param="reasoning_effort")
+    thinking: bool | None = None
+    settings = payload.get("reasoning")
+    if settings is not None and not isinstance(settings, dict):
+        wrong_type("reasoning", "an object", settings)
+    if settings:
+        nested = settings.get("effort")
+        if nested is None:
+            nested = settings.get("reasoning_effort")
+        if nested is not None:
+            effort = _effort_value(nested, param="reasoning.effort")
+        enabled = settings.get("enabled")
+        if enabled is None:
+            enabled = settings.get("enable", False)
+        if isinstance(enabled, str):
+            enabled = enabled.strip().lower() in _TRUE_WORDS
+        if enabled:
+            thinking = True
     if effort is not None:
-        if not isinstance(effort, str):
-            wrong_type("reasoning_effort", "a string", effort)
+        thinking = effort != "none"
+    return effort, thinking
+
+
+def template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Extra template variables: ``reasoning_effort`` and ``chat_template_kwargs``.
+
+    As SGLang builds them: an effort (or ``reasoning`` object) sets ``thinking`` and
+    ``enable_thinking`` unless ``chat_template_kwargs`` sets them itself.
+    """
+    kwargs: dict[str, Any] = {}
+    effort, thinking = reasoning(payload)
+    if effort is not None:
         kwargs["reasoning_effort"] = effort
+    extra = chat_template_kwargs(payload)
+    if thinking is not None:
+        extra = {"thinking": thinking, "enable_thinking": thinking, **extra}
+    kwargs.update(extra)
+    return kwargs
+
+
+def chat_template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """``chat_template_kwargs``: an object whose keys are not the template's own variables."""
     extra = payload.get("chat_template_kwargs")
     if extra is None:
-        return kwargs
+        return {}
     if not isinstance(extra, dict):
         wrong_type("chat_template_kwargs", "an object", extra)
     for key in extra:
@@ -202,8 +318,16 @@ def template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
                 f"'chat_template_kwargs' may not set {json.dumps(key)}.",
                 param="chat_template_kwargs",
             )
-    kwargs.update(extra)
-    return kwargs
+    return extra
+
+
+def thinking(payload: Mapping[str, Any]) -> bool:
+    """Whether SGLang's encoders (DeepSeek V4) run in thinking mode for this request."""
+    _, resolved = reasoning(payload)
+    extra = chat_template_kwargs(payload)
+    if "thinking" in extra:
+        return bool(extra["thinking"])
+    return bool(resolved)
 
 
 def completion_prompts(payload: Mapping[str, Any]) -> list[str | list[int]]:
