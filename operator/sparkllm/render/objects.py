@@ -22,6 +22,11 @@ from sparkllm.render.names import ANNOTATION_HASH
 JSON = dict[str, Any]
 
 
+# libyaml's safe loader when PyYAML has it (the same YAML, parsed in C): a pass renders
+# every desired object, and parsing dominates its time.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 @cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
@@ -35,7 +40,7 @@ def _environment() -> jinja2.Environment:
 def render_template(template: str, **values: Any) -> JSON:
     """Render ``templates/<template>`` with ``values`` and parse the YAML result."""
     text = _environment().get_template(template).render(**values)
-    obj: JSON = yaml.safe_load(text)
+    obj: JSON = yaml.load(text, Loader=_LOADER)
     return obj
 
 
