@@ -32,7 +32,8 @@ from sparkllm.reconcile.benchmark_plan import (
     plan_benchmark,
     plan_rejected,
 )
-from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
+from sparkllm.reconcile.kube import JSON, KubeAPI
+from sparkllm.reconcile.owned import JOB, POD, SECRET
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,
     BenchmarkRequest,
@@ -41,10 +42,6 @@ from sparkllm.render.benchmark import (
     parse_benchmark_request,
     render_benchmark_job,
 )
-
-JOB = lookup_kind("batch/v1", "Job")
-POD = lookup_kind("v1", "Pod")
-SECRET = lookup_kind("v1", "Secret")
 
 
 @dataclass(frozen=True)

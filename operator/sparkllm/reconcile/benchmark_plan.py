@@ -1,7 +1,8 @@
 """What a benchmark Job shows, and what one pass does about a request: pure.
 
-The decision behind ``reconcile.benchmark`` (which does the reads and writes), kept
-free of I/O and the clock so every branch is tested with plain asserts:
+The decision behind ``reconcile.benchmark`` (whose reads are part of observe and whose
+Job writes ``execute`` makes), kept free of I/O and the clock so every branch is tested
+with plain asserts:
 
 - request, Job absent: create it when the cluster is Ready (status ``Running``), else
   status ``Waiting``; a user that is not a key of the users' Secret fails at once.

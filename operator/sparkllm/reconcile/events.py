@@ -1,9 +1,9 @@
 """Kubernetes Events for InferenceClusters: only on transitions and failures.
 
-A pass collects its Events and posts them at its end through ``KubeAPI`` (the one module
-that talks to the API server), so Events never depend on kopf's per-handler context and
-a pass that decided nothing posts nothing. Reasons come from ``api.Reason``; messages
-carry the specifics.
+``decide`` lists a pass's Events in its plan and ``execute`` posts them at the pass's end
+through ``KubeAPI`` (the one module that talks to the API server), so Events never depend
+on kopf's per-handler context and a pass that decided nothing posts nothing. Reasons come
+from ``api.Reason``; messages carry the specifics.
 """
 
 from __future__ import annotations

@@ -18,17 +18,16 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sparkllm.api import API_VERSION, KIND
+from sparkllm.api import KIND
 from sparkllm.errors import ClusterAPIError
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.actions import JSON, Plan, Removal
 from sparkllm.reconcile.events import event_manifest
 from sparkllm.reconcile.kube import KubeAPI, lookup_kind
-from sparkllm.reconcile.owned import POD
+from sparkllm.reconcile.owned import IC, POD
 from sparkllm.reconcile.secrets import generate_token
 
 logger = logging.getLogger(__name__)
-IC = lookup_kind(API_VERSION, KIND)
 
 
 async def execute(api: KubeAPI, plan: Plan, *, clock: Callable[[], datetime]) -> None:

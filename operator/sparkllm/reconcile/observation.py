@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sparkllm.api import (
-    API_VERSION,
     ENGINE_HTTP_PORT,
-    KIND,
     LABEL_RANK,
     LABEL_REPLICA,
     InferenceCluster,
@@ -28,14 +26,13 @@ from sparkllm.errors import SpecError
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
 from sparkllm.reconcile.drain import RunningRequests, rank0_address, removed_replicas
-from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
+from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.observe import pod_ready
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.reconcile.replicas import Observed, label
 from sparkllm.reconcile.secrets import EngineKeySeen, read_engine_key
 from sparkllm.render.names import LABEL_GENERATION
 
-IC = lookup_kind(API_VERSION, KIND)
 Key = tuple[str, str]
 ConfigResult = list[Mismatch] | str  # mismatches, or why the check could not run
 
@@ -81,7 +78,7 @@ async def observe(
 ) -> Observation:
     """Read everything a pass decides from; reads only."""
     namespace, name = key
-    obj = await api.get(IC, name, namespace)
+    obj = await api.get(owned.IC, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return Observation(key=key, obj=None, now=clock())
     try:

@@ -1,4 +1,4 @@
-"""The objects an InferenceCluster owns: which kinds, reading them, what to apply and prune.
+"""The kinds a pass touches, the objects an InferenceCluster owns, what to apply and prune.
 
 Why one module: the owned kinds are known here and nowhere else, and it is the same
 three moves every pass — list each owned kind by the cluster's selector (plus nodes and
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from sparkllm.api import InferenceCluster
+from sparkllm.api import API_VERSION, KIND, InferenceCluster
 from sparkllm.reconcile.actions import Removal
 from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
 from sparkllm.reconcile.replicas import Observed
@@ -29,6 +29,12 @@ DEPLOY: Final = lookup_kind("apps/v1", "Deployment")
 SA: Final = lookup_kind("v1", "ServiceAccount")
 ROLE: Final = lookup_kind("rbac.authorization.k8s.io/v1", "Role")
 ROLE_BINDING: Final = lookup_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+# Read and written beside the owned kinds: the object itself, its generated key Secret
+# (create-if-absent, never pruned), benchmark Jobs (created, never updated; their owner
+# reference removes them).
+IC: Final = lookup_kind(API_VERSION, KIND)
+SECRET: Final = lookup_kind("v1", "Secret")
+JOB: Final = lookup_kind("batch/v1", "Job")
 # In apply order (a Role before the router that needs it); pruned in reverse.
 OWNED: Final = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY)
 

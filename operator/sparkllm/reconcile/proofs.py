@@ -3,9 +3,9 @@
 "Not just HTTP 200" (SEEDS.md, acceptance): a replica that answers may still run with a
 setting SGLang silently ignored, or with a model copy that differs from its peers'.
 These conditions say so. Capacity and model checks are pure functions of the spec and
-the pods' status; the config check reads rank 0's ``/get_server_info`` (network I/O,
-so it lives here in reconcile) once per replica generation and spec generation, and
-never copies the ``api_key`` it returns anywhere.
+the pods' status; the config check reads rank 0's ``/get_server_info`` (network I/O, done
+by the observe step) once per replica generation and spec generation, and never copies
+the ``api_key`` it returns anywhere. ``decide`` turns the results into conditions.
 """
 
 from __future__ import annotations

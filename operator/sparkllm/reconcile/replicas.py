@@ -1,9 +1,9 @@
 """One replica's pass, pure: observed objects + history in, decision + objects + report out.
 
-Split from the reconciler so that everything a pass decides about a replica is a
-function of its inputs (no API, no clock, no metrics): the reconciler does the I/O and
-counts, this module reasons. It also holds ``Observed`` (what a pass read) and the
-ModelVerified verdict that must outlive the pods it came from.
+Part of ``decide``: everything a pass decides about one replica is a function of its
+inputs (no API, no clock, no metrics) — observe and execute do the I/O and the counting,
+this module reasons. It also holds ``Observed`` (the objects and nodes a pass read) and
+the ModelVerified verdict that must outlive the pods it came from.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from sparkllm.api import InferenceCluster
 from sparkllm.reconcile.actions import JSON, GeneratedSecret
-from sparkllm.reconcile.kube import KubeAPI, lookup_kind
+from sparkllm.reconcile.kube import KubeAPI
+from sparkllm.reconcile.owned import SECRET
 from sparkllm.render.names import (
     COMPONENT_ENGINE,
     cluster_labels,
@@ -27,7 +28,6 @@ from sparkllm.render.names import (
 )
 from sparkllm.render.ranks import EngineKeyRef
 
-SECRET = lookup_kind("v1", "Secret")
 GENERATED_KEY = "token"
 
 

@@ -2,8 +2,8 @@
 
 Conditions follow metav1.Condition: a transition time that moves only when the status
 flips, the spec generation observed, a CamelCase reason from ``api.reasons``. ``Ready``
-is derived from the replica reports, never set on its own. The reconciler compares the
-result with the live status and writes only when they differ, so an idle reconcile
+is derived from the replica reports, never set on its own. ``decide`` compares the
+result with the live status and plans a write only when they differ, so an idle pass
 makes no write.
 """
 
