@@ -106,16 +106,8 @@ class Probe(ConfigProbe):
         super().__init__()
         self.endpoints: list[str] = []
 
-    async def check(
-        self,
-        spec: InferenceClusterSpec,
-        *,
-        cache_key: tuple[str, ...],
-        endpoint: str,
-        api_key: str | None,
-        rank0_ip: str,
-    ) -> list[Mismatch] | str:
-        self.endpoints.append(endpoint)
+    async def check(self, spec: InferenceClusterSpec, **kwargs: Any) -> list[Mismatch] | str:
+        self.endpoints.append(str(kwargs["endpoint"]))
         return []
 
 
