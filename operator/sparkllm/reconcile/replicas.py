@@ -41,9 +41,9 @@ def label(obj: Mapping[str, Any], key: str) -> str | None:
     return None if value is None else str(value)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Observed:
-    """Everything one pass reads from the API server."""
+    """The nodes and the cluster's own objects and pods, as one pass read them."""
 
     nodes: dict[str, NodeFacts]
     pods: list[JSON]
