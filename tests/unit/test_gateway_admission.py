@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
+from sparkllm.gateway.allowlist import TOOL_FEATURES
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import MaxTokensPolicy
 from sparkllm.gateway.replies import ErrorReply
@@ -167,7 +168,7 @@ def test_body_is_forwarded_byte_for_byte_when_nothing_changes(parts: Any) -> Non
     body = b"".join(
         [
             b'{"model":  "' + MODEL.encode() + b'", "max_tokens": 10, "seed": 1,\n',
-            b' "messages": [{"role": "user", "content": "hi"}], "x_custom": {"keep": true}}',
+            b' "messages": [{"role": "user", "content": "hi"}], "logit_bias": {"12": 0.5}}',
         ]
     )
     assert _admitted(_admission(parts).decide(Route.CHAT, body)).body == body
@@ -202,7 +203,7 @@ def test_unknown_model_is_404_model_not_found(parts: Any) -> None:
     ("prompt", "expected_tokens"),
     [
         ([1, 2, 3, 4], 4),
-        ([[1, 2], [3, 4, 5, 6, 7]], 5),
+        ([[1, 2], [3, 4, 5, 6, 7]], 7),
         ("the quick brown fox", None),
         (["hi", "the quick brown fox jumps"], None),
     ],
@@ -210,18 +211,21 @@ def test_unknown_model_is_404_model_not_found(parts: Any) -> None:
 def test_completion_prompts_are_counted(
     parts: Any, prompt: Any, expected_tokens: int | None
 ) -> None:
+    """A batch (when the deployment takes one) is seen whole: all inputs, all outputs."""
     body = json.dumps({"model": MODEL, "prompt": prompt}).encode()
-    admitted = _admitted(_admission(parts).decide(Route.COMPLETIONS, body))
+    admitted = _admitted(_admission(parts, max_prompts=2).decide(Route.COMPLETIONS, body))
     if expected_tokens is None:
         texts = [prompt] if isinstance(prompt, str) else prompt
-        expected_tokens = max(len(TOKENIZER.encode(text).ids) for text in texts)
+        expected_tokens = sum(len(TOKENIZER.encode(text).ids) for text in texts)
+    batch = isinstance(prompt, list) and isinstance(prompt[0], str | list)
+    prompts = len(prompt) if batch else 1
     assert (admitted.input_tokens, admitted.input_tokens_exact) == (expected_tokens, True)
-    assert json.loads(admitted.body)["max_tokens"] == _room(expected_tokens)
+    assert json.loads(admitted.body)["max_tokens"] == _room(expected_tokens) // prompts
 
 
 def test_completion_token_ids_over_the_cap_are_refused(parts: Any) -> None:
     body = json.dumps({"model": MODEL, "prompt": [[1], list(range(CAP + 5))]}).encode()
-    reply = _refused(_admission(parts).decide(Route.COMPLETIONS, body))
+    reply = _refused(_admission(parts, max_prompts=2).decide(Route.COMPLETIONS, body))
     assert (reply.code, reply.param) == ("context_length_exceeded", "prompt")
     assert f"{CAP + 5} tokens" in reply.message
 
@@ -337,7 +341,7 @@ def test_tool_choice_none_hides_the_tools_from_the_template(parts: Any) -> None:
     tools = [
         {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
     ]
-    admission = _admission(parts)
+    admission = _admission(parts, tool_features=TOOL_FEATURES)
     with_tools = _admitted(admission.decide(Route.CHAT, _chat(tools=tools)))
     hidden = _admitted(admission.decide(Route.CHAT, _chat(tools=tools, tool_choice="none")))
     named = {"type": "function", "function": {"name": "other"}}

@@ -13,6 +13,7 @@ what it does not let through at all, which is counted apart).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import types
@@ -26,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkllm.gateway.admission import Admission, Admitted, Route
+from sparkllm.gateway.allowlist import TOOL_FEATURES
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.tokens import TokenCounter
@@ -61,7 +63,9 @@ def report() -> Iterator[None]:
 
 
 def _policy() -> Any:
-    return clamp_policy(cap=1_000_000, window=2_000_000)
+    """Large limits and every tool-calling feature: each body's count is compared."""
+    policy = clamp_policy(cap=1_000_000, window=2_000_000)
+    return dataclasses.replace(policy, tool_features=TOOL_FEATURES)
 
 
 def _jinja(model_dir: Path) -> tuple[Admission, Any]:

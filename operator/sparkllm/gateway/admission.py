@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from sparkllm.gateway import replies, validation
+from sparkllm.gateway.allowlist import Allowlist, check_tool_features
 from sparkllm.gateway.chat_template import (
     ChatTemplate,
     ChatTemplateError,
@@ -64,6 +66,12 @@ class AdmissionPolicy:
     context_length: int
     max_tokens_policy: MaxTokensPolicy
     default_max_tokens: int | None
+    # What passes beyond OpenAI's fields, and how much work one request may ask for
+    # (allowlist.py); the defaults are the deployment's: one answer for one prompt.
+    extensions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    max_choices: int = 1
+    max_prompts: int = 1
+    tool_features: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> AdmissionPolicy:
@@ -74,6 +82,10 @@ class AdmissionPolicy:
             context_length=config.context_length,
             max_tokens_policy=config.max_tokens_policy,
             default_max_tokens=config.default_max_tokens,
+            extensions={name: frozenset(users) for name, users in config.extensions.items()},
+            max_choices=config.max_choices,
+            max_prompts=config.max_prompts_per_request,
+            tool_features=frozenset(config.tool_calling),
         )
 
 
@@ -108,18 +120,24 @@ class Admission:
         self.policy = policy
         self._counter = counter
         self._template = template
+        self._allowlist = Allowlist(policy.extensions)
 
-    def decide(self, route: Route, body: bytes) -> Decision:
-        """Forward (``Admitted``) or refuse (``ErrorReply``); never raises for bad input."""
+    def decide(self, route: Route, body: bytes, *, user: str | None = None) -> Decision:
+        """Forward (``Admitted``) or refuse (``ErrorReply``); never raises for bad input.
+
+        ``user`` (the key's owner) decides which optional extensions pass.
+        """
         try:
-            return self._decide(route, body)
+            return self._decide(route, body, user=user)
         except RequestRejectedError as rejection:
             return rejection.reply
 
-    def _decide(self, route: Route, body: bytes) -> Decision:
+    def _decide(self, route: Route, body: bytes, *, user: str | None) -> Decision:
         payload = validation.parse_json_object(body)
+        self._allowlist.check(route.value, payload, user=user)
         changed = self._check_model(payload)
         stream = validation.optional_bool(payload, "stream")
+        choices = self._choices(payload)
         requested = {
             field: value
             for field in _OUTPUT_FIELDS[route]
@@ -128,25 +146,37 @@ class Admission:
         largest_output = max(requested.values(), default=self.policy.default_max_tokens)
         # Below this size the exact count cannot change the decision (see tokens.py).
         exact_above = -1
-        if largest_output is not None:
+        if largest_output is not None and choices == 1:
             exact_above = min(self.policy.max_input_tokens, _budget(self.policy, largest_output))
         if route is Route.CHAT:
-            size = self._measure_chat(payload, exact_above=exact_above)
+            check_tool_features(payload, enabled=self.policy.tool_features)
+            work = _Work(self._measure_chat(payload, exact_above=exact_above), 1, choices)
         else:
-            size = self._measure_completion(payload, exact_above=exact_above)
+            work = self._measure_completion(payload, exact_above=exact_above, choices=choices)
         prompt_param = "messages" if route is Route.CHAT else "prompt"
-        if size.tokens > self.policy.max_input_tokens:
-            raise RequestRejectedError(self._too_long(size.tokens, param=prompt_param))
+        if work.input_tokens > self.policy.max_input_tokens:
+            raise RequestRejectedError(self._too_long(work, param=prompt_param))
         # With an inexact size, the bound already left room for every requested limit.
-        granted = self._fit_output(payload, requested, input_tokens=size.tokens, param=prompt_param)
+        granted = self._fit_output(payload, requested, work=work, param=prompt_param)
         changed = changed or granted != requested
         return Admitted(
             body=_serialise(payload) if changed else body,
-            input_tokens=size.tokens,
-            input_tokens_exact=size.exact,
+            input_tokens=work.input_tokens,
+            input_tokens_exact=work.largest.exact,
             max_output_tokens=next(iter(granted.values())),
             stream=stream,
         )
+
+    def _choices(self, payload: dict[str, Any]) -> int:
+        """``n``: answers per prompt, at most the deployment's ``max_choices``."""
+        choices = validation.optional_positive_int(payload, "n") or 1
+        if choices > self.policy.max_choices:
+            validation.reject(
+                f"'n' is {choices}, but this deployment generates at most "
+                f"{self.policy.max_choices} answer(s) per request.",
+                param="n",
+            )
+        return choices
 
     def _check_model(self, payload: dict[str, Any]) -> bool:
         """Whether the model was an alias (rewritten to the served name)."""
@@ -223,15 +253,28 @@ class Admission:
             _invalid_unicode("messages")
         return None if size is None else self._counter.byte_bound(size, add_special_tokens=False)
 
-    def _measure_completion(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
+    def _measure_completion(
+        self, payload: dict[str, Any], *, exact_above: int, choices: int
+    ) -> _Work:
+        prompts = validation.completion_prompts(payload)
+        if len(prompts) > self.policy.max_prompts:
+            validation.reject(
+                f"'prompt' holds {len(prompts)} prompts, but this deployment takes at most "
+                f"{self.policy.max_prompts} prompt(s) per request.",
+                param="prompt",
+            )
+        if len(prompts) > 1:
+            exact_above = -1  # the limits see the sum: count each prompt exactly
         sizes = [
             PromptSize(len(prompt), exact=True)
             if isinstance(prompt, list)
             else self._measure(prompt, special=True, exact_above=exact_above, param="prompt")
-            for prompt in validation.completion_prompts(payload)
+            for prompt in prompts
         ]
         largest = max(sizes, key=lambda size: size.tokens)
-        return PromptSize(largest.tokens, exact=all(size.exact for size in sizes))
+        total = sum(size.tokens for size in sizes)
+        exact = all(size.exact for size in sizes)
+        return _Work(PromptSize(largest.tokens, exact=exact), len(prompts), choices, total)
 
     def _measure(self, text: str, *, special: bool, exact_above: int, param: str) -> PromptSize:
         try:
@@ -239,21 +282,22 @@ class Admission:
         except ValueError:
             _invalid_unicode(param)
 
-    def _too_long(self, tokens: int, *, param: str) -> ErrorReply:
+    def _too_long(self, work: _Work, *, param: str) -> ErrorReply:
         cap, window = self.policy.max_input_tokens, self.policy.context_length
         return replies.context_length_exceeded(
-            f"This request's input is {tokens} tokens, over this deployment's input limit "
-            f"of {cap} tokens (the context window is {window} tokens, input and output "
-            f"together). Please shorten the input.",
+            f"This request's input is {work.input_tokens} tokens{work.detail()}, over this "
+            f"deployment's input limit of {cap} tokens (the context window is {window} "
+            f"tokens, input and output together). Please shorten the input.",
             param=param,
         )
 
     def _fit_output(
-        self, payload: dict[str, Any], requested: dict[str, int], *, input_tokens: int, param: str
+        self, payload: dict[str, Any], requested: dict[str, int], *, work: _Work, param: str
     ) -> dict[str, int]:
         """The output limits to forward, written into ``payload`` when they change."""
         window = self.policy.context_length
-        budget = _budget(self.policy, input_tokens)
+        input_tokens = work.input_tokens
+        budget = _budget(self.policy, input_tokens, sequences=work.sequences)
         if budget < 1:  # only when max_input_tokens is context_length - 1
             message = (
                 f"This request's input is {input_tokens} tokens: the context window of "
@@ -266,17 +310,17 @@ class Admission:
             payload[_INJECTED_FIELD] = granted
             return {_INJECTED_FIELD: granted}
         fitted = dict(requested)
-        for field, value in requested.items():
+        for name, value in requested.items():
             if value <= budget:
                 continue
             if self.policy.max_tokens_policy is MaxTokensPolicy.REJECT:
                 message = (
-                    f"'{field}' is {value}, but the input is {input_tokens} tokens and the "
+                    f"'{name}' is {value}, but the input is {input_tokens} tokens and the "
                     f"context window is {window} tokens: at most {budget} output tokens fit. "
-                    f"Lower '{field}' or shorten the input."
+                    f"Lower '{name}' or shorten the input."
                 )
-                raise RequestRejectedError(replies.context_length_exceeded(message, param=field))
-            fitted[field] = payload[field] = budget
+                raise RequestRejectedError(replies.context_length_exceeded(message, param=name))
+            fitted[name] = payload[name] = budget
         return fitted
 
 
@@ -284,9 +328,42 @@ def _invalid_unicode(param: str) -> NoReturn:
     validation.reject(f"'{param}' contains invalid Unicode (an unpaired surrogate).", param=param)
 
 
-def _budget(policy: AdmissionPolicy, tokens: int) -> int:
-    """The most tokens that may accompany ``tokens`` in the engine's window."""
-    return policy.context_length - tokens - 1
+def _budget(policy: AdmissionPolicy, tokens: int, *, sequences: int = 1) -> int:
+    """The most output tokens per sequence that may accompany ``tokens`` in the window.
+
+    One request's sequences (prompts x n) are seen as one: their inputs and outputs
+    together must fit the window, as one sequence's must (SGLang's rule, ``input +
+    max_new_tokens < context_length``).
+    """
+    return (policy.context_length - tokens - 1) // sequences
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """A request's work: its largest prompt, how many prompts, ``n`` answers to each."""
+
+    largest: PromptSize
+    prompts: int
+    choices: int
+    prompt_tokens: int | None = None  # all prompts together (default: the largest)
+
+    @property
+    def sequences(self) -> int:
+        return self.prompts * self.choices
+
+    @property
+    def input_tokens(self) -> int:
+        """What the limits see: every sequence's input."""
+        total = self.largest.tokens if self.prompt_tokens is None else self.prompt_tokens
+        return total * self.choices
+
+    def detail(self) -> str:
+        if self.sequences == 1:
+            return ""
+        return (
+            f" ({self.prompts} prompt(s), n = {self.choices}; the largest prompt is "
+            f"{self.largest.tokens} tokens)"
+        )
 
 
 def _serialise(payload: dict[str, Any]) -> bytes:

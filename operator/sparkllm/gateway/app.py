@@ -176,7 +176,7 @@ class GatewayApp:
         if isinstance(user, ErrorReply):
             await self._refuse(route, send, user, user_id=None)
             return
-        decision, deciding = await self._admit(route, scope, receive)
+        decision, deciding = await self._admit(route, scope, receive, user=user)
         if isinstance(decision, ErrorReply):
             if deciding is not None:
                 self.metrics.admission_seconds.observe(deciding)
@@ -266,7 +266,7 @@ class GatewayApp:
         return None if waiting.cancelled() else waiting.result()
 
     async def _admit(
-        self, route: Route, scope: Scope, receive: Receive
+        self, route: Route, scope: Scope, receive: Receive, *, user: str
     ) -> tuple[Admitted | ErrorReply, float | None]:
         """The decision, and how long deciding took (None when refused by size alone)."""
         limit = self.config.max_body_bytes
@@ -278,9 +278,9 @@ class GatewayApp:
             return replies.request_too_large(limit), None
         started = time.perf_counter()
         if len(body) > OFFLOAD_BODY_BYTES:
-            decision = await asyncio.to_thread(self.admission.decide, route, body)
+            decision = await asyncio.to_thread(self.admission.decide, route, body, user=user)
         else:
-            decision = self.admission.decide(route, body)
+            decision = self.admission.decide(route, body, user=user)
         return decision, time.perf_counter() - started
 
     async def _refuse(

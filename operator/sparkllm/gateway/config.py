@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,13 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from sparkllm.errors import GatewayError
+from sparkllm.gateway.allowlist import OPTIONAL_EXTENSIONS, TOOL_FEATURES
 from sparkllm.gateway_settings import (
     DEFAULT_CONTEXT_LENGTH,
     DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -142,12 +145,43 @@ class GatewayConfig(BaseModel):
         description="Also serve /metrics on this port (unset: main port only).",
     )
     log_level: str = Field("info", description="Log level: " + ", ".join(LOG_LEVELS) + ".")
+    extensions: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="SGLang extensions let through (a JSON object: extension -> the users "
+        'it is enabled for, [] for every user), e.g. {"ignore_eos": ["bench"]}. One of: '
+        + ", ".join(sorted(OPTIONAL_EXTENSIONS))
+        + ".",
+    )
+    max_choices: int = Field(1, ge=1, le=16, description="Largest n (answers per prompt).")
+    max_prompts_per_request: int = Field(
+        1, ge=1, le=64, description="Most prompts in one /v1/completions request."
+    )
+    tool_calling: tuple[str, ...] = Field(
+        (),
+        description="Tool-calling features let through (comma-separated): "
+        + ", ".join(sorted(TOOL_FEATURES))
+        + ". Default none, the documents' production rule.",
+    )
 
-    @field_validator("model_aliases", mode="before")
+    @field_validator("model_aliases", "tool_calling", mode="before")
     @classmethod
     def _split_aliases(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(alias.strip() for alias in value.split(",") if alias.strip())
+        return value
+
+    @field_validator("extensions", mode="before")
+    @classmethod
+    def _parse_extensions(cls, value: object) -> object:
+        return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("extensions", "tool_calling")
+    @classmethod
+    def _check_names(cls, value: Any, info: ValidationInfo) -> Any:
+        known = OPTIONAL_EXTENSIONS if info.field_name == "extensions" else TOOL_FEATURES
+        unknown = set(value) - known
+        if unknown:
+            raise ValueError(f"unknown: {', '.join(sorted(unknown))}; known: {sorted(known)}")
         return value
 
     @field_validator("upstream_url")
