@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-down test lint unit bench binaries devcluster-up devcluster-down crds clean venv
+.PHONY: demo demo-down test lint unit bench binaries tools image devcluster-up devcluster-down crds clean venv
 
 # The same install script the Dockerfile's builder stage runs: the image cannot drift
 # from what the tests ran against.
@@ -24,6 +24,17 @@ binaries: $(STAMP)
 	bash hack/build-binaries.sh
 	PYTHON=$(BIN)/python bash hack/fetch-kube-schemas.sh
 
+# promtool and prometheus (apt), the Prometheus Operator's CRDs (Go module proxy) and the
+# aarch64 wheels of every runtime dependency (pip): what the tests read, fetched once.
+tools: $(STAMP)
+	PYTHON=$(BIN)/python bash hack/setup-test-tools.sh
+
+# The image, built for real without a Docker engine (mmdebstrap base, buildah), then run:
+# the entry points as user 65532, its content and size. Not part of `make test` (minutes,
+# root, network to PyPI from the build); tests/unit/test_image_build.py checks the cheap parts.
+image:
+	bash hack/build-image.sh
+
 demo: $(STAMP) binaries
 	$(BIN)/sparkllm-dev demo
 
@@ -35,7 +46,7 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit harness/tests/unit $(PYTEST_ARGS)
 
-test: $(STAMP) binaries lint
+test: $(STAMP) binaries tools lint
 	$(BIN)/pytest tests harness/tests $(PYTEST_ARGS)
 
 bench: $(STAMP) binaries
