@@ -2,10 +2,13 @@
 
 Metric names are checked against the exporters themselves: the operator's registry
 (``sparkllm.reconcile.metrics``) and the SGLang simulator's (``sparkllm_dev.sim.metrics``,
-which mirrors SGLang 0.5.23's names). A renamed metric or a typo in a PromQL expression
-fails here instead of silently never firing. The label contract — the engine PodMonitor
-turns the rank pods' ``sparkllm.io/*`` labels into ``sparkllm_io_*`` target labels — is
-checked against what the operator actually renders for a sample.
+which mirrors SGLang 0.5.23's names), and for the resource-safety alerts the exporters run
+on the Sparks: node-exporter's own end-to-end fixture output (pinned Go module, cached by
+hack/setup-test-tools.sh) and the DCGM exporter's field names (below). A renamed metric or
+a typo in a PromQL expression fails here instead of silently never firing. The label
+contract — the engine PodMonitor turns the rank pods' ``sparkllm.io/*`` labels into
+``sparkllm_io_*`` target labels — is checked against what the operator actually renders
+for a sample.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from sparkllm.offline import render_file
 from sparkllm.reconcile import metrics as operator_metrics
+from sparkllm_dev.devcluster.paths import cache_root
 from sparkllm_dev.sim.metrics import EngineMetrics
 from tests.unit.test_chart_render import (
     ALL_MONITORING,
@@ -30,8 +34,16 @@ from tests.unit.test_chart_render import (
     one,
     render_chart,
 )
+from tests.unit.tooling import filled
 
-METRIC_TOKEN = re.compile(r"\b(sparkllm_[a-z0-9_]+|sglang:[a-z0-9_:]+|up)\b(?!\s*\()")
+METRIC_TOKEN = re.compile(
+    r"\b(sparkllm_[a-z0-9_]+|sglang:[a-z0-9_:]+|node_[A-Za-z0-9_]+|DCGM_[A-Z0-9_]+|up)\b(?!\s*\()"
+)
+NODE_EXPORTER_VERSION = "v1.12.1"  # = hack/setup-test-tools.sh
+# NVIDIA dcgm-exporter's default counters (etc/default-counters.csv): "DCGM_FI_DEV_XID_ERRORS,
+# gauge, Value of the last XID error encountered." NVIDIA's Go modules are not served by
+# the module proxy reachable here, so the one name read is pinned in this file.
+DCGM_SERIES = {"DCGM_FI_DEV_XID_ERRORS"}
 LABEL_PARTS = re.compile(r"\{[^}]*\}|\b(?:by|without)\s*\([^)]*\)")
 Obj = dict[str, Any]
 
@@ -61,7 +73,24 @@ def engine_series() -> set[str]:
     return {s.name for family in engine.registry.collect() for s in family.samples}
 
 
+def node_exporter_series() -> set[str]:
+    """Every series node-exporter exports from its own test fixtures (all collectors)."""
+    name = f"node_exporter-{NODE_EXPORTER_VERSION}.txt"
+    path = filled(cache_root() / "exporter-metrics", marker=name) / name
+    lines = path.read_text().splitlines()
+    return {re.split(r"[{ ]", line)[0] for line in lines if line and not line.startswith("#")}
+
+
 KNOWN = operator_series() | engine_series() | {"up"}
+RESOURCE_ALERTS = {
+    "SparkLLMReplicaRestarted": "sparkllm_gang_restarts_total",
+    "SparkLLMNodeMemoryPressure": "node_pressure_memory_waiting_seconds_total",
+    "SparkLLMNodeSwapInUse": "node_memory_SwapFree_bytes",
+    "SparkLLMNodeOOMKill": "node_vmstat_oom_kill",
+    "SparkLLMGPUXIDError": "DCGM_FI_DEV_XID_ERRORS",
+    "SparkLLMRDMAPortErrors": "node_infiniband_port_errors_received_total",
+    "SparkLLMRDMALinkFlapping": "node_infiniband_link_downed_total",
+}
 
 
 def rule_of(values: Obj | None = None) -> Obj:
@@ -111,28 +140,55 @@ def test_each_required_alert_reads_its_series(alert: str, reads: str) -> None:
 
 
 def test_every_series_in_alerts_and_dashboard_exists() -> None:
+    known = KNOWN | node_exporter_series() | DCGM_SERIES
     exprs = [(name, r["expr"]) for name, r in alerts(rule_of()).items()]
     exprs += list(dashboard_exprs())
     assert len(exprs) > 10
     for where, expr in exprs:
         used = set(METRIC_TOKEN.findall(LABEL_PARTS.sub(" ", expr)))
         assert used, f"{where}: no metric in {expr}"
-        assert used <= KNOWN, f"{where}: unknown series {used - KNOWN}"
+        assert used <= known, f"{where}: unknown series {used - known}"
         assert expr.count("(") == expr.count(")"), f"{where}: unbalanced {expr}"
         assert expr.count("{") == expr.count("}"), f"{where}: unbalanced {expr}"
 
 
+def test_the_node_exporter_oracle_has_the_collectors_we_read() -> None:
+    """Sanity of the oracle: pressure, infiniband, vmstat and meminfo are in the fixture."""
+    assert {
+        "node_pressure_memory_waiting_seconds_total",
+        "node_memory_SwapTotal_bytes",
+        "node_vmstat_oom_kill",
+        "node_infiniband_port_errors_received_total",
+        "node_infiniband_link_downed_total",
+    } <= node_exporter_series()
+
+
+@pytest.mark.parametrize(("alert", "reads"), sorted(RESOURCE_ALERTS.items()))
+def test_each_resource_alert_reads_its_series_and_has_a_panel(alert: str, reads: str) -> None:
+    """Acceptance point 5 (no OOM, swap, PSI, restarts, GPU/RDMA errors): alert + panel."""
+    rule = alerts(rule_of())[alert]
+    assert reads in rule["expr"]
+    assert rule["labels"]["severity"] in {"warning", "critical"}
+    assert rule["annotations"]["summary"]
+    assert rule["annotations"]["description"]
+    assert any(reads in expr for _, expr in dashboard_exprs()), f"no panel reads {reads}"
+
+
+CHANGED_THRESHOLDS = {
+    "enabled": True,
+    "ttftP95Seconds": 7.5,
+    "kvUsageRatio": 0.8,
+    "queueLength": 12,
+    "restartsPerHour": 4,
+    "memoryPressureRatio": 0.25,
+    "swapUsedBytes": 1048576,
+}
+
+
 def test_thresholds_come_from_values() -> None:
-    values = {
-        "prometheusRule": {
-            "enabled": True,
-            "ttftP95Seconds": 7.5,
-            "kvUsageRatio": 0.8,
-            "queueLength": 12,
-            "restartsPerHour": 4,
-        }
-    }
-    rules = alerts(rule_of(values))
+    rules = alerts(rule_of({"prometheusRule": CHANGED_THRESHOLDS}))
+    assert rules["SparkLLMNodeMemoryPressure"]["expr"].endswith("> 0.25")
+    assert rules["SparkLLMNodeSwapInUse"]["expr"].endswith("> 1048576")
     assert rules["SparkLLMTimeToFirstTokenHigh"]["expr"].endswith("> 7.5")
     assert rules["SparkLLMKVCacheNearlyFull"]["expr"].endswith("> 0.8")
     assert "> 12 and" in rules["SparkLLMQueueGrowing"]["expr"]
