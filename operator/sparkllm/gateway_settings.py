@@ -28,6 +28,18 @@ DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 # The gateway run by hand, with no operator to set it, reads larger bodies (4 MiB).
 STANDALONE_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 
+# --- what passes the front door beyond OpenAI's fields (gateway/allowlist.py) -----------
+# SGLang sampling extensions a deployment may enable (spec.admission.extensions).
+OPTIONAL_EXTENSIONS: Final = (
+    *("ignore_eos", "min_p", "min_tokens", "no_stop_trim", "repetition_penalty"),
+    *("separate_reasoning", "skip_special_tokens", "stop_token_ids", "stream_reasoning"),
+    "top_k",
+)
+# Tool-calling features the documents do not support in production; a deployment may
+# enable them (spec.admission.toolCalling): tool_choice "required", a named tool_choice,
+# strict function definitions, a JSON-schema response_format.
+TOOL_FEATURES: Final = ("json_schema", "named", "required", "strict")
+
 # --- ports and addresses inside the gateway pod -----------------------------------------
 LISTEN_ALL_ADDRESSES: Final = "0.0.0.0"  # the admission layer listens on the pod IP
 GATEWAY_HTTP_PORT: Final = 8000  # the admission layer: Service port and container port
@@ -56,8 +68,10 @@ __all__ = [
     "ENV_PREFIX",
     "GATEWAY_HTTP_PORT",
     "LISTEN_ALL_ADDRESSES",
+    "OPTIONAL_EXTENSIONS",
     "ROUTER_HOST",
     "ROUTER_PORT",
     "STANDALONE_MAX_BODY_BYTES",
+    "TOOL_FEATURES",
     "env_var_name",
 ]

@@ -9,19 +9,56 @@ clear OpenAI-style error instead of an engine crash. Defaults are the documents'
 conservative ones: an 8K input cap under a 12K window.
 """
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import LocalObjectReference
-from sparkllm.api.rules import ApiModel
+from sparkllm.api.rules import ApiModel, Rule
 from sparkllm.gateway_settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     DEFAULT_MAX_INPUT_TOKENS,
     DEFAULT_QUEUE_SIZE,
     DEFAULT_QUEUE_TIMEOUT_SECONDS,
+    OPTIONAL_EXTENSIONS,
+    TOOL_FEATURES,
 )
+
+Extension = Literal[OPTIONAL_EXTENSIONS]  # type: ignore[valid-type]
+ToolFeature = Literal[TOOL_FEATURES]  # type: ignore[valid-type]
+UserName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+def _once(message: str, *, key: str | None) -> Rule:
+    """A list rule: no item (or no item's ``key`` field) appears twice."""
+    item = "a" if key is None else f"a.{key}"
+    other = "b" if key is None else f"b.{key}"
+
+    def check(items: tuple[Any, ...]) -> bool:
+        values = [item if key is None else getattr(item, key) for item in items]
+        return len(set(values)) == len(values)
+
+    return Rule(
+        cel=f"self.all(a, self.exists_one(b, {other} == {item}))", message=message, check=check
+    )
+
+
+class ExtensionGrant(ApiModel):
+    """One SGLang request extension the gateway lets through, for every user or some."""
+
+    parameter: Extension = Field(
+        description="parameter is the request field let through (Required), e.g. "
+        "ignore_eos (the acceptance benchmark sends it for exact output lengths). One of: "
+        + ", ".join(OPTIONAL_EXTENSIONS)
+        + "."
+    )
+    users: tuple[UserName, ...] = Field(
+        default=(),
+        max_length=64,
+        description="users are the data keys of apiKeysSecretRef whose requests may carry "
+        "it. Default empty: every user.",
+    )
 
 
 class AdmissionSpec(ApiModel):
@@ -80,4 +117,38 @@ class AdmissionSpec(ApiModel):
         description="maxBodyBytes is the largest request body the gateway reads; larger "
         f"ones get HTTP 413 before any tokenization. Default {DEFAULT_MAX_BODY_BYTES} "
         "(1 MiB); 1024 to 67108864.",
+    )
+    extensions: Annotated[
+        tuple[ExtensionGrant, ...],
+        _once("extensions must name each parameter once", key="parameter"),
+    ] = Field(
+        default=(),
+        max_length=16,
+        description="extensions are the SGLang request extensions the gateway lets "
+        "through (and counts like the rest); any other field beyond OpenAI's is refused "
+        "with HTTP 400 unsupported_parameter. Default none.",
+    )
+    max_choices: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="maxChoices is the largest n (answers per prompt) a request may ask "
+        "for; the limits then see n times the input and the output. Default 1; 1 to 16.",
+    )
+    max_prompts_per_request: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="maxPromptsPerRequest is how many prompts one /v1/completions request "
+        "may batch; the limits then see all of them together. Default 1; 1 to 64.",
+    )
+    tool_calling: Annotated[
+        tuple[ToolFeature, ...], _once("toolCalling must name each feature once", key=None)
+    ] = Field(
+        default=(),
+        max_length=4,
+        description="toolCalling lists the tool-calling features the gateway lets through: "
+        "required (tool_choice required), named (a named tool_choice), strict (strict "
+        "function definitions), json_schema (a JSON-schema response_format). Default none: "
+        "the documents do not support them in production; each gets HTTP 400.",
     )

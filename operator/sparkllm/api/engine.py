@@ -23,6 +23,7 @@ from sparkllm.gateway_settings import DEFAULT_CONTEXT_LENGTH
 from sparkllm.sglang_contract.fields import (
     LAYER_PARTITION_ENV,
     OPERATOR_OWNED_FLAGS,
+    REFUSED_FLAGS,
     ReasoningParser,
     ToolCallParser,
 )
@@ -39,10 +40,15 @@ LATEST_TAG_PATTERN: Final = r":latest(@sha256:[a-f0-9]{64})?$"
 
 
 def _sets_owned_flag(arg: str) -> bool:
+    return _sets_flag(arg, OPERATOR_OWNED_FLAGS)
+
+
+def _sets_flag(arg: str, flags: tuple[str, ...]) -> bool:
+    """Whether ``arg`` sets one of ``flags`` or an abbreviation argparse would expand."""
     if not arg.startswith("--"):
         return False
     name = arg.split("=", 1)[0]
-    return any(flag.startswith(name) for flag in OPERATOR_OWNED_FLAGS)
+    return any(flag.startswith(name) for flag in flags)
 
 
 # Environment the operator sets from spec.network and spec.engine.layerPartition.
@@ -79,6 +85,14 @@ ExtraArgs = Annotated[
         + ", ".join(OPERATOR_OWNED_FLAGS)
         + "); use the matching spec field",
         check=lambda args: not any(_sets_owned_flag(arg) for arg in args),
+    ),
+    Rule(
+        cel="self.all(arg, !arg.startsWith('--') || !"
+        + repr(list(REFUSED_FLAGS))
+        + ".exists(f, f.startsWith(arg.split('=')[0])))",
+        message="extraArgs must not set " + ", ".join(REFUSED_FLAGS) + " (or an abbreviation): "
+        "it would let any user run code on the engine",
+        check=lambda args: not any(_sets_flag(arg, REFUSED_FLAGS) for arg in args),
     ),
 ]
 

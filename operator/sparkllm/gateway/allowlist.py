@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sparkllm import gateway_settings
 from sparkllm.gateway import replies
 from sparkllm.gateway.replies import RequestRejectedError
 
@@ -52,13 +53,7 @@ COUNTED_EXTENSIONS: Final = {
     "/v1/completions": frozenset[str](),
 }
 # SGLang sampling extensions a deployment may enable (spec.admission.extensions).
-OPTIONAL_EXTENSIONS: Final = frozenset(
-    {
-        *("ignore_eos", "top_k", "min_p", "repetition_penalty", "min_tokens"),
-        *("stop_token_ids", "no_stop_trim", "skip_special_tokens"),
-        *("separate_reasoning", "stream_reasoning"),
-    }
-)
+OPTIONAL_EXTENSIONS: Final = frozenset(gateway_settings.OPTIONAL_EXTENSIONS)
 CODE_UNSUPPORTED_PARAMETER: Final = "unsupported_parameter"
 
 
@@ -103,9 +98,9 @@ def _unsupported(field: str) -> replies.ErrorReply:
     )
 
 
-# Tool-calling features the documents do not support in production; a deployment may
-# enable them (spec.admission.toolCalling). Each is checked where the request uses it.
-TOOL_FEATURES: Final = frozenset({"required", "named", "strict", "json_schema"})
+# Tool-calling features a deployment may enable (spec.admission.toolCalling); each is
+# checked where the request uses it.
+TOOL_FEATURES: Final = frozenset(gateway_settings.TOOL_FEATURES)
 _WHY = "is not supported by this deployment (spec.admission.toolCalling)"
 
 

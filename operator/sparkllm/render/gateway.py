@@ -21,10 +21,11 @@ Pure: no I/O, no clock. Keys never appear in the output: ``$(VAR)`` in args, VAR
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Final
 
-from sparkllm.api import LABEL_CLUSTER, InferenceCluster
+from sparkllm.api import LABEL_CLUSTER, AdmissionSpec, InferenceCluster
 from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
@@ -120,9 +121,30 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     }
     if spec.engine.tool_call_parser is not None:  # deepseekv4: count as SGLang encodes
         settings["tool_call_parser"] = spec.engine.tool_call_parser
+    settings.update(_request_policy(admission))
     env: list[JSON] = [{"name": env_var_name(k), "value": str(v)} for k, v in settings.items()]
     env.append(_secret_env(env_var_name("upstream_api_key"), engine_key))
     return env
+
+
+def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
+    """What passes the front door beyond OpenAI's fields, and the work per request.
+
+    Only what differs from the gateway's defaults (the same as the spec's: nothing
+    beyond OpenAI's fields, one answer for one prompt), so a default spec renders as
+    before.
+    """
+    settings: dict[str, object] = {}
+    if admission.extensions:
+        grants = {grant.parameter: list(grant.users) for grant in admission.extensions}
+        settings["extensions"] = json.dumps(grants, separators=(",", ":"))
+    if admission.max_choices != 1:
+        settings["max_choices"] = admission.max_choices
+    if admission.max_prompts_per_request != 1:
+        settings["max_prompts_per_request"] = admission.max_prompts_per_request
+    if admission.tool_calling:
+        settings["tool_calling"] = ",".join(admission.tool_calling)
+    return settings
 
 
 def model_volume(ic: InferenceCluster) -> JSON:

@@ -178,6 +178,10 @@ OPERATOR_OWNED_FLAGS: Final = tuple(
     spelling for field in LAUNCH_FIELDS for spelling in field.spellings
 )
 
+# Flags extraArgs may never set, whatever the spec: with a custom logit processor enabled,
+# any user could send code for the engine to run (``custom_logit_processor``).
+REFUSED_FLAGS: Final = ("--enable-custom-logit-processor",)
+
 
 __all__ = [
     "CUDA_GRAPH_DECODE_FLAG",
@@ -188,6 +192,7 @@ __all__ = [
     "LAYER_PARTITION_ENV",
     "OPERATOR_OWNED_FLAGS",
     "REASONING_PARSERS",
+    "REFUSED_FLAGS",
     "TOOL_CALL_PARSERS",
     "LaunchField",
     "LaunchValue",
