@@ -12,6 +12,9 @@
 # (tests/unit/test_product_boundary.py builds the same wheel and checks). Wheels exist for
 # linux/amd64 and linux/arm64 (DGX Spark is arm64):
 #   docker buildx build --platform linux/arm64,linux/amd64 -t REGISTRY/sparkllm:0.1.0 .
+# Without Docker or Docker Hub, `make image` (hack/build-image.sh) builds this file with
+# buildah on a bookworm/Python 3.11 base made from Debian packages, passed as PYTHON_IMAGE,
+# and runs the entry points inside the result as UID 65532.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
