@@ -48,7 +48,12 @@ def inference_cluster(
             "replicas": len(groups),
             "model": {"path": str(model_dir), "servedName": MODEL},
             "engine": {"image": ENGINE_IMAGE, "pipelineParallel": 3},
-            "admission": {"apiKeysSecretRef": {"name": USERS_SECRET}, "maxInputTokens": 8192},
+            "admission": {
+                "apiKeysSecretRef": {"name": USERS_SECRET},
+                "maxInputTokens": 8192,
+                # the benchmark Job runs as alice and sends ignore_eos (exact lengths)
+                "extensions": [{"parameter": "ignore_eos", "users": ["alice"]}],
+            },
             "placement": {"nodeGroups": [list(group) for group in groups]},
         },
     }
