@@ -217,14 +217,14 @@ class ServerThread:
     The gateway's own protocol implementation (``HTTP_PROTOCOL``), for the stand-ins too.
     """
 
-    def __init__(self, app: Any, *, lifespan: Lifespan = "on") -> None:
+    def __init__(self, app: Any, *, lifespan: Lifespan = "on", http: Any = HTTP_PROTOCOL) -> None:
         # proto=IPPROTO_TCP, or asyncio skips TCP_NODELAY on accepted connections and
         # Nagle + delayed ACKs add 40 ms to every response.
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.bind(("127.0.0.1", 0))
         self.port = int(self._socket.getsockname()[1])
         config = uvicorn.Config(
-            app, lifespan=lifespan, http=HTTP_PROTOCOL, loop="asyncio", log_level="warning"
+            app, lifespan=lifespan, http=http, loop="asyncio", log_level="warning"
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

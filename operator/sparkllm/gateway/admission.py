@@ -215,11 +215,12 @@ class Admission:
                 param="messages",
             )
         if prefix:  # the engine encodes the continued assistant text separately
-            tokens = sum(
-                self._measure(text, special=False, exact_above=-1, param="messages").tokens
+            sizes = [
+                self._measure(text, special=False, exact_above=-1, param="messages")
                 for text in (rendered, prefix)
-            )
-            return PromptSize(tokens, exact=True)
+            ]
+            least = any(size.at_least for size in sizes)
+            return PromptSize(sum(size.tokens for size in sizes), exact=not least, at_least=least)
         return self._measure(rendered, special=False, exact_above=exact_above, param="messages")
 
     def _encode_v4(
@@ -274,18 +275,26 @@ class Admission:
         largest = max(sizes, key=lambda size: size.tokens)
         total = sum(size.tokens for size in sizes)
         exact = all(size.exact for size in sizes)
-        return _Work(PromptSize(largest.tokens, exact=exact), len(prompts), choices, total)
+        least = any(size.at_least for size in sizes)
+        largest = PromptSize(largest.tokens, exact=exact, at_least=least)
+        return _Work(largest, len(prompts), choices, total)
 
     def _measure(self, text: str, *, special: bool, exact_above: int, param: str) -> PromptSize:
         try:
-            return self._counter.measure(text, add_special_tokens=special, exact_above=exact_above)
+            return self._counter.measure(
+                text,
+                add_special_tokens=special,
+                exact_above=exact_above,
+                refuse_above=self.policy.max_input_tokens,
+            )
         except ValueError:
             _invalid_unicode(param)
 
     def _too_long(self, work: _Work, *, param: str) -> ErrorReply:
         cap, window = self.policy.max_input_tokens, self.policy.context_length
+        least = "at least " if work.largest.at_least else ""
         return replies.context_length_exceeded(
-            f"This request's input is {work.input_tokens} tokens{work.detail()}, over this "
+            f"This request's input is {least}{work.input_tokens} tokens{work.detail()}, over this "
             f"deployment's input limit of {cap} tokens (the context window is {window} "
             f"tokens, input and output together). Please shorten the input.",
             param=param,

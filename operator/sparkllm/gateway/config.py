@@ -153,6 +153,18 @@ class GatewayConfig(BaseModel):
         + ".",
     )
     max_choices: int = Field(1, ge=1, le=16, description="Largest n (answers per prompt).")
+    max_header_bytes: int = Field(
+        32 * 1024, ge=1024, description="Largest request line + headers; beyond: 431."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="Longest wait for a request's headers; then 408 and close."
+    )
+    body_timeout_seconds: float = Field(
+        60.0, gt=0, description="Longest wait for a request's whole body; then close."
+    )
+    keep_alive_timeout_seconds: int = Field(
+        15, ge=1, description="Idle time a keep-alive connection is kept between requests."
+    )
     max_prompts_per_request: int = Field(
         1, ge=1, le=64, description="Most prompts in one /v1/completions request."
     )

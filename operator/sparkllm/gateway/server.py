@@ -19,8 +19,9 @@ import uvicorn
 from prometheus_client import start_http_server
 
 from sparkllm.errors import GatewayError
-from sparkllm.gateway.app import build_gateway_app
-from sparkllm.gateway.config import load_gateway_config
+from sparkllm.gateway.app import GatewayApp, build_gateway_app
+from sparkllm.gateway.config import GatewayConfig, load_gateway_config
+from sparkllm.gateway.transport import GuardedHttpToolsProtocol
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +63,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.context_length,
         config.max_concurrent_requests,
     )
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.listen_host,
-            port=config.listen_port,
-            http=HTTP_PROTOCOL,
-            loop="asyncio",
-            lifespan="on",
-            access_log=False,
-            server_header=False,
-            proxy_headers=False,  # nothing reads the client address; saves a wrapper per request
-            log_level=config.log_level,
-            log_config=None,
-        )
-    )
+    server = uvicorn.Server(uvicorn_config(app, config))
     server.run()
     return 0
+
+
+def uvicorn_config(app: GatewayApp, config: GatewayConfig) -> uvicorn.Config:
+    """uvicorn serving ``app`` with the gateway's connection limits (transport.py)."""
+    protocol = GuardedHttpToolsProtocol.configured(
+        max_header_bytes=config.max_header_bytes,
+        header_timeout=config.header_timeout_seconds,
+        body_timeout=config.body_timeout_seconds,
+    )
+    return uvicorn.Config(
+        app,
+        host=config.listen_host,
+        port=config.listen_port,
+        http=protocol,
+        timeout_keep_alive=config.keep_alive_timeout_seconds,
+        loop="asyncio",
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,  # nothing reads the client address; saves a wrapper per request
+        log_level=config.log_level,
+        log_config=None,
+    )

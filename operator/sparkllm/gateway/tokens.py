@@ -18,8 +18,15 @@ not needed. The argument, checked by ``is_byte_level_bpe`` at load time:
 4. every BPE token covers at least one symbol (unknown symbols give at most one token).
 
 Hence ``tokens <= bytes + special tokens added``. A tokenizer that does not pass the
-check never takes the shortcut. tests/unit/test_gateway_tokens.py checks the property
-with hypothesis against a real trained tokenizer.
+check never takes the shortcut.
+
+The same argument bounds the count from below: every token covers at most ``L`` bytes,
+``L`` the longest token in the vocabulary (a BPE token's symbols, one per byte; an added
+token's UTF-8 spelling), so ``tokens >= ceil(bytes / L)``. A prompt whose lower bound is
+already over the cap is refused without tokenising it (a 1 MiB prompt costs ~0.4 s to
+tokenise, before any concurrency slot is taken). tests/unit/test_gateway_tokens.py and
+test_gateway_transport.py check both bounds with hypothesis against a real trained
+tokenizer.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ class PromptSize:
 
     tokens: int
     exact: bool
+    at_least: bool = False  # ``tokens`` is a lower bound (only ever over a limit)
 
 
 def _is_plain_byte_level(pre_tokenizer: Mapping[str, Any]) -> bool:
@@ -87,6 +95,12 @@ class TokenCounter:
         self._tokenizer = tokenizer
         self.byte_level = byte_level
         self.special_tokens_added = int(tokenizer.num_special_tokens_to_add(False))
+        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        model_vocab = tokenizer.get_vocab(with_added_tokens=False)
+        self.longest_token_bytes = max(
+            max(map(len, model_vocab), default=1),  # byte-level symbols: one per byte
+            max((len(text.encode("utf-8")) for text in added), default=1),
+        )
 
     @classmethod
     def from_dir(cls, tokenizer_dir: Path) -> TokenCounter:
@@ -116,19 +130,24 @@ class TokenCounter:
             raise ValueError("text is not valid Unicode (unpaired surrogate)") from exc
         return len(encoding.ids)
 
-    def measure(self, text: str, *, add_special_tokens: bool, exact_above: int) -> PromptSize:
-        """The exact count, unless the byte bound is already <= ``exact_above``.
+    def measure(
+        self, text: str, *, add_special_tokens: bool, exact_above: int, refuse_above: int = -1
+    ) -> PromptSize:
+        """The exact count, unless the byte bounds already decide.
 
         Callers pass the largest size at which the exact number would not change their
-        decision; with ``exact_above < 0`` the count is always exact.
+        decision (``exact_above``; below 0 the count is exact unless refused), and the
+        size over which they refuse (``refuse_above``; below 0: never refused unread).
         Raises ValueError for text that is not valid Unicode (unpaired surrogates).
         """
         if self.byte_level:
-            bound = self.byte_bound(
-                len(text.encode("utf-8")), add_special_tokens=add_special_tokens
-            )
+            size = len(text.encode("utf-8"))
+            bound = self.byte_bound(size, add_special_tokens=add_special_tokens)
             if bound is not None and bound <= exact_above:
                 return PromptSize(bound, exact=False)
+            least = -(-size // self.longest_token_bytes)
+            if 0 <= refuse_above < least:
+                return PromptSize(least, exact=False, at_least=True)
         return PromptSize(self.count(text, add_special_tokens=add_special_tokens), exact=True)
 
     def byte_bound(self, utf8_bytes: int, *, add_special_tokens: bool) -> int | None:
