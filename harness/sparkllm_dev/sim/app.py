@@ -154,7 +154,9 @@ class EngineApp:
             await asgi.send_json(send, status=400, payload=payload)
             return
         await asyncio.sleep(max(0.0, self.ready_at - time.monotonic()))  # wait out startup
-        await self.generation.serve("chat" if kind == "chat" else "completion", body, send)
+        await self.generation.serve(
+            "chat" if kind == "chat" else "completion", body, send, receive=receive
+        )
 
     def server_info(self) -> dict[str, Any]:
         config = self.config

@@ -43,6 +43,12 @@ async def read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
+async def wait_for_disconnect(receive: Receive) -> None:
+    """Return when the client disconnects (after the body was read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def _headers(content_type: str | None, extra: list[tuple[bytes, bytes]]) -> list[Any]:
     headers = [SIMULATOR_HEADER, *extra]
     if content_type is not None:

@@ -15,6 +15,7 @@ compares — the cost of the layers in front of the engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -78,7 +79,32 @@ class GenerationService:
         self._on_request_done = on_request_done
         self._auto_truncate = bool(config.server_info_args.get("allow_auto_truncate"))
 
-    async def serve(self, kind: Kind, raw_body: bytes, send: asgi.Send) -> None:
+    async def serve(
+        self, kind: Kind, raw_body: bytes, send: asgi.Send, *, receive: asgi.Receive | None = None
+    ) -> None:
+        """Answer one request; when the client disconnects first, abort it (as SGLang aborts
+        a request whose connection closed: its slot and running count are freed at once).
+
+        uvicorn drops writes to a closed connection silently, so without watching
+        ``receive`` a generation would run on for its whole answer.
+        """
+        if receive is None:
+            await self._serve(kind, raw_body, send)
+            return
+        generation = asyncio.ensure_future(self._serve(kind, raw_body, send))
+        gone = asyncio.ensure_future(asgi.wait_for_disconnect(receive))
+        try:
+            await asyncio.wait((generation, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not generation.done():
+                generation.cancel()  # the client left: abort, freeing the slot
+                with contextlib.suppress(asyncio.CancelledError):
+                    await generation
+        if generation.done() and not generation.cancelled():
+            generation.result()
+
+    async def _serve(self, kind: Kind, raw_body: bytes, send: asgi.Send) -> None:
         try:
             body = json.loads(raw_body or b"null")
         except ValueError:
@@ -87,8 +113,9 @@ class GenerationService:
             request = parse_generation_request(
                 kind, body, default_model=self.config.served_model_name
             )
+            counted = sum(map(self.tokens.count, request.prompt_texts))
             prompt_tokens, max_tokens = fit_context_window(
-                prompt_tokens=self.tokens.count(request.prompt),
+                prompt_tokens=counted + request.prompt_ids,
                 max_tokens=request.max_tokens,
                 context_length=self.config.context_length,
                 auto_truncate=self._auto_truncate,

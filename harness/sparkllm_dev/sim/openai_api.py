@@ -34,6 +34,12 @@ class GenerationRequest:
     kind: Kind
     prompt: str
     model: str
+    # What the engine tokenises, as SGLang 0.5.23 takes it: the texts (a chat's rendered
+    # messages, each completion prompt) and the token ids given as such (a chat's
+    # ``input_ids``, which replace the template; completion prompts of ids). A completions
+    # batch is one sequence per prompt; the simulator answers it as one.
+    prompt_texts: tuple[str, ...]
+    prompt_ids: int
     max_tokens: int | None
     stream: bool
     include_usage: bool
@@ -72,6 +78,25 @@ def _optional_int(body: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
+def _is_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(item, int) and not isinstance(item, bool) for item in value
+    )
+
+
+def _completion_prompts(raw: Any) -> tuple[tuple[str, ...], int]:
+    """(texts, token ids) of a completions ``prompt``: a string, token ids, or a batch."""
+    if isinstance(raw, str):
+        return (raw,), 0
+    if _is_ids(raw) and raw:
+        return (), len(raw)
+    if isinstance(raw, list) and raw and all(isinstance(part, str) for part in raw):
+        return tuple(raw), 0
+    if isinstance(raw, list) and raw and all(_is_ids(part) for part in raw):
+        return (), sum(map(len, raw))
+    raise _invalid("prompt: field required (a string, token ids, or a list of either)")
+
+
 def parse_generation_request(kind: Kind, body: Any, *, default_model: str) -> GenerationRequest:
     """The parts of a chat or completions body the simulator uses; RejectedRequestError if bad."""
     if not isinstance(body, Mapping):
@@ -84,13 +109,14 @@ def parse_generation_request(kind: Kind, body: Any, *, default_model: str) -> Ge
         max_tokens = _optional_int(body, "max_completion_tokens") or _optional_int(
             body, "max_tokens"
         )
+        input_ids = body.get("input_ids")
+        texts: tuple[str, ...] = (prompt,)
+        ids = 0
+        if isinstance(input_ids, list) and _is_ids(input_ids):  # replaces the template
+            texts, ids = (), len(input_ids)
     else:
-        raw = body.get("prompt")
-        if isinstance(raw, list) and all(isinstance(part, str) for part in raw):
-            raw = "".join(raw)
-        if not isinstance(raw, str):
-            raise _invalid("prompt: field required (a string)")
-        prompt = raw
+        texts, ids = _completion_prompts(body.get("prompt"))
+        prompt = "".join(texts)
         given = _optional_int(body, "max_tokens")
         max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if "max_tokens" not in body else given
     options = body.get("stream_options")
@@ -100,6 +126,8 @@ def parse_generation_request(kind: Kind, body: Any, *, default_model: str) -> Ge
         kind=kind,
         prompt=prompt,
         model=model if isinstance(model, str) else default_model,
+        prompt_texts=texts,
+        prompt_ids=ids,
         max_tokens=max_tokens,
         stream=bool(body.get("stream", False)),
         include_usage=include_usage,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,74 @@ def test_request_slots_queue_beyond_capacity() -> None:
         return seen
 
     assert asyncio.run(scenario()) == [(1, 1, 1.0, 0.1), (0, 0, 0.0, 0.0)]
+
+
+# --- issue 14: what reaches an engine, and a client that leaves -------------------------
+# A chat's input_ids replace the rendered prompt, completion prompts of token ids or
+# batches count every sequence (so a test shows what would have reached an engine), and
+# a client that disconnects mid-stream aborts its generation at once, its running
+# request count back to 0 (uvicorn drops writes to a closed connection silently).
+
+
+def _usage(model: Path, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    (answer,) = requests(rank_argv(model), post(path, body))
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json()["usage"])
+
+
+def test_chat_input_ids_are_the_prompt(model_dir: Path) -> None:
+    usage = _usage(model_dir, "/v1/chat/completions", chat("hi", input_ids=[5] * 40, max_tokens=1))
+    assert usage["prompt_tokens"] == 40
+
+
+def test_completion_token_ids_and_batches_count_every_sequence(model_dir: Path) -> None:
+    path = "/v1/completions"
+    ids = _usage(model_dir, path, {"model": "dsv4", "prompt": [1, 2, 3], "max_tokens": 1})
+    assert ids["prompt_tokens"] == 3
+    batch = {"model": "dsv4", "prompt": [[1, 2], [3, 4, 5]], "max_tokens": 1}
+    assert _usage(model_dir, path, batch)["prompt_tokens"] == 5
+    one = _usage(model_dir, path, {"model": "dsv4", "prompt": "a b", "max_tokens": 1})
+    two = _usage(model_dir, path, {"model": "dsv4", "prompt": ["a b", "a b"], "max_tokens": 1})
+    assert two["prompt_tokens"] == 2 * one["prompt_tokens"]
+
+
+def test_a_client_leaving_mid_stream_aborts_its_generation(model_dir: Path) -> None:
+    rank = prepare(rank_argv(model_dir), env={"SGLANG_PP_LAYER_PARTITION": "14,14,15"})
+    app: Any = rank.app
+    body = json.dumps(chat("hi", stream=True, max_tokens=40, ignore_eos=True)).encode()
+
+    async def run() -> float:
+        left, streaming = asyncio.Event(), asyncio.Event()
+        sent: list[dict[str, Any]] = []
+        delivered = [False]
+
+        async def receive() -> dict[str, Any]:
+            if not delivered[0]:
+                delivered[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await left.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if sum(m["type"] == "http.response.body" for m in sent) >= 3:
+                streaming.set()  # mid-stream
+
+        scope = {
+            "type": "http", "method": "POST", "path": "/v1/chat/completions",
+            "headers": [(b"content-type", b"application/json"),
+                        (b"authorization", AUTH["Authorization"].encode())],
+            "query_string": b"",
+        }  # fmt: skip
+        serving = asyncio.ensure_future(app(scope, receive, send))
+        await asyncio.wait_for(streaming.wait(), timeout=10)
+        assert app.generation.slots.running == 1
+        left.set()
+        started = time.monotonic()
+        while app.generation.slots.running:
+            await asyncio.sleep(0.01)
+            assert time.monotonic() - started < 1.0, "the generation ran on"
+        await asyncio.wait_for(serving, timeout=1)
+        return time.monotonic() - started
+
+    assert asyncio.run(run()) < 1.0
