@@ -17,9 +17,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import secrets
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,7 +169,10 @@ def test_front_door_admits_streams_refuses_and_fails_over(
     door = Door(url=f"{gateway.admission_url}/v1/chat/completions", key=alice)
     served = _streams_through_to_one_engine(door, ips)
     _refuses_at_the_door(door, ips)
-    _keys_are_checked_and_reloaded(door, devcluster, namespace)
+    bob = _keys_are_checked_and_reloaded(door, devcluster, namespace)
+    _only_known_fields_pass(door, ips, bob=bob)
+    _a_client_leaving_mid_stream_frees_the_engine(door, ips)
+    _slow_clients_are_cut(gateway)
     _survives_an_engine_kill(door, ips, victim=served)
 
 
@@ -211,7 +216,7 @@ def _refuses_at_the_door(door: Door, ips: dict[int, str]) -> None:
     assert {r: _engine_counters(ip) for r, ip in ips.items()} == before
 
 
-def _keys_are_checked_and_reloaded(door: Door, cluster: DevCluster, namespace: str) -> None:
+def _keys_are_checked_and_reloaded(door: Door, cluster: DevCluster, namespace: str) -> str:
     """No key, a wrong key: 401; a key added to the Secret works without a restart."""
     assert httpx.post(door.url, json=_chat("hi"), timeout=30).status_code == 401
     assert door.post(_chat("hi"), key="nope").json()["error"]["code"] == "invalid_api_key"
@@ -223,6 +228,114 @@ def _keys_are_checked_and_reloaded(door: Door, cluster: DevCluster, namespace: s
         timeout=60,
         what="the new user's key to be accepted",
     )
+    return bob
+
+
+_WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+# Issue 14: each is refused at the door, naming the field; no engine counter moves.
+_REFUSED: list[tuple[dict[str, Any], str, str]] = [
+    ({"input_ids": list(range(12_000)), "max_tokens": 1}, "input_ids", "unsupported_parameter"),
+    ({"rid": "x"}, "rid", "unsupported_parameter"),
+    ({"session_params": {"id": "s"}}, "session_params", "unsupported_parameter"),
+    ({"lora_path": "/tmp/x"}, "lora_path", "unsupported_parameter"),
+    ({"custom_logit_processor": "x"}, "custom_logit_processor", "unsupported_parameter"),
+    ({"return_hidden_states": True}, "return_hidden_states", "unsupported_parameter"),
+    ({"priority": 1}, "priority", "unsupported_parameter"),
+    ({"bootstrap_host": "h"}, "bootstrap_host", "unsupported_parameter"),
+    ({"routed_dp_rank": 0}, "routed_dp_rank", "unsupported_parameter"),
+    ({"n": 4}, "n", "invalid_value"),
+    ({"tools": [_WEATHER], "tool_choice": "required"}, "tool_choice", "unsupported_parameter"),
+    (
+        {"tools": [{"type": "function", "function": {"name": "w", "strict": True}}]},
+        "tools[0].function.strict",
+        "unsupported_parameter",
+    ),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+        "response_format.type",
+        "unsupported_parameter",
+    ),
+]
+
+
+def _only_known_fields_pass(door: Door, ips: dict[int, str], *, bob: str) -> None:
+    """Unknown fields, internal fields, n, batches, tool features: 400 naming the field,
+    no engine request or prompt token; ignore_eos passes for alice (the benchmark's user)
+    only; a fuzz of extra fields never gets a 5xx."""
+    before = {r: _engine_counters(ip) for r, ip in ips.items()}
+    for fields, param, code in _REFUSED:
+        refused = door.post({**_chat("hi"), **fields})
+        assert refused.status_code == 400, (fields, refused.text)
+        assert (refused.json()["error"]["param"], refused.json()["error"]["code"]) == (param, code)
+    batch = {"model": MODEL, "prompt": ["a", "b"], "max_tokens": 4}
+    completions = door.url.replace("/chat/completions", "/completions")
+    headers = {"Authorization": f"Bearer {door.key}"}
+    refused = httpx.post(completions, json=batch, headers=headers, timeout=60)
+    assert refused.json()["error"]["param"] == "prompt"
+    not_bobs = door.post({**_chat("hi"), "ignore_eos": True}, key=bob)
+    assert not_bobs.json()["error"]["param"] == "ignore_eos"
+    assert {r: _engine_counters(ip) for r, ip in ips.items()} == before
+    rng = random.Random(14)
+    names = ["rid", "ignore_eos", "top_k", "x", "input_ids", "temperature", "n", "seed"]
+    for _ in range(40):
+        extra = {rng.choice(names): rng.choice([1, "x", None, [1], True]) for _ in range(2)}
+        answer = door.post({**_chat("hi"), **extra}, key=bob)
+        assert answer.status_code < 500, (extra, answer.text)
+    alices = door.post({**_chat("hi", max_tokens=6), "ignore_eos": True})
+    assert alices.status_code == 200
+    assert alices.json()["usage"]["completion_tokens"] == 6
+
+
+def _running(ip: str) -> float:
+    text = httpx.get(f"http://{ip}:30000/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "sglang:num_running_reqs"
+        for sample in family.samples
+    )
+
+
+def _a_client_leaving_mid_stream_frees_the_engine(door: Door, ips: dict[int, str]) -> None:
+    """A streamed request dropped by its client mid-answer: 0 running on every engine
+    within 1 s (the front door, the router and the engine all let it go)."""
+    headers = {"Authorization": f"Bearer {door.key}"}
+    body = {**_chat("a long answer please", stream=True, max_tokens=3000), "ignore_eos": True}
+    with httpx.stream("POST", door.url, json=body, headers=headers, timeout=60) as answer:
+        assert answer.status_code == 200
+        lines = answer.iter_lines()
+        for _ in range(5):
+            next(lines)
+        assert sum(_running(ip) for ip in ips.values()) == 1
+    left = time.monotonic()  # the connection is closed on leaving the block
+    wait_until(
+        lambda: sum(_running(ip) for ip in ips.values()) == 0,
+        timeout=5,
+        what="the engines to drop the abandoned request",
+    )
+    assert time.monotonic() - left < 1.0
+
+
+def _slow_clients_are_cut(gateway: GatewayInfo) -> None:
+    """A client sending its headers a byte every 2 s is cut at the header deadline (10 s)."""
+    host, port = httpx.URL(gateway.admission_url).host, httpx.URL(gateway.admission_url).port
+    with socket.create_connection((host, port or 80), timeout=30) as conn:
+        started = time.monotonic()
+        answer = b""
+        for byte in b"GET /health HTTP/1.1\r\nx-slow: " + b"a" * 100:
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:
+                break
+            conn.settimeout(2.0)
+            try:
+                answer = conn.recv(4096)
+                break
+            except TimeoutError:
+                continue
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 ") or answer == b""
+    assert elapsed < 14
 
 
 def _listener_pid(ip: str, port: int) -> int:
