@@ -1,0 +1,158 @@
+"""What a node's kernel says about its network, read from /sys and /proc under a root.
+
+Why a root: the checks must run in the rank's init container on a DGX Spark (root ``/``,
+host network namespace, /sys and /proc as the kernel exposes them) and in tests and on
+the dev cluster over fixture trees laid out the same way. Every read goes through
+:class:`HostView`, which joins the kernel path to its root; parsing is pure and
+separate, so the file formats are tested on their own.
+
+Paths (kernel documentation, ``Documentation/ABI/testing/sysfs-class-net`` and
+``sysfs-class-infiniband``): ``sys/class/net/<if>/{mtu,operstate}``,
+``sys/class/infiniband/<hca>/ports/<p>/{state,gids/<i>,gid_attrs/types/<i>}``,
+``sys/class/infiniband/<hca>/device/net/<netdev>``, ``proc/net/route``,
+``proc/meminfo``, ``proc/self/limits``, ``etc/nccl.conf``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+UNLIMITED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One line of /proc/net/route."""
+
+    interface: str
+    destination: str
+    mask: str
+
+    @property
+    def is_default(self) -> bool:
+        return self.destination == "00000000" and self.mask == "00000000"
+
+
+def parse_routes(text: str) -> list[Route]:
+    """The IPv4 routing table (/proc/net/route: a header, then tab-separated rows)."""
+    rows = [line.split() for line in text.splitlines()[1:] if line.strip()]
+    return [Route(interface=r[0], destination=r[1], mask=r[7]) for r in rows if len(r) >= 8]
+
+
+def parse_meminfo_kb(text: str, key: str) -> int | None:
+    """A /proc/meminfo value in kB (``CmaTotal:  0 kB``), None when the key is absent."""
+    match = re.search(rf"^{re.escape(key)}:\s+(\d+)", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def parse_memlock(text: str) -> tuple[int, int] | None:
+    """Soft and hard ``Max locked memory`` of /proc/<pid>/limits; -1 means unlimited."""
+    for line in text.splitlines():
+        if not line.startswith("Max locked memory"):
+            continue
+        fields = line[len("Max locked memory") :].split()
+        if len(fields) < 2:
+            return None
+        soft, hard = (UNLIMITED if v == "unlimited" else int(v) for v in fields[:2])
+        return soft, hard
+    return None
+
+
+def parse_nccl_conf(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines of an nccl.conf, as NCCL reads them (``#`` starts a comment)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def split_hca(name: str) -> tuple[str, int]:
+    """``rocep1s0f0:1`` -> (``rocep1s0f0``, 1); without a port, port 1 (NCCL's default)."""
+    device, _, port = name.partition(":")
+    return device, int(port) if port else 1
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    """A node's /sys, /proc and /etc under ``root`` (``/`` on a real node)."""
+
+    root: Path
+
+    def _read(self, relative: str) -> str | None:
+        try:
+            return (self.root / relative).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def interface_exists(self, interface: str) -> bool:
+        return (self.root / "sys/class/net" / interface).is_dir()
+
+    def operstate(self, interface: str) -> str | None:
+        text = self._read(f"sys/class/net/{interface}/operstate")
+        return text.strip() if text is not None else None
+
+    def mtu(self, interface: str) -> int | None:
+        text = self._read(f"sys/class/net/{interface}/mtu")
+        return int(text.strip()) if text is not None and text.strip().isdigit() else None
+
+    def hca_exists(self, device: str) -> bool:
+        return (self.root / "sys/class/infiniband" / device).is_dir()
+
+    def hca_port_state(self, device: str, port: int) -> str | None:
+        text = self._read(f"sys/class/infiniband/{device}/ports/{port}/state")
+        return text.strip() if text is not None else None
+
+    def hca_netdevs(self, device: str) -> list[str]:
+        """The Ethernet interfaces behind an RDMA device (its PCI function's ``net/``)."""
+        net = self.root / "sys/class/infiniband" / device / "device/net"
+        return sorted(p.name for p in net.iterdir()) if net.is_dir() else []
+
+    def gid(self, device: str, port: int, index: int) -> str | None:
+        text = self._read(f"sys/class/infiniband/{device}/ports/{port}/gids/{index}")
+        return text.strip() if text is not None else None
+
+    def gid_type(self, device: str, port: int, index: int) -> str | None:
+        path = f"sys/class/infiniband/{device}/ports/{port}/gid_attrs/types/{index}"
+        text = self._read(path)
+        return text.strip() if text is not None else None
+
+    def routes(self) -> list[Route]:
+        return parse_routes(self._read("proc/net/route") or "")
+
+    def meminfo_kb(self, key: str) -> int | None:
+        return parse_meminfo_kb(self._read("proc/meminfo") or "", key)
+
+    def memlock(self) -> tuple[int, int] | None:
+        return parse_memlock(self._read("proc/self/limits") or "")
+
+    def nccl_conf(self) -> dict[str, str] | None:
+        text = self._read("etc/nccl.conf")
+        return parse_nccl_conf(text) if text is not None else None
+
+
+SIOCGIFADDR = 0x8915  # linux/sockios.h
+
+
+def ipv4_addresses(interface: str) -> list[str]:
+    """The interface's primary IPv4 address in this network namespace (empty if none).
+
+    Not under a root: addresses live in the kernel's network namespace, not in /sys. A
+    rank runs with hostNetwork, so this namespace is the node's.
+    """
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("256s", interface.encode()[:15])
+        try:
+            reply = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
+        except OSError:
+            return []
+    return [socket.inet_ntoa(reply[20:24])]
