@@ -17,14 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkllm_dev.sim import asgi
+from sparkllm_dev.sim.deepseek_v4 import (
+    ChatOutput,
+    Parsers,
+    known_pieces,
+    parse_output,
+    raw_pieces,
+)
 from sparkllm_dev.sim.engine_config import EngineConfig
-from sparkllm_dev.sim.generation import Answer, answer_for
+from sparkllm_dev.sim.generation import answer_for
 from sparkllm_dev.sim.metrics import EngineMetrics
 from sparkllm_dev.sim.model_files import TokenCounter
 from sparkllm_dev.sim.openai_api import (
@@ -34,6 +42,7 @@ from sparkllm_dev.sim.openai_api import (
     ResponseShapes,
     fit_context_window,
     parse_generation_request,
+    tool_calls_json,
 )
 from sparkllm_dev.sim.scheduler import RequestSlots, RunningRequest
 
@@ -78,6 +87,10 @@ class GenerationService:
         self.slots = RequestSlots(capacity=config.max_running_requests, metrics=metrics)
         self._on_request_done = on_request_done
         self._auto_truncate = bool(config.server_info_args.get("allow_auto_truncate"))
+        self._parsers = Parsers(
+            reasoning=bool(config.server_info_args.get("reasoning_parser")),
+            tools=bool(config.server_info_args.get("tool_call_parser")),
+        )
 
     async def serve(
         self, kind: Kind, raw_body: bytes, send: asgi.Send, *, receive: asgi.Receive | None = None
@@ -123,12 +136,7 @@ class GenerationService:
         except RejectedRequestError as rejected:
             await asgi.send_json(send, status=rejected.status, payload=rejected.body)
             return
-        answer = answer_for(
-            request.prompt,
-            max_tokens=max_tokens,
-            answer_tokens=self.config.sim.answer_tokens,
-            ignore_eos=request.ignore_eos,
-        )
+        answer = self._output(request, max_tokens)
         shapes = ResponseShapes(request=request, rid=uuid.uuid4().hex, created=int(time.time()))
         timing = _Timing(started=time.monotonic())
         try:
@@ -152,15 +160,15 @@ class GenerationService:
         *,
         send: asgi.Send,
         shapes: ResponseShapes,
-        answer: Answer,
+        answer: ChatOutput,
         prompt_tokens: int,
         running: RunningRequest,
         timing: _Timing,
     ) -> None:
         timing.first_token = time.monotonic()
-        self.slots.record_generated(running, min(1, len(answer.pieces)))
+        self.slots.record_generated(running, min(1, answer.completion_tokens))
         pace = _DecodePace(self.config.sim.latency.tpot_seconds, start=timing.first_token)
-        for _ in answer.pieces[1:]:
+        for _ in range(answer.completion_tokens - 1):
             await pace.next_token()
             self.slots.record_generated(running, 1)
         payload = shapes.full(answer, prompt_tokens=prompt_tokens)
@@ -171,7 +179,7 @@ class GenerationService:
         *,
         send: asgi.Send,
         shapes: ResponseShapes,
-        answer: Answer,
+        answer: ChatOutput,
         prompt_tokens: int,
         running: RunningRequest,
         timing: _Timing,
@@ -180,30 +188,71 @@ class GenerationService:
         if shapes.request.kind == "chat":
             await asgi.send_event(send, _compact(shapes.chunk("", first=True)))
         pace = _DecodePace(self.config.sim.latency.tpot_seconds, start=time.monotonic())
-        for index, piece in enumerate(answer.pieces):
+        events = _stream_events(answer)
+        broken = "broken-stream" in self.config.sim.faults
+        for index, chunk in enumerate(events):
             if index:
                 await pace.next_token()
             else:
                 timing.first_token = time.monotonic()
             self.slots.record_generated(running, 1)
-            await asgi.send_event(send, _compact(shapes.chunk(piece)))
+            if broken and index >= len(events) // 2:
+                await asgi.end_stream(send)  # cut mid-answer: no finish, usage or [DONE]
+                return
+            if chunk is not None:
+                await asgi.send_event(send, _compact(shapes.chunk(chunk[0], reasoning=chunk[1])))
+        if answer.tool_calls:
+            calls = tool_calls_json(shapes.rid, answer)
+            await asgi.send_event(send, _compact(shapes.chunk(None, tool_calls=calls)))
         await asgi.send_event(
             send, _compact(shapes.chunk(None, finish_reason=answer.finish_reason))
         )
         if shapes.request.include_usage:
             usage = shapes.usage_chunk(
-                prompt_tokens=prompt_tokens, completion_tokens=len(answer.pieces)
+                prompt_tokens=prompt_tokens, completion_tokens=answer.completion_tokens
             )
             await asgi.send_event(send, _compact(usage))
         await asgi.send_event(send, "[DONE]")
         await asgi.end_stream(send)
 
+    def _output(self, request: GenerationRequest, max_tokens: int | None) -> ChatOutput:
+        """The parsed answer: the deterministic words (or a known answer), reasoning first
+        when thinking, a tool call when tools are offered, as V4 writes and SGLang parses."""
+        faults = self.config.sim.faults
+        salt = secrets.token_hex(4) if request.sampled or "nondeterministic" in faults else ""
+        answer = answer_for(
+            request.prompt + salt,
+            max_tokens=max_tokens,
+            answer_tokens=self.config.sim.answer_tokens,
+            ignore_eos=request.ignore_eos,
+        )
+        if request.kind != "chat" or not (request.thinking or request.tool):
+            known = known_pieces(request.prompt) if request.kind == "chat" else None
+            pieces = list(answer.pieces) if known is None else [*known, *answer.pieces[:1]]
+            return parse_output(
+                pieces, thinking=False, parsers=self._parsers, finish_reason=answer.finish_reason
+            )
+        known = known_pieces(request.prompt)
+        reasoning = answer_for(
+            "reasoning:" + request.prompt + salt, max_tokens=8, answer_tokens=8
+        ).pieces
+        raw = raw_pieces(
+            answer=answer.pieces if known is None else known,
+            reasoning=reasoning,
+            thinking=request.thinking,
+            tool=request.tool,
+            faults=faults,
+        )
+        return parse_output(
+            raw, thinking=request.thinking, parsers=self._parsers, finish_reason="stop"
+        )
+
     def _record(
-        self, request: GenerationRequest, answer: Answer, prompt_tokens: int, timing: _Timing
+        self, request: GenerationRequest, answer: ChatOutput, prompt_tokens: int, timing: _Timing
     ) -> None:
         finished = time.monotonic()
         first = timing.first_token if timing.first_token is not None else finished
-        completion = len(answer.pieces)
+        completion = answer.completion_tokens
         self.metrics.observe_request(
             streaming=request.stream,
             prompt_tokens=prompt_tokens,
@@ -213,3 +262,14 @@ class GenerationService:
             inter_token_seconds=(finished - first) / max(1, completion - 1),
         )
         self._on_request_done()
+
+
+def _stream_events(output: ChatOutput) -> list[tuple[str | None, str | None] | None]:
+    """One entry per token: (content, reasoning) to send, or None for a token nothing
+    shows (``</think>``, raw tool-call markup the parser holds back)."""
+    hidden = output.completion_tokens - len(output.reasoning) - len(output.content)
+    return [
+        *((None, piece) for piece in output.reasoning),
+        *([None] * max(0, hidden)),
+        *((piece, None) for piece in output.content),
+    ]

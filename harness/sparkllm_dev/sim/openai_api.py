@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sparkllm_dev.sim.generation import Answer, chat_prompt_text
+from sparkllm_dev.sim.deepseek_v4 import ChatOutput, ToolSpec, first_tool, thinking_requested
+from sparkllm_dev.sim.generation import chat_prompt_text
 
 Kind = Literal["chat", "completion"]
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -44,6 +45,10 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool
+    thinking: bool = False
+    tool: ToolSpec | None = None
+    sampled: bool = False
+    """temperature > 0 without a seed: the answer varies (0 or a seed: deterministic)."""
 
 
 class RejectedRequestError(Exception):
@@ -122,6 +127,13 @@ def parse_generation_request(kind: Kind, body: Any, *, default_model: str) -> Ge
     options = body.get("stream_options")
     include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
     model = body.get("model")
+    temperature = body.get("temperature")
+    sampled = (
+        isinstance(temperature, (int, float))
+        and not isinstance(temperature, bool)
+        and temperature > 0
+        and body.get("seed") is None
+    )
     return GenerationRequest(
         kind=kind,
         prompt=prompt,
@@ -132,6 +144,9 @@ def parse_generation_request(kind: Kind, body: Any, *, default_model: str) -> Ge
         stream=bool(body.get("stream", False)),
         include_usage=include_usage,
         ignore_eos=bool(body.get("ignore_eos", False)),
+        thinking=kind == "chat" and thinking_requested(body),
+        tool=first_tool(body) if kind == "chat" else None,
+        sampled=sampled,
     )
 
 
@@ -193,31 +208,42 @@ class ResponseShapes:
         )
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.request.model}
 
-    def full(self, answer: Answer, *, prompt_tokens: int) -> dict[str, Any]:
+    def full(self, output: ChatOutput, *, prompt_tokens: int) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0}
+        text = "".join(output.content)
         if self.request.kind == "chat":
             choice["message"] = {
                 "role": "assistant",
-                "content": answer.text,
-                "reasoning_content": None,
+                "content": None if output.tool_calls and not text else text,
+                "reasoning_content": "".join(output.reasoning) or None,
             }
+            if output.tool_calls:
+                choice["message"]["tool_calls"] = tool_calls_json(self.rid, output)
         else:
-            choice["text"] = answer.text
-        choice |= {"logprobs": None, "finish_reason": answer.finish_reason, "matched_stop": None}
+            choice["text"] = text
+        choice |= {"logprobs": None, "finish_reason": output.finish_reason, "matched_stop": None}
         return {
             **self._envelope(chunk=False),
             "choices": [choice],
-            "usage": usage(prompt_tokens, len(answer.pieces)),
+            "usage": usage(prompt_tokens, output.completion_tokens),
             "metadata": {"weight_version": "default"},
         }
 
     def chunk(
-        self, text: str | None, *, finish_reason: str | None = None, first: bool = False
+        self,
+        text: str | None,
+        *,
+        finish_reason: str | None = None,
+        first: bool = False,
+        reasoning: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0}
         if self.request.kind == "chat":
             role = "assistant" if first else None
-            choice["delta"] = {"role": role, "content": text, "reasoning_content": None}
+            choice["delta"] = {"role": role, "content": text, "reasoning_content": reasoning}
+            if tool_calls:
+                choice["delta"]["tool_calls"] = tool_calls
         else:
             choice["text"] = text or ""
         choice |= {"logprobs": None, "finish_reason": finish_reason, "matched_stop": None}
@@ -229,3 +255,16 @@ class ResponseShapes:
             "choices": [],
             "usage": usage(prompt_tokens, completion_tokens),
         }
+
+
+def tool_calls_json(rid: str, output: ChatOutput) -> list[dict[str, Any]]:
+    """``tool_calls`` entries as SGLang's ``ToolCall`` dumps them."""
+    return [
+        {
+            "id": f"call_{rid[:8]}_{index}",
+            "index": index,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for index, call in enumerate(output.tool_calls)
+    ]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparkllm.errors import SpecError
+from sparkllm_dev.sim.deepseek_v4 import FAULTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class SimOptions:
     latency: LatencyModel = field(default_factory=LatencyModel)
     answer_tokens: int = 32
     fail_after: int | None = None
+    faults: tuple[str, ...] = ()
+    """Output faults (``deepseek_v4.FAULTS``) that make one acceptance check fail each."""
 
 
 _DEFAULTS = SimOptions()
@@ -119,6 +122,13 @@ def _sim_parser() -> argparse.ArgumentParser:
         type=int,
         help="exit with code 1 (a simulated crash) after N generation requests",
     )
+    parser.add_argument(
+        "--sim-fault",
+        action="append",
+        default=[],
+        choices=FAULTS,
+        help="break one output property (repeatable): " + ", ".join(FAULTS),
+    )
     return parser
 
 
@@ -148,4 +158,5 @@ def parse_sim_options(sim_args: Sequence[str]) -> SimOptions:
         latency=latency,
         answer_tokens=namespace.sim_answer_tokens,
         fail_after=namespace.sim_fail_after,
+        faults=tuple(namespace.sim_fault),
     )

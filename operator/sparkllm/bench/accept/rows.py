@@ -1,0 +1,44 @@
+"""One row of the acceptance report: an item, its verdict, its basis and why.
+
+Why a row type of its own: the documents' acceptance is a checklist ("not just HTTP
+200"), and a platform engineer hands its report to a team. Every item therefore says
+what it was measured on (``basis``) and, when it did not pass, why (``detail``). The
+third verdict, ``not measured``, exists so that a check without its data source (no
+Prometheus, no cluster status) can never read as a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+Verdict = Literal["pass", "fail", "not measured"]
+PASS: Final = "pass"
+FAIL: Final = "fail"
+NOT_MEASURED: Final = "not measured"
+
+
+def verdict(ok: bool) -> Verdict:
+    """``pass`` or ``fail``."""
+    return "pass" if ok else "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One checklist item's outcome."""
+
+    section: str
+    """functional, stress, soak, regression or resources."""
+    name: str
+    verdict: Verdict
+    basis: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "section": self.section,
+            "name": self.name,
+            "verdict": self.verdict,
+            "basis": self.basis,
+            "detail": self.detail,
+        }
