@@ -1,0 +1,216 @@
+"""Cross-node bandwidth: one collective across a replica's ranks, as nccl-tests measures it.
+
+Why: the per-node checks cannot see a slow path that NCCL picks silently (one PCIe half
+of the QSFP port missing from NCCL_IB_HCA gave ~3 GB/s all_gather bus bandwidth instead
+of ~23.7 GB/s). Only moving bytes between the ranks shows it. This module times an
+all_reduce or all_gather from 8 MiB to 128 MiB (modest: a 16 GiB nccl-tests size
+exhausted a Spark's unified memory and froze the node), turns each time into bus
+bandwidth with nccl-tests' factors, and compares the largest size's with the spec's
+threshold (docs/network.md has the arithmetic).
+
+The timing loop takes the collective as a callable, so it is the same code under NCCL
+on the nodes (torch.distributed from the engine image) and under Gloo across local
+processes; :func:`torch_collective` builds that callable and imports torch only when
+called, since the operator's own image has no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sparkllm.preflight.findings import Check, Finding, Severity, failed, to_json
+
+Collective = Literal["all_reduce", "all_gather"]
+MIB = 1 << 20
+# nccl-tests `-b 8M -e 128M -f 2`: the hand-run verify-fabric range.
+DEFAULT_SIZES: tuple[int, ...] = (8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB, 128 * MIB)
+Clock = Callable[[], float]
+RunOnce = Callable[[], None]
+
+
+def bus_factor(op: Collective, *, ranks: int) -> float:
+    """nccl-tests' busbw / algbw: all_reduce 2(n-1)/n, all_gather (n-1)/n."""
+    if ranks < 2:
+        raise ValueError("a collective bandwidth needs at least two ranks")
+    if op == "all_reduce":
+        return 2 * (ranks - 1) / ranks
+    return (ranks - 1) / ranks
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One message size's average time over ``iterations`` collectives."""
+
+    op: Collective
+    nbytes: int
+    ranks: int
+    seconds: float
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Algorithm bandwidth in Gb/s (bits): bytes / time, as nccl-tests' algbw x 8."""
+        return self.nbytes * 8 / self.seconds / 1e9
+
+    @property
+    def busbw_gbps(self) -> float:
+        """Bus bandwidth in Gb/s: algbw times :func:`bus_factor`."""
+        return self.algbw_gbps * bus_factor(self.op, ranks=self.ranks)
+
+
+def time_collective(
+    run: RunOnce, *, warmup: int, iterations: int, clock: Clock = time.perf_counter
+) -> float:
+    """Average seconds of ``run`` over ``iterations`` after ``warmup`` untimed calls."""
+    if iterations < 1:
+        raise ValueError("iterations must be at least 1")
+    for _ in range(warmup):
+        run()
+    start = clock()
+    for _ in range(iterations):
+        run()
+    return (clock() - start) / iterations
+
+
+def measure(
+    make_run: Callable[[int], RunOnce],
+    *,
+    op: Collective,
+    ranks: int,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    warmup: int = 2,
+    iterations: int = 5,
+    clock: Clock = time.perf_counter,
+) -> list[Sample]:
+    """One :class:`Sample` per size; ``make_run(nbytes)`` allocates and returns the call."""
+    samples = []
+    for nbytes in sizes:
+        run = make_run(nbytes)
+        seconds = time_collective(run, warmup=warmup, iterations=iterations, clock=clock)
+        samples.append(Sample(op=op, nbytes=nbytes, ranks=ranks, seconds=seconds))
+    return samples
+
+
+def evaluate(samples: Sequence[Sample], *, node: str, threshold_gbps: float) -> list[Finding]:
+    """The largest size's bus bandwidth against the threshold (small sizes are latency)."""
+    if not samples:
+        return [Finding(node, Check.BANDWIDTH, Severity.ERROR, "no bandwidth was measured")]
+    largest = max(samples, key=lambda s: s.nbytes)
+    text = (
+        f"{largest.op} bus bandwidth {largest.busbw_gbps:.1f} Gb/s at "
+        f"{largest.nbytes // MIB} MiB across {largest.ranks} ranks"
+    )
+    if largest.busbw_gbps < threshold_gbps:
+        message = f"{text}, below the threshold {threshold_gbps:g} Gb/s"
+        return [Finding(node, Check.BANDWIDTH, Severity.ERROR, message)]
+    return [Finding(node, Check.BANDWIDTH, Severity.INFO, text)]
+
+
+def torch_collective(
+    dist: Any, torch: Any, *, op: Collective, device: str
+) -> Callable[[int], RunOnce]:
+    """``make_run`` for :func:`measure` over an initialised torch.distributed group.
+
+    ``nbytes`` is nccl-tests' size: the buffer all_reduce reduces, or all_gather's
+    whole output (each rank contributes nbytes / n). float32 elements; on CUDA every
+    call waits for the stream, as nccl-tests times to completion.
+    """
+    ranks = int(dist.get_world_size())
+
+    def make_run(nbytes: int) -> RunOnce:
+        count = nbytes // 4
+        if op == "all_reduce":
+            buffer = torch.ones(count, dtype=torch.float32, device=device)
+
+            def collective() -> None:
+                dist.all_reduce(buffer)
+        else:
+            part = torch.ones(count // ranks, dtype=torch.float32, device=device)
+            output = torch.empty(count // ranks * ranks, dtype=torch.float32, device=device)
+
+            def collective() -> None:
+                dist.all_gather_into_tensor(output, part)
+
+        def run() -> None:
+            collective()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+
+        return run
+
+    return make_run
+
+
+def table(samples: Sequence[Sample]) -> str:
+    """nccl-tests' columns that matter here: size, time, algbw and busbw (GB/s and Gb/s)."""
+    lines = [
+        f"{'size':>12} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'busbw(Gb/s)':>12}"
+    ]
+    for s in samples:
+        lines.append(
+            f"{s.nbytes:>12} {s.seconds * 1e6:>10.1f} {s.algbw_gbps / 8:>12.2f} "
+            f"{s.busbw_gbps / 8:>12.2f} {s.busbw_gbps:>12.1f}"
+        )
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparkllm-preflight-bandwidth",
+        description="Time a collective across the ranks of a torch.distributed group "
+        "(env:// rendezvous: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).",
+    )
+    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    parser.add_argument("--op", choices=("all_reduce", "all_gather"), default="all_reduce")
+    parser.add_argument("--node", default=os.environ.get("NODE_NAME", "unknown"))
+    parser.add_argument("--threshold-gbps", type=float, default=0.0)
+    parser.add_argument("--max-mib", type=int, default=128, help="largest size (8 MiB up)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--termination-log", type=Path, default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the collective; rank 0 prints the table and the finding (exit 1 below threshold)."""
+    args = _parser().parse_args(argv)
+    # The engine image's torch; the operator's image has none, hence no static import.
+    torch: Any = importlib.import_module("torch")
+    dist: Any = importlib.import_module("torch.distributed")
+
+    dist.init_process_group(backend=args.backend)
+    try:
+        device = f"cuda:{torch.cuda.current_device()}" if args.backend == "nccl" else "cpu"
+        sizes = [s for s in DEFAULT_SIZES if s <= args.max_mib * MIB]
+        make_run = torch_collective(dist, torch, op=args.op, device=device)
+        samples = measure(
+            make_run,
+            op=args.op,
+            ranks=dist.get_world_size(),
+            sizes=sizes,
+            warmup=args.warmup,
+            iterations=args.iterations,
+        )
+        dist.barrier()
+        rank = dist.get_rank()
+    finally:
+        dist.destroy_process_group()
+    findings = evaluate(samples, node=args.node, threshold_gbps=args.threshold_gbps)
+    if rank == 0:
+        print(table(samples))
+        for finding in findings:
+            print(finding.line())
+    if args.termination_log is not None:
+        args.termination_log.write_text(to_json(findings), encoding="utf-8")
+    return 1 if failed(findings) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
