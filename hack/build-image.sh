@@ -73,6 +73,7 @@ start=$(date +%s)
 "${BUILDAH[@]}" build --isolation chroot --layers=false --pull=never \
   "${mounts[@]}" --build-arg "PYTHON_IMAGE=$BASE_IMAGE" -t "$IMAGE_TAG" -f Dockerfile . 2>&1 | tail -n 12
 echo "== build took $(($(date +%s) - start)) s"
+"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true  # earlier builds' untagged images (vfs: full copies)
 
 
 # Run the three entry points inside the image, as the image's own user (USER 65532:65532).
