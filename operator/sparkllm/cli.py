@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module, help_text in (
         ("plan", "sparkllm.plan_command", "per-rank memory plan of an InferenceCluster"),
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
+        ("verify-network", "sparkllm.preflight.verify", "network preflight (init container)"),
         ("bench", "sparkllm.bench.cli", "acceptance benchmark against the gateway"),
     ):
         command = sub.add_parser(name, help=help_text)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkllm.cli import main as cli_main
 from sparkllm.preflight import (
     Check,
     Finding,
@@ -184,3 +185,20 @@ def test_parsers() -> None:
     [route] = parse_routes("Iface\tDestination\n" + "eth0 00000000 0 3 0 0 0 00000000 0 0 0\n")
     assert route.is_default
     assert route.interface == "eth0"
+
+
+def test_verify_network_cli_reports_and_gates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("SGLANG_HOST_IP", "HOST_IP"):
+        monkeypatch.delenv(key, raising=False)
+    root = write_spark_tree(tmp_path / "tree", SparkFabric(faults=frozenset({Fault.CMA_ZERO})))
+    log = tmp_path / "termination-log"
+    args = ["verify-network", "--root", str(root), "--node", "spark-3", "--socket-interface"]
+    args += ["enP7s7", "--gid-index", "3", "--roce-mtu", "9000", "--termination-log", str(log)]
+    args += [arg for hca in SPARK_HCAS for arg in ("--ib-hca", hca)]
+    assert cli_main(args) == 0
+    [finding] = from_json(log.read_text())
+    assert (finding.node, finding.check) == ("spark-3", Check.CMA)
+    assert "[verify-network] spark-3: CMA (error): CmaTotal is 0" in capsys.readouterr().out
+    assert cli_main([*args, "--gate"]) == 1

@@ -192,10 +192,10 @@ def check_advertised_address(
     SGLang takes SGLANG_HOST_IP, then HOST_IP, then the source address of the default
     route; the last is the socket interface's only when the default route goes through it.
     """
-    own = list(addresses(socket_interface))
     for key in ADDRESS_ENV:
         if environment.get(key):
             value = environment[key]
+            own = list(addresses(socket_interface))
             if value in own:
                 return []
             message = f"{key}={value} is not an address of {socket_interface} ({own or 'none'})"

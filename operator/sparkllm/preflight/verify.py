@@ -1,0 +1,64 @@
+"""``sparkllm verify-network``: the per-node preflight as a rank's init container.
+
+Why an init container: it runs on the rank's node, in the host network namespace the
+engine will use, with the engine's environment (NCCL_*, SGLANG_HOST_IP), before the
+engine starts. Like ``verify-model`` it leaves its result in the termination message
+(JSON findings, :func:`sparkllm.preflight.findings.to_json`), which the operator reads
+to set ``NetworkVerified``. With ``--gate`` an error exits 1, so the kubelet keeps the
+engine from starting; without it the container always exits 0 and only reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from sparkllm.integrity.verify import DEFAULT_TERMINATION_LOG, write_termination_message
+from sparkllm.preflight.checks import NodeExpectations, check_node
+from sparkllm.preflight.findings import failed, to_json
+from sparkllm.preflight.host import HostView, ipv4_addresses
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add verify-network's options to ``parser`` (for the ``sparkllm`` CLI)."""
+    parser.add_argument("--root", type=Path, default=Path("/"), help="where /sys and /proc are")
+    parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="node name")
+    parser.add_argument("--socket-interface", required=True, help="spec.network.socketInterface")
+    parser.add_argument("--ib-hca", action="append", required=True, help="one of ibHCAs")
+    parser.add_argument("--gid-index", type=int, required=True, help="spec.network.ibGIDIndex")
+    parser.add_argument("--roce-mtu", type=int, default=None, help="expected MTU of RoCE ports")
+    parser.add_argument("--socket-mtu", type=int, default=None, help="expected socket MTU")
+    parser.add_argument("--gate", action="store_true", help="exit 1 when a check fails")
+    parser.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every per-node check; print each finding; the exit status."""
+    expect = NodeExpectations(
+        socket_interface=args.socket_interface,
+        ib_hcas=tuple(args.ib_hca),
+        gid_index=args.gid_index,
+        roce_mtu=args.roce_mtu,
+        socket_mtu=args.socket_mtu,
+        environment=dict(os.environ),
+    )
+    node = args.node or "unknown"
+    findings = check_node(HostView(args.root), node=node, expect=expect, addresses=ipv4_addresses)
+    write_termination_message(args.termination_log, to_json(findings))
+    for finding in findings:
+        print(f"[verify-network] {finding.line()}", flush=True)
+    errors = failed(findings)
+    print(f"[verify-network] {len(errors)} errors, {len(findings) - len(errors)} other findings")
+    return 1 if errors and args.gate else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkllm verify-network")
+    configure_parser(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
