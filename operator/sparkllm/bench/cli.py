@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from sparkllm.bench.accept import cli as accept_cli
+from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.prompts import PromptBuilder
 from sparkllm.bench.report import BenchReport, report_json, report_markdown, status_summary
 from sparkllm.bench.runner import BenchTarget, run_matrix
@@ -63,35 +64,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="write the compact status.benchmark JSON here (e.g. /dev/termination-log)",
     )
-
-
-def _api_key(variable: str | None) -> str | None:
-    if variable is None:
-        return None
-    value = os.environ.get(variable)
-    if not value:
-        raise SparkllmError(f"environment variable {variable} (--api-key-env) is not set")
-    return value
-
-
-def _write(path: Path | None, text: str) -> None:
-    if path is None:
-        return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise SparkllmError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    accept_cli.configure_parser(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the benchmark from parsed arguments; the exit status."""
+    """Run the benchmark (or, with ``--accept``, the checklist); the exit status."""
+    if args.accept:
+        return accept_cli.run(args)
     try:
         scenarios = select_scenarios(args.scenarios, requests=args.requests)
         builder = PromptBuilder.from_dir(args.tokenizer)
         target = BenchTarget(
             base_url=args.base_url.rstrip("/"),
             model=args.model,
-            api_key=_api_key(args.api_key_env),
+            api_key=api_key(args.api_key_env),
             timeout_s=args.timeout,
         )
         started = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
@@ -104,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
             runs=runs,
         )
         markdown = report_markdown(report)
-        _write(args.output, json.dumps(report_json(report), indent=2) + "\n")
-        _write(args.markdown, markdown)
+        write(args.output, json.dumps(report_json(report), indent=2) + "\n")
+        write(args.markdown, markdown)
         summary = json.dumps(status_summary(report), separators=(",", ":"))
-        _write(args.status_summary, summary)
+        write(args.status_summary, summary)
     except SparkllmError as exc:
         print(f"sparkllm bench: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

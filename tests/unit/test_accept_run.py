@@ -1,0 +1,201 @@
+"""The whole checklist, small, against the simulator; regression and resource rows alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sparkllm.bench import bench_main
+from sparkllm.bench.accept.load import LoadSizes, poisson_offsets
+from sparkllm.bench.accept.regression import make_baseline, parse_tolerances, regression_rows
+from sparkllm.bench.accept.report import report_json, report_markdown, status_summary
+from sparkllm.bench.accept.resources import (
+    node_selector,
+    prometheus_rows,
+    restart_count,
+    restarts_row,
+)
+from sparkllm.bench.accept.run import AcceptConfig, run_acceptance
+from sparkllm.bench.runner import BenchTarget
+from sparkllm.errors import SpecError
+from sparkllm_dev.sim.server import prepare
+from tests.unit.accept_sim import KEY, MODEL, FrontDoor, model_dir, sim_argv
+
+SMALL = LoadSizes(
+    scale8_requests=6,
+    scale8_concurrency=3,
+    arrival_requests=4,
+    arrival_rate=40.0,
+    soak_seconds=0.3,
+    soak_concurrency=2,
+    input_tokens=16,
+    output_tokens=8,
+)
+
+
+def statuses(*restarts: int) -> Any:
+    """A status reader returning the given restart totals in turn (the last one repeats)."""
+    seen = list(restarts)
+
+    async def read() -> Mapping[str, Any]:
+        value = seen.pop(0) if len(seen) > 1 else seen[0]
+        return {"replicaStatuses": [{"restarts": value, "nodes": ["a", "b", "c"]}]}
+
+    return read
+
+
+def accept(tmp_path: Path, *, faults: tuple[str, ...] = (), **extra: Any) -> Any:
+    sim = [f"--sim-fault={fault}" for fault in faults]
+    app = FrontDoor(prepare(sim_argv(model_dir(tmp_path), sim=sim), env={}).app)
+    config = AcceptConfig(
+        target=BenchTarget(base_url="http://sim", model=MODEL, api_key=KEY),
+        sizes=SMALL,
+        transport=httpx.ASGITransport(app=app),
+        **extra,
+    )
+    with (tmp_path / "bar").open("w") as bar:
+        return config, asyncio.run(run_acceptance(config, progress_out=bar))
+
+
+def test_every_row_against_a_healthy_simulator(tmp_path: Path) -> None:
+    config, run = accept(tmp_path, read_status=statuses(2))
+    verdicts = {(row.section, row.name): row.verdict for row in run.rows}
+    assert verdicts == {
+        ("functional", "deterministic answer"): "pass",
+        ("functional", "streaming"): "pass",
+        ("functional", "reasoning"): "pass",
+        ("functional", "function call"): "pass",
+        ("functional", "unsupported tool forms refused"): "pass",
+        ("stress", "Scale8"): "pass",
+        ("stress", "Arrival"): "pass",
+        ("soak", "soak errors"): "pass",
+        ("soak", "rank restarts during the soak"): "pass",
+        ("regression", "scale8 vs baseline"): "not measured",
+        ("regression", "arrival vs baseline"): "not measured",
+        ("resources", "rank restarts"): "pass",
+        ("resources", "memory pressure (PSI)"): "not measured",
+        ("resources", "swap"): "not measured",
+        ("resources", "OOM kills"): "not measured",
+        ("resources", "GPU XID errors"): "not measured",
+        ("resources", "RDMA port errors"): "not measured",
+    }
+    assert run.passed
+    rows = {row.name: row for row in run.rows}
+    assert rows["Scale8"].detail == "6/6 completed"
+    assert "at closed-loop concurrency 3" in rows["Scale8"].basis
+    assert "Poisson arrivals at 40 req/s" in rows["Arrival"].basis
+    assert "<= 0.10 req/s for 256 -> 128" in rows["Arrival"].basis
+    assert rows["swap"].detail == "no Prometheus URL"
+    assert "| resources | swap | **not measured** |" in report_markdown(run, config)
+    data = report_json(run, config)
+    assert data["counts"] == {"pass": 10, "not measured": 7}
+    assert set(data["figures"]) == {"scale8", "arrival"}
+    summary = status_summary(run)
+    assert (summary["pass"], summary["fail"], summary["notMeasured"]) == (10, 0, 7)
+    assert (tmp_path / "bar").read_text().count("[bench] functional") >= 1
+
+
+def test_a_restart_during_the_run_fails_the_rows(tmp_path: Path) -> None:
+    _, run = accept(tmp_path, sections=("soak", "resources"), read_status=statuses(0, 0, 1))
+    rows = {row.name: row for row in run.rows}
+    assert rows["rank restarts during the soak"].verdict == "fail"
+    assert rows["rank restarts during the soak"].detail == "1 gang restart(s) (0 -> 1)"
+    assert rows["rank restarts"].verdict == "fail"
+    assert not run.passed
+
+
+def test_a_broken_engine_fails_stress_naming_the_error(tmp_path: Path) -> None:
+    _, run = accept(tmp_path, faults=("broken-stream",), sections=("stress",))
+    rows = {row.name: row for row in run.rows}
+    assert rows["Scale8"].verdict == "fail"
+    assert "0/6 completed; errors: stream ended without [DONE]" in rows["Scale8"].detail
+
+
+def test_regression_against_a_baseline_per_metric() -> None:
+    baseline = make_baseline({"scale8": {"ttftP95Ms": 100.0, "outputTokensPerS": 10.0}})
+    tolerances = parse_tolerances("ttftP95Ms=0.1")
+    within = {"scale8": {"ttftP95Ms": 109.0, "outputTokensPerS": 9.0}}
+    worse = {"scale8": {"ttftP95Ms": 111.0, "outputTokensPerS": 8.0}}
+    [ok] = regression_rows(within, baseline=baseline, tolerances=tolerances)
+    [bad] = regression_rows(worse, baseline=baseline, tolerances=tolerances)
+    assert ok.verdict == "pass"
+    assert bad.verdict == "fail"
+    assert "ttftP95Ms 111 > 110 (baseline 100 +10%)" in bad.detail
+    assert "outputTokensPerS 8 < 8.5 (baseline 10 -15%)" in bad.detail
+    [none] = regression_rows(within, baseline=None, tolerances=tolerances)
+    assert (none.verdict, none.detail) == ("not measured", "no accepted baseline")
+    with pytest.raises(SpecError, match="unknown tolerance metric 'x'"):
+        parse_tolerances("x=1")
+
+
+def prometheus(values: Mapping[str, float | None]) -> httpx.AsyncClient:
+    """A Prometheus stand-in answering each query by the metric name it mentions."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        value = next((v for name, v in values.items() if name in query), None)
+        result = [] if value is None else [{"metric": {}, "value": [0, str(value)]}]
+        return httpx.Response(200, json={"status": "success", "data": {"result": result}})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer))
+
+
+def test_prometheus_rows_pass_fail_and_not_measured() -> None:
+    client = prometheus(
+        {
+            "node_pressure_memory_waiting": 0.0,
+            "SwapTotal": 0.0,
+            "oom_kill": 1.0,
+            "DCGM_FI_DEV_XID_ERRORS": None,
+            "node_infiniband_port_errors": 0.0,
+        }
+    )
+    rows = asyncio.run(
+        prometheus_rows(
+            client, url="http://prom", window_s=120, end=1.0, selector=node_selector(["n1"])
+        )
+    )
+    verdicts = {row.name: row.verdict for row in rows}
+    assert verdicts == {
+        "memory pressure (PSI)": "pass",
+        "swap": "pass",
+        "OOM kills": "fail",
+        "GPU XID errors": "not measured",
+        "RDMA port errors": "pass",
+    }
+    oom = next(row for row in rows if row.name == "OOM kills")
+    assert 'node_vmstat_oom_kill{instance=~"(n1)(:[0-9]+)?"}[120s]' in oom.detail
+
+
+def test_restart_rows_and_poisson_times() -> None:
+    assert restart_count({"replicaStatuses": [{"restarts": 1}, {"restarts": 2}]}) == 3
+    assert restart_count(None) is None
+    assert restarts_row(before=None, after=3).verdict == "not measured"
+    offsets = poisson_offsets(2000, rate=0.1, seed=19)
+    assert offsets[0] == 0.0
+    assert offsets == sorted(offsets)
+    assert 9.0 < offsets[-1] / 1999 < 11.0  # mean gap ~ 1 / rate
+    assert json.dumps(make_baseline({"s": {"e2eP95Ms": 1.0}}))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--sections", "functional,bogus"], "unknown section(s) ['bogus']"),
+        (["--arrival-rate", "0"], "the arrival rate must be positive"),
+        (["--set-baseline"], "--set-baseline needs --inference-cluster"),
+        (["--tolerance", "e2eP95Ms=x"], "tolerance 'e2eP95Ms=x' is not metric=fraction"),
+    ],
+)
+def test_accept_mode_usage_errors(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--base-url", "http://127.0.0.1:9", "--model", "m", "--accept", *extra]
+    assert bench_main(argv) == 2
+    assert message in capsys.readouterr().err
