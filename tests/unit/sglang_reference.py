@@ -206,22 +206,36 @@ def _orjson() -> types.ModuleType:
     return module
 
 
+_LOADED: list[types.ModuleType] = []
+
+
 def load() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
-    """(protocol, serving_chat, serving_deepseek_recipe) from the pinned wheel."""
-    if not any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
-        sys.modules.setdefault("regex", re)
-        sys.modules.setdefault("orjson", _orjson())
-        finder = _StubFinder()
-        # protocol.py tries xgrammar and falls back to Any, as SGLang without it does.
-        finder.absent.add("xgrammar")
-        sys.meta_path.insert(0, finder)
+    """(protocol, serving_chat, serving_deepseek_recipe) from the pinned wheel.
+
+    The stubs exist only while importing: afterwards ``sys.modules`` and the import
+    machinery are as they were (the loaded modules keep their own references), so no
+    other test sees a stub, the stand-in ``orjson`` or half of SGLang.
+    """
+    if _LOADED:
+        return _LOADED[0], _LOADED[1], _LOADED[2]
+    before = set(sys.modules)
+    finder = _StubFinder()
+    finder.absent.add("xgrammar")  # protocol.py tries it and falls back to Any
+    sys.modules.setdefault("regex", re)
+    sys.modules.setdefault("orjson", _orjson())
+    sys.meta_path.insert(0, finder)
+    try:
         importlib.import_module("sglang.srt.entrypoints.openai.protocol")
         finder.absent.clear()
-    return (
-        importlib.import_module("sglang.srt.entrypoints.openai.protocol"),
-        importlib.import_module("sglang.srt.entrypoints.openai.serving_chat"),
-        importlib.import_module("sglang.srt.entrypoints.openai.serving_deepseek_recipe"),
-    )
+        _LOADED.extend(
+            importlib.import_module(f"sglang.srt.entrypoints.openai.{name}")
+            for name in ("protocol", "serving_chat", "serving_deepseek_recipe")
+        )
+    finally:
+        sys.meta_path.remove(finder)
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+    return _LOADED[0], _LOADED[1], _LOADED[2]
 
 
 def sglang_file(relative: str) -> Path:
