@@ -27,10 +27,12 @@ from hypothesis import strategies as st
 from sparkllm.gateway.admission import Admission, Route
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import load_gateway_config
+from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.server import uvicorn_config
 from sparkllm.gateway.tokens import TokenCounter
 from sparkllm.gateway.transport import GuardedHttpToolsProtocol
+from sparkllm_dev.devcluster.toymodel import train_tokenizer as train_v4_tokenizer
 from tests.unit.gateway_fixtures import (
     MODEL,
     ServerThread,
@@ -254,3 +256,32 @@ def test_a_mib_prompt_is_refused_without_tokenising(model_dir: Path) -> None:
         assert reply.code == "context_length_exceeded"
         assert "input is at least" in reply.message
         assert time.perf_counter() - started < 0.2
+
+
+class _RenderOnly:
+    """DeepSeek's encoder that may render the prompt but never tokenise it."""
+
+    def __init__(self, encoding: Any) -> None:
+        self._encoding = encoding
+
+    def render_conversation(self, conversation: Any) -> Any:
+        return self._encoding.render_conversation(conversation)
+
+    def encode(self, conversation: Any) -> Any:
+        raise AssertionError("a grossly oversized V4 prompt was tokenised")
+
+
+def test_a_mib_deepseek_v4_chat_is_refused_without_encoding(model_dir: Path) -> None:
+    tokenizer = train_v4_tokenizer()
+    prompt = DeepSeekV4Prompt(tokenizer.to_str())
+    prompt._encoding = _RenderOnly(prompt._encoding)
+    counter = TokenCounter.from_dir(model_dir)
+    admission = Admission(policy=clamp_policy(), counter=counter, template=prompt)
+    text = "the pipeline spark node " * 44_000  # ~1 MiB
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+    reply = admission.decide(Route.CHAT, json.dumps(body).encode())
+    assert isinstance(reply, ErrorReply)
+    assert reply.code == "context_length_exceeded"
+    assert "input is at least" in reply.message
+    small = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    assert not isinstance(admission.decide(Route.CHAT, json.dumps(small).encode()), ErrorReply)

@@ -150,7 +150,9 @@ class Admission:
             exact_above = min(self.policy.max_input_tokens, _budget(self.policy, largest_output))
         if route is Route.CHAT:
             check_tool_features(payload, enabled=self.policy.tool_features)
-            work = _Work(self._measure_chat(payload, exact_above=exact_above), 1, choices)
+            large = len(body) > self.policy.max_input_tokens  # may be grossly over the cap
+            size = self._measure_chat(payload, exact_above=exact_above, large=large)
+            work = _Work(size, 1, choices)
         else:
             work = self._measure_completion(payload, exact_above=exact_above, choices=choices)
         prompt_param = "messages" if route is Route.CHAT else "prompt"
@@ -190,12 +192,14 @@ class Admission:
             return True
         raise RequestRejectedError(replies.model_not_found(model))
 
-    def _measure_chat(self, payload: dict[str, Any], *, exact_above: int) -> PromptSize:
+    def _measure_chat(
+        self, payload: dict[str, Any], *, exact_above: int, large: bool
+    ) -> PromptSize:
         messages = validation.chat_messages(payload)
         continue_final = validation.optional_bool(payload, "continue_final_message")
         template = self._template
         if isinstance(template, DeepSeekV4Prompt):
-            return self._encode_v4(template, payload, exact_above=exact_above)
+            return self._encode_v4(template, payload, exact_above=exact_above, large=large)
         tools = validation.chat_tools(payload)
         template_kwargs = validation.template_kwargs(payload)
         try:
@@ -224,12 +228,16 @@ class Admission:
         return self._measure(rendered, special=False, exact_above=exact_above, param="messages")
 
     def _encode_v4(
-        self, prompt: DeepSeekV4Prompt, payload: dict[str, Any], *, exact_above: int
+        self, prompt: DeepSeekV4Prompt, payload: dict[str, Any], *, exact_above: int, large: bool
     ) -> PromptSize:
-        """DeepSeek's encoder, as SGLang runs it; the byte bound settles short prompts."""
+        """DeepSeek's encoder, as SGLang runs it; the byte bounds settle short prompts and
+        (for a ``large`` body, which alone can be) grossly oversized ones."""
         try:
             return prompt.measure(
-                payload, exact_above=exact_above, byte_level=self._counter.byte_level
+                payload,
+                exact_above=exact_above,
+                byte_level=self._counter.byte_level,
+                refuse_above=self.policy.max_input_tokens if large else -1,
             )
         except FieldError as exc:
             validation.reject(str(exc), param=exc.param)

@@ -37,7 +37,7 @@ from tokenizers import Tokenizer
 from sparkllm.errors import GatewayError
 from sparkllm.gateway import validation
 from sparkllm.gateway.chat_template import ChatTemplateError
-from sparkllm.gateway.tokens import PromptSize
+from sparkllm.gateway.tokens import PromptSize, longest_token_bytes, lower_bound
 
 T = TypeVar("T")
 
@@ -115,6 +115,7 @@ class DeepSeekV4Prompt:
             .with_tokenizer(recipe.Tokenizer.from_str(tokenizer_json))
         )
         self._tokenizer = Tokenizer.from_str(tokenizer_json)
+        self._longest_token = longest_token_bytes(self._tokenizer)
         self._header = {
             thinking: [
                 self._token_id(ASSISTANT_TOKEN),
@@ -145,9 +146,15 @@ class DeepSeekV4Prompt:
         return self.measure(payload, exact_above=-1, byte_level=False).tokens
 
     def measure(
-        self, payload: Mapping[str, Any], *, exact_above: int, byte_level: bool
+        self,
+        payload: Mapping[str, Any],
+        *,
+        exact_above: int,
+        byte_level: bool,
+        refuse_above: int = -1,
     ) -> PromptSize:
-        """The prompt's length, exact unless its byte bound is already <= ``exact_above``.
+        """The prompt's length, exact unless its byte bound is already <= ``exact_above``,
+        or its lower bound (bytes / longest token) already over ``refuse_above`` (>= 0).
 
         ``payload`` is a chat request that passed the gateway's shape checks; a request
         the encoder refuses raises ChatTemplateError. The bound (``byte_level``: the
@@ -159,11 +166,14 @@ class DeepSeekV4Prompt:
         conversation = self._convert(body)
         thinking = body["thinking"]
         # a task (rare) is always encoded: its ids are checked as SGLang checks them
-        if byte_level and exact_above >= 0 and task is None:
+        if byte_level and (exact_above >= 0 or refuse_above >= 0) and task is None:
             rendered = self._call(self._encoding.render_conversation, conversation).prompt
             bound = len(rendered.encode("utf-8", "surrogatepass"))
             if bound <= exact_above:
                 return PromptSize(bound, exact=False)
+            least = lower_bound(bound, longest_token=self._longest_token)
+            if 0 <= refuse_above < least:
+                return PromptSize(least, exact=False, at_least=True)
         ids = self._call(self._encoding.encode, conversation)
         if task is not None:
             ids = self._attach_task(ids, task, thinking=thinking)

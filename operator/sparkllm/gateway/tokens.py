@@ -86,6 +86,21 @@ def is_byte_level_bpe(tokenizer_json: Mapping[str, Any]) -> bool:
     )
 
 
+def longest_token_bytes(tokenizer: Tokenizer) -> int:
+    """The most bytes one token covers (a byte-level BPE's symbols are one byte each)."""
+    added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+    model_vocab = tokenizer.get_vocab(with_added_tokens=False)
+    return max(
+        max(map(len, model_vocab), default=1),
+        max((len(text.encode("utf-8")) for text in added), default=1),
+    )
+
+
+def lower_bound(utf8_bytes: int, *, longest_token: int) -> int:
+    """At least this many tokens for a text of ``utf8_bytes`` (byte-level BPE, above)."""
+    return -(-utf8_bytes // longest_token)
+
+
 class TokenCounter:
     """Counts tokens with one loaded tokenizer; thread-safe (encoding is read-only)."""
 
@@ -95,12 +110,7 @@ class TokenCounter:
         self._tokenizer = tokenizer
         self.byte_level = byte_level
         self.special_tokens_added = int(tokenizer.num_special_tokens_to_add(False))
-        added = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
-        model_vocab = tokenizer.get_vocab(with_added_tokens=False)
-        self.longest_token_bytes = max(
-            max(map(len, model_vocab), default=1),  # byte-level symbols: one per byte
-            max((len(text.encode("utf-8")) for text in added), default=1),
-        )
+        self.longest_token_bytes = longest_token_bytes(tokenizer)
 
     @classmethod
     def from_dir(cls, tokenizer_dir: Path) -> TokenCounter:
@@ -145,7 +155,7 @@ class TokenCounter:
             bound = self.byte_bound(size, add_special_tokens=add_special_tokens)
             if bound is not None and bound <= exact_above:
                 return PromptSize(bound, exact=False)
-            least = -(-size // self.longest_token_bytes)
+            least = lower_bound(size, longest_token=self.longest_token_bytes)
             if 0 <= refuse_above < least:
                 return PromptSize(least, exact=False, at_least=True)
         return PromptSize(self.count(text, add_special_tokens=add_special_tokens), exact=True)
