@@ -42,7 +42,7 @@ def _addresses(interface: str) -> list[str]:
 
 def _run(tmp_path: Path, *faults: Fault, expect: NodeExpectations = EXPECT) -> list[Finding]:
     root = write_spark_tree(tmp_path / "spark-2", SparkFabric(faults=frozenset(faults)))
-    return check_node(HostView(root), node="spark-2", expect=expect, addresses=_addresses)
+    return check_node(HostView.under(root), node="spark-2", expect=expect, addresses=_addresses)
 
 
 def _errors(findings: list[Finding]) -> list[tuple[str, Check, str]]:
@@ -144,7 +144,7 @@ def test_nccl_conf_keys_the_env_sets_are_info(tmp_path: Path) -> None:
     root = write_spark_tree(tmp_path / "n")
     (root / "etc").mkdir()
     (root / "etc/nccl.conf").write_text("NCCL_IB_HCA=mlx5_0\n")
-    [finding] = check_node(HostView(root), node="n", expect=EXPECT, addresses=_addresses)
+    [finding] = check_node(HostView.under(root), node="n", expect=EXPECT, addresses=_addresses)
     assert finding.severity is Severity.INFO
 
 

@@ -33,6 +33,30 @@ BackoffSeconds = Annotated[
 ]
 
 
+class NetworkPreflightSpec(ApiModel):
+    """The network preflight every rank runs before its engine (docs/network.md)."""
+
+    mode: Literal["gate", "warn", "off"] = Field(
+        default="off",
+        description="mode is what the network preflight does. gate: each rank's init "
+        "container verify-network checks its node (interfaces, MTU, HCAs, GID, routes, "
+        "locked memory, CMA, /etc/nccl.conf, SGLang's address) and fails on an error, so "
+        "the engine does not start; warn: the same checks, reported in condition "
+        "NetworkVerified, the engine starts anyway; off: no check, no condition. Default "
+        "off (existing replicas keep their pods unchanged; warn is recommended).",
+    )
+    min_bus_bandwidth_gbps: float = Field(
+        default=150.0,
+        ge=0,
+        le=1600,
+        alias="minBusBandwidthGbps",
+        description="minBusBandwidthGbps is the lowest acceptable bus bandwidth, in Gb/s, "
+        "of a collective across a replica's ranks (nccl-tests' busbw at 128 MiB): the "
+        "documents measured 183.5-185.2 Gb/s per link; 150 leaves ~18% margin and is 6x "
+        "the ~24 Gb/s of a missing PCIe half. Default 150; 0 to 1600.",
+    )
+
+
 class NetworkSpec(ApiModel):
     """RoCE host networking for NCCL and Gloo between the ranks of a replica."""
 
@@ -74,6 +98,29 @@ class NetworkSpec(ApiModel):
         description="topology is how the nodes are cabled. ring: direct 200G links between "
         "nodes (sets NCCL_IB_SUBNET_AWARE_ROUTING=1, NCCL_IB_MERGE_NICS=0, "
         "NCCL_NET_PLUGIN=none); switch: a 200G switch, vendor NCCL defaults. Default ring.",
+    )
+    roce_mtu: int = Field(
+        default=9000,
+        ge=1280,
+        le=9216,
+        alias="roceMTU",
+        description="roceMTU is the MTU the network preflight expects on the Ethernet "
+        "interfaces behind ibHCAs (jumbo frames, as the DGX Spark playbooks set). Default "
+        "9000; 1280 to 9216.",
+    )
+    socket_mtu: int | None = Field(
+        default=None,
+        ge=576,
+        le=9216,
+        alias="socketMTU",
+        description="socketMTU is the MTU the network preflight expects on socketInterface. "
+        "Optional: unset, the socket interface's MTU is not checked (the management NIC "
+        "usually runs 1500); 576 to 9216.",
+    )
+    preflight: NetworkPreflightSpec = Field(
+        default=NetworkPreflightSpec(),
+        description="preflight is the network check before a replica serves (condition "
+        "NetworkVerified). Default mode off.",
     )
     dist_init_port: Annotated[
         int,

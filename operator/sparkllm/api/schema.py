@@ -115,9 +115,13 @@ def _minimise_default(value: Any, schema: JsonSchema) -> Any:
     minimal: dict[str, Any] = {}
     for key, item in value.items():
         child = properties.get(key, {})
-        if item is None or ("default" in child and child["default"] == item):
+        if item is None:
             continue
-        minimal[key] = _minimise_default(item, child)
+        # A nested object's default is itself minimised: compare like with like.
+        item = _minimise_default(item, child)
+        if "default" in child and child["default"] == item:
+            continue
+        minimal[key] = item
     return minimal
 
 

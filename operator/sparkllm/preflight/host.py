@@ -1,10 +1,10 @@
 """What a node's kernel says about its network, read from /sys and /proc under a root.
 
-Why a root: the checks must run in the rank's init container on a DGX Spark (root ``/``,
-host network namespace, /sys and /proc as the kernel exposes them) and in tests and on
-the dev cluster over fixture trees laid out the same way. Every read goes through
-:class:`HostView`, which joins the kernel path to its root; parsing is pure and
-separate, so the file formats are tested on their own.
+Why roots (one each for sys, proc and etc): the checks must run in the rank's init
+container on a DGX Spark (the host's /sys, /proc and /etc mounted, host network
+namespace) and in tests and on the dev cluster over fixture trees laid out the same
+way. Every read goes through :class:`HostView`, which joins the kernel path to its
+root; parsing is pure and separate, so the file formats are tested on their own.
 
 Paths (kernel documentation, ``Documentation/ABI/testing/sysfs-class-net`` and
 ``sysfs-class-infiniband``): ``sys/class/net/<if>/{mtu,operstate}``,
@@ -80,18 +80,34 @@ def split_hca(name: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class HostView:
-    """A node's /sys, /proc and /etc under ``root`` (``/`` on a real node)."""
+    """A node's /sys, /proc and /etc, each where this process sees it.
 
-    root: Path
+    On a node they are ``/sys``, ``/proc``, ``/etc`` or the host's, mounted into an init
+    container (``/host/sys`` ...); in tests, three directories of one fixture tree.
+    """
+
+    sys: Path
+    proc: Path
+    etc: Path
+
+    @classmethod
+    def under(cls, root: Path) -> HostView:
+        """The view of a whole tree: ``root/sys``, ``root/proc``, ``root/etc``."""
+        return cls(sys=root / "sys", proc=root / "proc", etc=root / "etc")
+
+    def _path(self, relative: str) -> Path:
+        top, _, rest = relative.partition("/")
+        base = {"sys": self.sys, "proc": self.proc, "etc": self.etc}[top]
+        return base / rest
 
     def _read(self, relative: str) -> str | None:
         try:
-            return (self.root / relative).read_text(encoding="utf-8", errors="replace")
+            return self._path(relative).read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
 
     def interface_exists(self, interface: str) -> bool:
-        return (self.root / "sys/class/net" / interface).is_dir()
+        return self._path(f"sys/class/net/{interface}").is_dir()
 
     def operstate(self, interface: str) -> str | None:
         text = self._read(f"sys/class/net/{interface}/operstate")
@@ -102,7 +118,7 @@ class HostView:
         return int(text.strip()) if text is not None and text.strip().isdigit() else None
 
     def hca_exists(self, device: str) -> bool:
-        return (self.root / "sys/class/infiniband" / device).is_dir()
+        return self._path(f"sys/class/infiniband/{device}").is_dir()
 
     def hca_port_state(self, device: str, port: int) -> str | None:
         text = self._read(f"sys/class/infiniband/{device}/ports/{port}/state")
@@ -110,7 +126,7 @@ class HostView:
 
     def hca_netdevs(self, device: str) -> list[str]:
         """The Ethernet interfaces behind an RDMA device (its PCI function's ``net/``)."""
-        net = self.root / "sys/class/infiniband" / device / "device/net"
+        net = self._path(f"sys/class/infiniband/{device}/device/net")
         return sorted(p.name for p in net.iterdir()) if net.is_dir() else []
 
     def gid(self, device: str, port: int, index: int) -> str | None:

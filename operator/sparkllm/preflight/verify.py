@@ -23,7 +23,9 @@ from sparkllm.preflight.host import HostView, ipv4_addresses
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add verify-network's options to ``parser`` (for the ``sparkllm`` CLI)."""
-    parser.add_argument("--root", type=Path, default=Path("/"), help="where /sys and /proc are")
+    parser.add_argument("--root", type=Path, default=Path("/"), help="where sys, proc, etc are")
+    for part in ("sys", "proc", "etc"):
+        parser.add_argument(f"--{part}-dir", type=Path, default=None, help=f"/{part} (over --root)")
     parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="node name")
     parser.add_argument("--socket-interface", required=True, help="spec.network.socketInterface")
     parser.add_argument("--ib-hca", action="append", required=True, help="one of ibHCAs")
@@ -45,7 +47,12 @@ def run(args: argparse.Namespace) -> int:
         environment=dict(os.environ),
     )
     node = args.node or "unknown"
-    findings = check_node(HostView(args.root), node=node, expect=expect, addresses=ipv4_addresses)
+    host = HostView(
+        sys=args.sys_dir or args.root / "sys",
+        proc=args.proc_dir or args.root / "proc",
+        etc=args.etc_dir or args.root / "etc",
+    )
+    findings = check_node(host, node=node, expect=expect, addresses=ipv4_addresses)
     write_termination_message(args.termination_log, to_json(findings))
     for finding in findings:
         print(f"[verify-network] {finding.line()}", flush=True)
