@@ -12,7 +12,7 @@ template switch, which the front door passes and counts).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -67,6 +67,14 @@ class Probe:
         return 200, read_stream(reply.text, usage_expected=usage)
 
 
+def _row(name: str, *, basis: str, problems: Sequence[str | None]) -> Row:
+    """pass without problems, else fail naming them (None entries are no problem)."""
+    found = [problem for problem in problems if problem]
+    return Row(
+        section=SECTION, name=name, verdict=verdict(not found), basis=basis, detail="; ".join(found)
+    )
+
+
 def _message(reply: httpx.Response) -> Mapping[str, Any] | str:
     """The first choice's message, or why there is none."""
     if reply.status_code != 200:
@@ -84,14 +92,14 @@ async def check_deterministic(probe: Probe) -> Row:
     for _ in range(2):
         message = _message(await probe.post(probe.body(probe.question)))
         if isinstance(message, str):
-            return Row(SECTION, "deterministic answer", "fail", basis, message)
+            return _row("deterministic answer", basis=basis, problems=[message])
         answers.append(str(message.get("content") or ""))
     if answers[0] != answers[1]:
         detail = f"the two answers differ: {answers[0][:80]!r} vs {answers[1][:80]!r}"
-        return Row(SECTION, "deterministic answer", "fail", basis, detail)
+        return _row("deterministic answer", basis=basis, problems=[detail])
     found = probe.expected in answers[0]
     detail = "" if found else f"expected {probe.expected!r} not in the answer {answers[0][:80]!r}"
-    return Row(SECTION, "deterministic answer", verdict(found), basis, detail)
+    return _row("deterministic answer", basis=basis, problems=[None if found else detail])
 
 
 async def check_streaming(probe: Probe) -> Row:
@@ -101,10 +109,10 @@ async def check_streaming(probe: Probe) -> Row:
     )
     status, stream = await probe.stream(body)
     if isinstance(stream, str):
-        return Row(SECTION, "streaming", "fail", basis, f"HTTP {status}: {stream}")
+        return _row("streaming", basis=basis, problems=[f"HTTP {status}: {stream}"])
     if stream.problem is None and not stream.content:
         stream.fail("the stream carried no content")
-    return Row(SECTION, "streaming", verdict(stream.problem is None), basis, stream.problem or "")
+    return _row("streaming", basis=basis, problems=[stream.problem])
 
 
 async def check_reasoning(probe: Probe) -> Row:
@@ -123,7 +131,7 @@ async def check_reasoning(probe: Probe) -> Row:
             problems.append(
                 f"reasoning content present with thinking off: {stream.reasoning[:60]!r}"
             )
-    return Row(SECTION, "reasoning", verdict(not problems), basis, "; ".join(problems))
+    return _row("reasoning", basis=basis, problems=problems)
 
 
 def _tool_call_problem(message: Mapping[str, Any]) -> str | None:
@@ -148,7 +156,7 @@ async def check_tool_call(probe: Probe) -> Row:
     body = probe.body("What is the weather in Paris?", tools=[WEATHER_TOOL], tool_choice="auto")
     message = _message(await probe.post(body))
     problem = message if isinstance(message, str) else _tool_call_problem(message)
-    return Row(SECTION, "function call", verdict(problem is None), basis, problem or "")
+    return _row("function call", basis=basis, problems=[problem])
 
 
 async def check_unsupported_tools_refused(probe: Probe) -> Row:
@@ -172,9 +180,7 @@ async def check_unsupported_tools_refused(probe: Probe) -> Row:
         text = str(error.get("message", "")) if isinstance(error, Mapping) else ""
         if "not supported" not in text:
             problems.append(f"{name}: refused without a clear message ({reply.text[:120]!r})")
-    return Row(
-        SECTION, "unsupported tool forms refused", verdict(not problems), basis, "; ".join(problems)
-    )
+    return _row("unsupported tool forms refused", basis=basis, problems=problems)
 
 
 FUNCTIONAL_CHECKS: Final[tuple[Callable[[Probe], Awaitable[Row]], ...]] = (

@@ -69,7 +69,7 @@ def parse_tolerances(text: str | None) -> dict[str, float]:
     return tolerances
 
 
-def _compare(metric: str, base: float, now: float, tolerance: float) -> str | None:
+def _compare(metric: str, *, base: float, now: float, tolerance: float) -> str | None:
     if metric in HIGHER_IS_BETTER:
         floor = base * (1 - tolerance)
         return (
@@ -100,7 +100,15 @@ def regression_rows(
         name = f"{scenario} vs baseline"
         if not isinstance(base, Mapping):
             where = "no accepted baseline" if baseline is None else "baseline has no such scenario"
-            rows.append(Row(SECTION, name, "not measured", f"tolerances: {stated}", where))
+            rows.append(
+                Row(
+                    section=SECTION,
+                    name=name,
+                    verdict="not measured",
+                    basis=f"tolerances: {stated}",
+                    detail=where,
+                )
+            )
             continue
         basis = (
             f"baseline set {baseline.get('setAt', '?')}; tolerances: {stated}" if baseline else ""
@@ -109,12 +117,32 @@ def regression_rows(
             problem
             for metric, now in values.items()
             if isinstance(base.get(metric), (int, float))
-            and (problem := _compare(metric, float(base[metric]), now, tolerances.get(metric, 0.0)))
+            and (
+                problem := _compare(
+                    metric, base=float(base[metric]), now=now, tolerance=tolerances.get(metric, 0.0)
+                )
+            )
         ]
         compared = [metric for metric in values if isinstance(base.get(metric), (int, float))]
         if not compared:
-            rows.append(Row(SECTION, name, "not measured", basis, "no common metric"))
+            rows.append(
+                Row(
+                    section=SECTION,
+                    name=name,
+                    verdict="not measured",
+                    basis=basis,
+                    detail="no common metric",
+                )
+            )
             continue
         detail = "; ".join(problems) or f"within tolerance on {', '.join(compared)}"
-        rows.append(Row(SECTION, name, "fail" if problems else "pass", basis, detail))
+        rows.append(
+            Row(
+                section=SECTION,
+                name=name,
+                verdict="fail" if problems else "pass",
+                basis=basis,
+                detail=detail,
+            )
+        )
     return rows

@@ -17,7 +17,7 @@ from typing import Any, Final, NamedTuple
 
 import httpx
 
-from sparkllm.bench.accept.rows import Row
+from sparkllm.bench.accept.rows import Row, Verdict
 
 SECTION: Final = "resources"
 PSI_WAITING_RATIO_MAX: Final = 0.01
@@ -85,6 +85,21 @@ def _value(payload: Mapping[str, Any]) -> float | None:
     return max(values) if values else None
 
 
+async def _query(
+    client: httpx.AsyncClient, *, url: str, promql: str, end: float
+) -> tuple[float | None, str]:
+    """(the largest value or None, why None) of one instant query at ``end``."""
+    try:
+        reply = await client.get(
+            f"{url.rstrip('/')}/api/v1/query", params={"query": promql, "time": f"{end:.3f}"}
+        )
+        reply.raise_for_status()
+        value = _value(reply.json())
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        return None, f"query failed: {type(exc).__name__}: {str(exc)[:120]}"
+    return value, f"no series for {promql}"
+
+
 async def prometheus_rows(
     client: httpx.AsyncClient,
     *,
@@ -96,28 +111,19 @@ async def prometheus_rows(
     """One row per :func:`node_queries` entry; ``not measured`` without data."""
     rows = []
     for query in node_queries(window_s):
-        if url is None:
-            rows.append(Row(SECTION, query.name, "not measured", query.basis, "no Prometheus URL"))
-            continue
         promql = query.promql.replace("{sel}", selector)
-        try:
-            reply = await client.get(
-                f"{url.rstrip('/')}/api/v1/query", params={"query": promql, "time": f"{end:.3f}"}
-            )
-            reply.raise_for_status()
-            value = _value(reply.json())
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            detail = f"query failed: {type(exc).__name__}: {str(exc)[:120]}"
-            rows.append(Row(SECTION, query.name, "not measured", query.basis, detail))
-            continue
+        value, why = (None, "no Prometheus URL")
+        if url is not None:
+            value, why = await _query(client, url=url, promql=promql, end=end)
         if value is None:
-            detail = f"no series for {promql}"
-            rows.append(Row(SECTION, query.name, "not measured", query.basis, detail))
+            verdict: Verdict = "not measured"
         elif value > query.limit:
-            detail = f"{value:g} > {query.limit:g} ({promql})"
-            rows.append(Row(SECTION, query.name, "fail", query.basis, detail))
+            verdict, why = "fail", f"{value:g} > {query.limit:g} ({promql})"
         else:
-            rows.append(Row(SECTION, query.name, "pass", query.basis, f"{value:g}"))
+            verdict, why = "pass", f"{value:g}"
+        rows.append(
+            Row(section=SECTION, name=query.name, verdict=verdict, basis=query.basis, detail=why)
+        )
     return rows
 
 
@@ -135,9 +141,21 @@ def restarts_row(*, before: int | None, after: int | None, what: str = "run") ->
     basis = f"status.replicaStatuses[*].restarts before and after the {what}: no increase"
     name = "rank restarts" if what == "run" else f"rank restarts during the {what}"
     if before is None or after is None:
-        return Row(SECTION, name, "not measured", basis, "no InferenceCluster status read")
+        return Row(
+            section=SECTION,
+            name=name,
+            verdict="not measured",
+            basis=basis,
+            detail="no InferenceCluster status read",
+        )
     if after > before:
         return Row(
-            SECTION, name, "fail", basis, f"{after - before} gang restart(s) ({before} -> {after})"
+            section=SECTION,
+            name=name,
+            verdict="fail",
+            basis=basis,
+            detail=f"{after - before} gang restart(s) ({before} -> {after})",
         )
-    return Row(SECTION, name, "pass", basis, f"{after} total, none new")
+    return Row(
+        section=SECTION, name=name, verdict="pass", basis=basis, detail=f"{after} total, none new"
+    )

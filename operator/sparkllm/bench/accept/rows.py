@@ -23,7 +23,7 @@ def verdict(ok: bool) -> Verdict:
     return "pass" if ok else "fail"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Row:
     """One checklist item's outcome."""
 

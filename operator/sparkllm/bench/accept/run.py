@@ -70,7 +70,7 @@ async def _status(config: AcceptConfig) -> Mapping[str, Any] | None:
     return None if config.read_status is None else await config.read_status()
 
 
-async def _functional(client: httpx.AsyncClient, config: AcceptConfig, out: TextIO) -> list[Row]:
+async def _functional(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO) -> list[Row]:
     probe = Probe(client=client, model=config.target.model, headers=config.target.headers())
     progress = ProgressBar(label="functional", total=len(FUNCTIONAL_CHECKS), out=out)
     rows = []
@@ -81,7 +81,7 @@ async def _functional(client: httpx.AsyncClient, config: AcceptConfig, out: Text
     return rows
 
 
-def _context(client: httpx.AsyncClient, config: AcceptConfig, out: TextIO) -> LoadContext:
+def _context(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO) -> LoadContext:
     return LoadContext(
         client=client,
         target=config.target,
@@ -92,26 +92,28 @@ def _context(client: httpx.AsyncClient, config: AcceptConfig, out: TextIO) -> Lo
     )
 
 
-def _load_row(name: str, metrics: LoadMetrics, basis: str, errors: Sequence[str]) -> Row:
+def _load_row(name: str, *, metrics: LoadMetrics, basis: str, errors: Sequence[str]) -> Row:
     ok = metrics.requests > 0 and metrics.completed == metrics.requests
     detail = f"{metrics.completed}/{metrics.requests} completed"
     if errors:
         detail += "; errors: " + " | ".join(errors[:3])
-    return Row("stress", name, verdict(ok), basis, detail)
+    return Row(section="stress", name=name, verdict=verdict(ok), basis=basis, detail=detail)
 
 
 async def _stress(
-    client: httpx.AsyncClient, config: AcceptConfig, run: AcceptRun, out: TextIO
+    client: httpx.AsyncClient, *, config: AcceptConfig, run: AcceptRun, out: TextIO
 ) -> None:
     sizes = config.sizes
-    load = _context(client, config, out)
+    load = _context(client, config=config, out=out)
     scale8 = await run_scale8(load)
     basis = (
         f"{sizes.scale8_requests} requests {sizes.input_tokens} -> {sizes.output_tokens} tokens "
         f"at closed-loop concurrency {sizes.scale8_concurrency}, all must succeed "
         "(documents: Scale8 120/120)"
     )
-    run.rows.append(_load_row("Scale8", scale8.metrics, basis, scale8.error_samples))
+    run.rows.append(
+        _load_row("Scale8", metrics=scale8.metrics, basis=basis, errors=scale8.error_samples)
+    )
     run.figures["scale8"] = scenario_figures(scale8.metrics)
     arrival = await run_arrival(load)
     basis = (
@@ -119,11 +121,11 @@ async def _stress(
         f"Poisson arrivals at {sizes.arrival_rate:g} req/s (documents' suggested starting load: "
         "<= 0.10 req/s for 256 -> 128; Arrival 160/160), all must succeed"
     )
-    run.rows.append(_load_row("Arrival", arrival, basis, ()))
+    run.rows.append(_load_row("Arrival", metrics=arrival, basis=basis, errors=()))
     run.figures["arrival"] = scenario_figures(arrival)
 
 
-async def _soak(client: httpx.AsyncClient, config: AcceptConfig, out: TextIO) -> list[Row]:
+async def _soak(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO) -> list[Row]:
     sizes = config.sizes
     print(
         f"[accept] soak {sizes.soak_seconds:g} s at concurrency {sizes.soak_concurrency}",
@@ -131,7 +133,7 @@ async def _soak(client: httpx.AsyncClient, config: AcceptConfig, out: TextIO) ->
         flush=True,
     )
     before = restart_count(await _status(config))
-    metrics, errors = await run_soak(_context(client, config, out))
+    metrics, errors = await run_soak(_context(client, config=config, out=out))
     after = restart_count(await _status(config))
     basis = (
         f"{sizes.soak_seconds:g} s closed loop at concurrency {sizes.soak_concurrency}, "
@@ -143,7 +145,7 @@ async def _soak(client: httpx.AsyncClient, config: AcceptConfig, out: TextIO) ->
         detail += "; errors: " + " | ".join(errors[:3])
     restarts = restarts_row(before=before, after=after, what="soak")
     return [
-        Row("soak", "soak errors", verdict(ok), basis, detail),
+        Row(section="soak", name="soak errors", verdict=verdict(ok), basis=basis, detail=detail),
         replace(restarts, section="soak"),
     ]
 
@@ -160,11 +162,11 @@ async def run_acceptance(config: AcceptConfig, *, progress_out: TextIO | None = 
         transport=config.transport,
     ) as client:
         if "functional" in config.sections:
-            run.rows.extend(await _functional(client, config, out))
+            run.rows.extend(await _functional(client, config=config, out=out))
         if "stress" in config.sections:
-            await _stress(client, config, run, out)
+            await _stress(client, config=config, run=run, out=out)
         if "soak" in config.sections:
-            run.rows.extend(await _soak(client, config, out))
+            run.rows.extend(await _soak(client, config=config, out=out))
         if "regression" in config.sections:
             run.rows.extend(
                 regression_rows(run.figures, baseline=config.baseline, tolerances=config.tolerances)
