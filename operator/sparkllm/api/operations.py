@@ -45,16 +45,6 @@ class NetworkPreflightSpec(ApiModel):
         "NetworkVerified, the engine starts anyway; off: no check, no condition. Default "
         "off (existing replicas keep their pods unchanged; warn is recommended).",
     )
-    min_bus_bandwidth_gbps: float = Field(
-        default=150.0,
-        ge=0,
-        le=1600,
-        alias="minBusBandwidthGbps",
-        description="minBusBandwidthGbps is the lowest acceptable bus bandwidth, in Gb/s, "
-        "of a collective across a replica's ranks (nccl-tests' busbw at 128 MiB): the "
-        "documents measured 183.5-185.2 Gb/s per link; 150 leaves ~18% margin and is 6x "
-        "the ~24 Gb/s of a missing PCIe half. Default 150; 0 to 1600.",
-    )
 
 
 class NetworkSpec(ApiModel):

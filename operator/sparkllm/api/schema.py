@@ -118,10 +118,10 @@ def _minimise_default(value: Any, schema: JsonSchema) -> Any:
         if item is None:
             continue
         # A nested object's default is itself minimised: compare like with like.
-        item = _minimise_default(item, child)
-        if "default" in child and child["default"] == item:
+        reduced = _minimise_default(item, child)
+        if "default" in child and child["default"] == reduced:
             continue
-        minimal[key] = item
+        minimal[key] = reduced
     return minimal
 
 

@@ -32,6 +32,9 @@ Collective = Literal["all_reduce", "all_gather"]
 MIB = 1 << 20
 # nccl-tests `-b 8M -e 128M -f 2`: the hand-run verify-fabric range.
 DEFAULT_SIZES: tuple[int, ...] = (8 * MIB, 16 * MIB, 32 * MIB, 64 * MIB, 128 * MIB)
+# Gb/s: 183.50 (the documents' slowest link) x 0.82 ~ 150, 6x the ~24 Gb/s of a missing
+# PCIe half (docs/network.md, "The threshold").
+DEFAULT_THRESHOLD_GBPS = 150.0
 Clock = Callable[[], float]
 RunOnce = Callable[[], None]
 
@@ -170,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
     parser.add_argument("--op", choices=("all_reduce", "all_gather"), default="all_reduce")
     parser.add_argument("--node", default=os.environ.get("NODE_NAME", "unknown"))
-    parser.add_argument("--threshold-gbps", type=float, default=0.0)
+    parser.add_argument("--threshold-gbps", type=float, default=DEFAULT_THRESHOLD_GBPS)
     parser.add_argument("--max-mib", type=int, default=128, help="largest size (8 MiB up)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=5)
