@@ -40,6 +40,7 @@ def sim_argv(model: Path, *, sim: Sequence[str] = (), parsers: bool = True) -> l
 
 def model_dir(directory: Path) -> Path:
     config = {"num_hidden_layers": 43, "max_position_embeddings": 1048576, "model_type": "x"}
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config))
     return directory
 
