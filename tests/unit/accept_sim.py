@@ -17,10 +17,22 @@ from typing import Any, TypeVar
 
 import httpx
 
+from sparkllm.bench.accept.load import LoadSizes
 from sparkllm.gateway.allowlist import check_tool_features
 from sparkllm.gateway.replies import RequestRejectedError
 from sparkllm_dev.sim.server import prepare
 
+# The documents' load items, small enough for a unit test.
+SMALL = LoadSizes(
+    scale8_requests=6,
+    scale8_concurrency=3,
+    arrival_requests=4,
+    arrival_rate=40.0,
+    soak_seconds=0.3,
+    soak_concurrency=2,
+    input_tokens=16,
+    output_tokens=8,
+)
 KEY = "engine-secret"
 MODEL = "dsv4"
 T = TypeVar("T")

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkllm.bench.accept.load import LoadSizes
 from sparkllm.bench.accept.run import AcceptConfig, run_acceptance
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.gateway.app import build_gateway_app
 from sparkllm_dev.sim.server import prepare
-from tests.unit.accept_sim import KEY, MODEL, model_dir, sim_argv
+from tests.unit.accept_sim import KEY, MODEL, SMALL, model_dir, sim_argv
 from tests.unit.gateway_fixtures import (
     gateway_config,
     running,
@@ -54,15 +53,7 @@ def test_every_functional_stress_and_soak_row_passes_through_the_gateway(
 ) -> None:
     config = AcceptConfig(
         target=BenchTarget(base_url=front_door, model=MODEL, api_key=USER_KEY, timeout_s=30),
-        sizes=LoadSizes(
-            scale8_requests=8,
-            scale8_concurrency=4,
-            arrival_requests=4,
-            arrival_rate=40.0,
-            soak_seconds=0.5,
-            input_tokens=16,
-            output_tokens=8,
-        ),
+        sizes=SMALL,
         sections=("functional", "stress", "soak"),
     )
     with (tmp_path / "bar").open("w") as bar:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from sparkllm.bench import bench_main
-from sparkllm.bench.accept.load import LoadSizes, poisson_offsets
+from sparkllm.bench.accept.load import poisson_offsets
 from sparkllm.bench.accept.regression import make_baseline, parse_tolerances, regression_rows
 from sparkllm.bench.accept.report import report_json, report_markdown, status_summary
 from sparkllm.bench.accept.resources import (
@@ -25,18 +25,7 @@ from sparkllm.bench.accept.run import AcceptConfig, run_acceptance
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SpecError
 from sparkllm_dev.sim.server import prepare
-from tests.unit.accept_sim import KEY, MODEL, FrontDoor, model_dir, sim_argv
-
-SMALL = LoadSizes(
-    scale8_requests=6,
-    scale8_concurrency=3,
-    arrival_requests=4,
-    arrival_rate=40.0,
-    soak_seconds=0.3,
-    soak_concurrency=2,
-    input_tokens=16,
-    output_tokens=8,
-)
+from tests.unit.accept_sim import KEY, MODEL, SMALL, FrontDoor, model_dir, sim_argv
 
 
 def statuses(*restarts: int) -> Any:
