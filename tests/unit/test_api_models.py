@@ -221,9 +221,10 @@ def test_condition_reason_must_be_camel_case() -> None:
         )
 
 
-def test_condition_types_are_the_documented_six() -> None:
+def test_condition_types_are_the_documented_seven() -> None:
     assert [c.value for c in ConditionType] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
+        "NetworkVerified",
     ]  # fmt: skip
 
 

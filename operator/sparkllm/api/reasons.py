@@ -51,6 +51,8 @@ class Reason(StrEnum):
     CHECKSUM_MISMATCH = "ChecksumMismatch"  # a file's hash differs from the manifest/ranks
     VERIFICATION_PENDING = "VerificationPending"  # ModelVerified/ConfigApplied=Unknown
     CONFIG_MATCHES = "ConfigMatches"  # ConfigApplied=True
+    NETWORK_CHECKS_PASSED = "NetworkChecksPassed"  # NetworkVerified=True
+    NETWORK_CHECK_FAILED = "NetworkCheckFailed"  # a node failed a network preflight check
     CONFIG_MISMATCH = "ConfigMismatch"  # rank 0 runs with settings the spec did not ask for
     BENCHMARK_COMPLETED = "BenchmarkCompleted"  # Event: results written to status.benchmark
     BENCHMARK_FAILED = "BenchmarkFailed"  # Event: the benchmark job failed

@@ -16,6 +16,9 @@ Condition types and what True means:
 - ``ModelVerified``: every rank's model files passed the integrity check and agree.
 - ``ConfigApplied``: rank 0's ``/get_server_info`` matches the spec; nothing ignored.
 - ``CapacityPlanned``: the memory plan fits every rank in a node's memory.
+- ``NetworkVerified``: every rank's node passed the network preflight (only when
+  ``spec.network.preflight.mode`` is not ``off``); the message names each failed node
+  and check.
 """
 
 from datetime import datetime
@@ -40,6 +43,7 @@ class ConditionType(StrEnum):
     MODEL_VERIFIED = "ModelVerified"
     CONFIG_APPLIED = "ConfigApplied"
     CAPACITY_PLANNED = "CapacityPlanned"
+    NETWORK_VERIFIED = "NetworkVerified"
 
 
 class Phase(StrEnum):

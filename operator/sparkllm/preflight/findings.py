@@ -36,6 +36,7 @@ class Check(StrEnum):
     NCCL_CONF = "NCCLConf"
     ADVERTISED_ADDRESS = "AdvertisedAddress"
     BANDWIDTH = "Bandwidth"
+    PREFLIGHT = "Preflight"  # the check itself gave no readable result
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from sparkllm.reconcile.drain import plan_drain
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.observation import ConfigResult, Observation
 from sparkllm.reconcile.proofs import capacity_condition, config_condition
-from sparkllm.reconcile.replicas import model_verdict
+from sparkllm.reconcile.replicas import model_verdict, network_verdict
 from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
 from sparkllm.reconcile.status import ClusterReport, cluster_phase, derive_status
 from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
@@ -96,7 +96,9 @@ def _act(
     running = observation.running_requests
     drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
-    proven = replace(report, extra_conditions=(capacity, model, config))
+    network = network_verdict(ic, observed, generation=generation)  # None when off
+    proofs = (capacity, model, config, *(() if network is None else (network,)))
+    proven = replace(report, extra_conditions=proofs)
     return Plan(
         target=obj,
         gang_restarts=tuple(replicas.gang_restarts),

@@ -25,7 +25,7 @@ from sparkllm.api import (
 )
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.observe import ReplicaState, observe_replica
-from sparkllm.reconcile.proofs import model_condition
+from sparkllm.reconcile.proofs import model_condition, network_condition
 from sparkllm.reconcile.restarts import Action, Decision, History, decide
 from sparkllm.reconcile.status import ReplicaReport
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
@@ -273,6 +273,25 @@ def transition_events(
     return ()
 
 
+def _rank_pods(observed: Observed) -> tuple[list[JSON], int]:
+    """The engine pods seen, and how many rank pods the StatefulSets ask for."""
+    engine_pods = [p for p in observed.pods if label(p, LABEL_RANK) is not None]
+    expected = sum(
+        int(s["spec"].get("replicas", 1))
+        for s in observed.statefulsets
+        if label(s, LABEL_RANK) is not None
+    )
+    return engine_pods, expected
+
+
+def network_verdict(ic: InferenceCluster, observed: Observed, *, generation: int) -> JSON | None:
+    """NetworkVerified, or None when spec.network.preflight.mode is off (no condition)."""
+    if ic.spec.network.preflight.mode == "off":
+        return None
+    engine_pods, expected = _rank_pods(observed)
+    return network_condition(engine_pods, generation=generation, expected=expected)
+
+
 def model_verdict(
     observed: Observed, previous_status: Mapping[str, Any], *, generation: int, force: bool
 ) -> JSON:
@@ -282,12 +301,7 @@ def model_verdict(
     messages go with the pods; the verdict is kept until the spec changes or a restart
     is requested, so the replica does not start again on bad files.
     """
-    engine_pods = [p for p in observed.pods if label(p, LABEL_RANK) is not None]
-    expected = sum(
-        int(s["spec"].get("replicas", 1))
-        for s in observed.statefulsets
-        if label(s, LABEL_RANK) is not None
-    )
+    engine_pods, expected = _rank_pods(observed)
     model = model_condition(engine_pods, generation=generation, expected=expected)
     previous = next(
         (

@@ -1,0 +1,109 @@
+"""NetworkVerified from the ranks' verify-network termination messages, and in a pass.
+
+The messages are what ``sparkllm verify-network`` writes (``to_json`` of its findings);
+the node comes from the pod, so a finding always names the node the rank ran on. With
+mode off there is no condition at all (the pods have no check).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkllm.preflight import Check, Finding, Severity
+from sparkllm.preflight.findings import to_json
+from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.proofs import network_condition
+from sparkllm.render.ranks import NETWORK_CONTAINER
+from tests.unit.reconcile_fixtures import (
+    GATEWAY_IMAGE,
+    cluster,
+    gateway_objects,
+    matching,
+    observation,
+    rank_pods,
+    replica_objects,
+)
+
+JSON = dict[str, Any]
+CMA = Finding("spark-b", Check.CMA, Severity.ERROR, "CmaTotal is 0 in /proc/meminfo")
+CONF = Finding("x", Check.NCCL_CONF, Severity.WARNING, "/etc/nccl.conf sets A=1")
+
+
+def pod(node: str, findings: list[Finding] | None, *, code: int = 0, last: bool = False) -> JSON:
+    statuses: list[JSON] = []
+    if findings is not None:
+        term = {"exitCode": code, "message": to_json(findings)}
+        state: JSON = {"running": {}} if last else {"terminated": term}
+        status: JSON = {"name": NETWORK_CONTAINER, "state": state}
+        if last:
+            status["lastState"] = {"terminated": term}
+        statuses.append(status)
+    return {
+        "metadata": {"name": f"pod-{node}"},
+        "spec": {"nodeName": node},
+        "status": {"initContainerStatuses": statuses},
+    }
+
+
+def test_every_rank_passed() -> None:
+    cond = network_condition(
+        [pod("a", []), pod("b", [CONF]), pod("c", [])], generation=4, expected=3
+    )
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "NetworkVerified", "True", "NetworkChecksPassed"
+    )  # fmt: skip
+    assert cond["message"] == "3 ranks passed the network checks; 1 warnings"
+    assert cond["observedGeneration"] == 4
+
+
+def test_a_failed_node_is_named_at_once() -> None:
+    cond = network_condition([pod("spark-b", [CMA], code=1, last=True)], generation=1, expected=3)
+    assert (cond["status"], cond["reason"]) == ("False", "NetworkCheckFailed")
+    assert cond["message"] == "spark-b: CMA (error): CmaTotal is 0 in /proc/meminfo"
+
+
+def test_the_pod_names_the_node() -> None:
+    cond = network_condition([pod("spark-c", [CMA])], generation=1, expected=1)
+    assert cond["message"].startswith("spark-c: CMA (error)")
+
+
+def test_pending_until_every_rank_reported() -> None:
+    cond = network_condition([pod("a", []), pod("b", None)], generation=1, expected=3)
+    assert (cond["status"], cond["reason"]) == ("Unknown", "VerificationPending")
+    assert cond["message"] == "1 of 3 ranks reported their network check"
+    empty = network_condition([], generation=1)
+    assert empty["status"] == "Unknown"
+
+
+def test_an_unreadable_result_fails() -> None:
+    broken = pod("a", [])
+    broken["status"]["initContainerStatuses"][0]["state"]["terminated"]["message"] = "boom"
+    cond = network_condition([broken], generation=1, expected=1)
+    assert cond["status"] == "False"
+    assert cond["message"].startswith("a: Preflight (error): unreadable result (exit code 0)")
+
+
+def _conditions(mode: str) -> dict[str, JSON]:
+    obj = cluster(network={"preflight": {"mode": mode}})
+    replica = replica_objects(obj, 0)
+    pods = rank_pods(replica)
+    pods[1]["status"]["initContainerStatuses"] = [
+        {
+            "name": NETWORK_CONTAINER,
+            "state": {"terminated": {"exitCode": 0, "message": to_json([CMA])}},
+        }
+    ]
+    obs = observation(
+        obj, objects=[*gateway_objects(obj), *replica], pods=pods, server_info=matching(0)
+    )
+    status = decide(obs, gateway_image=GATEWAY_IMAGE).status
+    assert status is not None
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_a_pass_reports_network_verified_unless_off() -> None:
+    assert "NetworkVerified" not in _conditions("off")
+    warn = _conditions("warn")["NetworkVerified"]
+    assert (warn["status"], warn["reason"]) == ("False", "NetworkCheckFailed")
+    assert warn["message"] == "a1: CMA (error): CmaTotal is 0 in /proc/meminfo"
+    assert _conditions("warn")["Ready"]["status"] == "True"  # warn: serving goes on
