@@ -11,6 +11,7 @@ from typing import Any
 
 from sparkllm.preflight import Check, Finding, Severity
 from sparkllm.preflight.findings import to_json
+from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.proofs import network_condition
 from sparkllm.render.ranks import NETWORK_CONTAINER
@@ -23,6 +24,7 @@ from tests.unit.reconcile_fixtures import (
     rank_pods,
     replica_objects,
 )
+from tests.unit.reconcile_world import advance
 
 JSON = dict[str, Any]
 CMA = Finding("spark-b", Check.CMA, Severity.ERROR, "CmaTotal is 0 in /proc/meminfo")
@@ -107,3 +109,48 @@ def test_a_pass_reports_network_verified_unless_off() -> None:
     assert (warn["status"], warn["reason"]) == ("False", "NetworkCheckFailed")
     assert warn["message"] == "a1: CMA (error): CmaTotal is 0 in /proc/meminfo"
     assert _conditions("warn")["Ready"]["status"] == "True"  # warn: serving goes on
+
+
+def _sts_replicas(plan_apply: Any) -> list[int]:
+    return [o["spec"]["replicas"] for o in plan_apply if o["kind"] == "StatefulSet"]
+
+
+def _network(plan: Plan) -> JSON:
+    assert plan.status is not None
+    found: JSON = {c["type"]: c for c in plan.status["conditions"]}["NetworkVerified"]
+    return found
+
+
+def test_gate_stops_the_replica_until_a_restart_is_requested() -> None:
+    obj = cluster(network={"preflight": {"mode": "gate"}})
+    replica = replica_objects(obj, 0)
+    pods = rank_pods(replica, ready=False)
+    term = {"exitCode": 1, "reason": "Error", "message": to_json([CMA])}
+    pods[1]["status"]["initContainerStatuses"] = [
+        {"name": NETWORK_CONTAINER, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": term}}
+    ]  # fmt: skip
+    obs = observation(obj, objects=[*gateway_objects(obj), *replica], pods=pods)
+    plan = decide(obs, gateway_image=GATEWAY_IMAGE)
+    assert _sts_replicas(plan.apply) == [0, 0, 0]  # no engine starts anywhere
+    assert (_network(plan)["status"], _network(plan)["message"]) == (
+        "False", "a1: CMA (error): CmaTotal is 0 in /proc/meminfo"
+    )  # fmt: skip
+    # The pods are gone with the stop; the verdict stays and so does the stop.
+    obs = advance(obs, plan, seconds=60)
+    assert obs.observed.pods == []
+    for _ in range(3):
+        plan = decide(obs, gateway_image=GATEWAY_IMAGE)
+        assert not [r for r in _sts_replicas(plan.apply) if r]
+        obs = advance(obs, plan, seconds=600)
+    assert obs.obj is not None
+    assert [c["status"] for c in obs.obj["status"]["conditions"]
+            if c["type"] == "NetworkVerified"] == ["False"]  # fmt: skip
+    # sparkllm.io/restart=now runs the checks again: the ranks start.
+    obs.obj["metadata"]["annotations"]["sparkllm.io/restart"] = "now"
+    started: list[int] = []
+    for _ in range(3):
+        plan = decide(obs, gateway_image=GATEWAY_IMAGE)
+        started += _sts_replicas(plan.apply)
+        obs = advance(obs, plan, seconds=600, pods=False)
+    assert started[-3:] == [1, 1, 1]

@@ -70,12 +70,12 @@ def _act(
     key_seen, secret, events = _engine_key(ic, observation)
     force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
     model = model_verdict(observed, previous, generation=generation, force=force)
-    disagree = f"model copies disagree: {model['message']}"  # the replicas must not run
+    network = network_verdict(ic, observed, previous, generation=generation, force=force)
     facts = PassFacts(
         previous_status=previous,
         generation=generation,
         force=force,
-        blocked=disagree if model["status"] == "False" else None,
+        blocked=_blocking(ic, model=model, network=network),
         engine_key=key_seen.ref,
         gateway_image=gateway_image,
         now=now,
@@ -96,7 +96,6 @@ def _act(
     running = observation.running_requests
     drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
-    network = network_verdict(ic, observed, generation=generation)  # None when off
     proofs = (capacity, model, config, *(() if network is None else (network,)))
     proven = replace(report, extra_conditions=proofs)
     return Plan(
@@ -116,6 +115,16 @@ def _act(
         nodes=frozenset(replicas.nodes),
         waiting_for_nodes=bool(assignment.unplaced),
     )
+
+
+def _blocking(ic: InferenceCluster, *, model: JSON, network: JSON | None) -> str | None:
+    """Why the replicas must not run: model copies disagree, or a gate-mode preflight failed."""
+    if model["status"] == "False":
+        return f"model copies disagree: {model['message']}"
+    gate = ic.spec.network.preflight.mode == "gate"
+    if gate and network is not None and network["status"] == "False":
+        return f"network preflight failed: {network['message']}"
+    return None
 
 
 def _engine_key(

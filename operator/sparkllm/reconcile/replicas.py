@@ -284,12 +284,55 @@ def _rank_pods(observed: Observed) -> tuple[list[JSON], int]:
     return engine_pods, expected
 
 
-def network_verdict(ic: InferenceCluster, observed: Observed, *, generation: int) -> JSON | None:
-    """NetworkVerified, or None when spec.network.preflight.mode is off (no condition)."""
-    if ic.spec.network.preflight.mode == "off":
+def network_verdict(
+    ic: InferenceCluster,
+    observed: Observed,
+    previous_status: Mapping[str, Any],
+    *,
+    generation: int,
+    force: bool,
+) -> JSON | None:
+    """NetworkVerified, or None when spec.network.preflight.mode is off (no condition).
+
+    In gate mode a failure stops the replica (its pods and their messages go), so, like
+    a model mismatch, it is kept until the spec changes or a restart is requested, which
+    runs the check again.
+    """
+    mode = ic.spec.network.preflight.mode
+    if mode == "off":
         return None
     engine_pods, expected = _rank_pods(observed)
-    return network_condition(engine_pods, generation=generation, expected=expected)
+    network = network_condition(engine_pods, generation=generation, expected=expected)
+    if mode != "gate":
+        return network
+    return _keep_failed(
+        network, previous_status, ConditionType.NETWORK_VERIFIED, generation=generation, force=force
+    )
+
+
+def _keep_failed(
+    now: JSON,
+    previous_status: Mapping[str, Any],
+    kind: ConditionType,
+    *,
+    generation: int,
+    force: bool,
+) -> JSON:
+    """``now``, unless it is Unknown and this generation's previous verdict was False."""
+    previous = next(
+        (c for c in previous_status.get("conditions") or [] if c.get("type") == kind.value),
+        None,
+    )
+    if (
+        now["status"] == "Unknown"
+        and previous is not None
+        and previous.get("status") == "False"
+        and previous.get("observedGeneration") == generation
+        and not force
+    ):
+        keys = ("type", "status", "reason", "message", "observedGeneration")
+        return {k: previous[k] for k in keys}
+    return now
 
 
 def model_verdict(
@@ -303,30 +346,16 @@ def model_verdict(
     """
     engine_pods, expected = _rank_pods(observed)
     model = model_condition(engine_pods, generation=generation, expected=expected)
-    previous = next(
-        (
-            c
-            for c in previous_status.get("conditions") or []
-            if c.get("type") == ConditionType.MODEL_VERIFIED.value
-        ),
-        None,
+    return _keep_failed(
+        model, previous_status, ConditionType.MODEL_VERIFIED, generation=generation, force=force
     )
-    if (
-        model["status"] == "Unknown"
-        and previous is not None
-        and previous.get("status") == "False"
-        and previous.get("observedGeneration") == generation
-        and not force
-    ):
-        keys = ("type", "status", "reason", "message", "observedGeneration")
-        return {k: previous[k] for k in keys}
-    return model
 
 
 def cause_class(cause: str) -> str:
     """A bounded metric label from a free-text restart cause."""
     for word, name in (
         ("model copies", "model_mismatch"),
+        ("network preflight", "network_preflight"),
         ("container exited", "container_exit"),
         ("init container", "init_failed"),
         ("pod failed", "pod_failed"),

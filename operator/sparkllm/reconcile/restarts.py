@@ -204,7 +204,7 @@ def _blocked(
     return Decision(
         action=Action.HOLD,
         phase=Phase.DEGRADED,
-        message=f"{blocked}; fix the files, then change the spec or annotate "
+        message=f"{blocked}; fix the cause, then change the spec or annotate "
         "sparkllm.io/restart=now",
         restart_times=times,
     )
