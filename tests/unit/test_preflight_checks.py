@@ -202,3 +202,12 @@ def test_verify_network_cli_reports_and_gates(
     assert (finding.node, finding.check) == ("spark-3", Check.CMA)
     assert "[verify-network] spark-3: CMA (error): CmaTotal is 0" in capsys.readouterr().out
     assert cli_main([*args, "--gate"]) == 1
+
+
+def test_the_socket_interfaces_address_is_read_from_proc(tmp_path: Path) -> None:
+    root = write_spark_tree(tmp_path / "n", SparkFabric(address="10.20.30.40"))
+    host = HostView.under(root)
+    assert host.ipv4_addresses("enP7s7") == ["10.20.30.40"]
+    assert host.ipv4_addresses("enp1s0f0np0") == []
+    expect = replace(EXPECT, environment={"SGLANG_HOST_IP": "10.20.30.40"})
+    assert check_node(host, node="n", expect=expect, addresses=host.ipv4_addresses) == []

@@ -10,6 +10,7 @@ cluster can show that the preflight names the node and the finding.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -46,6 +47,7 @@ class SparkFabric:
     faults: frozenset[Fault] = field(default_factory=frozenset)
     socket_interface: str = SOCKET_INTERFACE
     gid_index: int = 3
+    address: str = "192.168.1.11"  # the socket interface's, in a /24 (the node's InternalIP)
 
 
 def _write(path: Path, text: str) -> None:
@@ -70,14 +72,30 @@ def _write_hca(root: Path, device: str, netdev: str, spec: SparkFabric) -> None:
     (base / "device/net" / netdev).mkdir(parents=True, exist_ok=True)
 
 
+def _hex(address: ipaddress.IPv4Address) -> str:
+    """/proc/net/route's spelling of an address: the 4 bytes little-endian, in hex."""
+    return f"{int.from_bytes(address.packed, 'little'):08X}"
+
+
 def _routes(spec: SparkFabric) -> str:
+    network = ipaddress.IPv4Network(f"{spec.address}/24", strict=False)
+    gateway = _hex(network.network_address + 1)
     default = SPARK_HCAS["rocep1s0f0"] if Fault.DEFAULT_ROUTE_VIA_ROCE in spec.faults else None
     rows = [
         "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT",
-        f"{default or spec.socket_interface}\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000"
+        f"{default or spec.socket_interface}\t00000000\t{gateway}\t0003\t0\t0\t100\t00000000"
         "\t0\t0\t0",
-        f"{spec.socket_interface}\t0001A8C0\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0",
+        f"{spec.socket_interface}\t{_hex(network.network_address)}\t00000000\t0001\t0\t0\t100"
+        f"\t{_hex(network.netmask)}\t0\t0\t0",
     ]
+    return "\n".join(rows) + "\n"
+
+
+def _fib_trie(spec: SparkFabric) -> str:
+    """The part of /proc/net/fib_trie the preflight reads: the local addresses."""
+    rows = ["Main:", "  +-- 0.0.0.0/0 3 0 5"]
+    for address in ("127.0.0.1", spec.address):
+        rows += [f"     |-- {address}", "        /32 host LOCAL"]
     return "\n".join(rows) + "\n"
 
 
@@ -92,6 +110,7 @@ def write_spark_tree(root: Path, spec: SparkFabric | None = None) -> Path:
         _write_netdev(root, netdev, mtu=mtu, up=True)
         _write_hca(root, device, netdev, spec)
     _write(root / "proc/net/route", _routes(spec))
+    _write(root / "proc/net/fib_trie", _fib_trie(spec))
     cma = 0 if Fault.CMA_ZERO in spec.faults else 65536
     _write(root / "proc/meminfo", f"MemTotal:       128000000 kB\nCmaTotal:       {cma} kB\n")
     memlock = (

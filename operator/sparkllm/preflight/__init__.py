@@ -13,7 +13,7 @@ the arithmetic is pure:
 
 from sparkllm.preflight.checks import NodeExpectations, check_node
 from sparkllm.preflight.findings import Check, Finding, Severity, failed, summarize
-from sparkllm.preflight.host import HostView, ipv4_addresses
+from sparkllm.preflight.host import HostView
 
 __all__ = [
     "Check",
@@ -23,6 +23,5 @@ __all__ = [
     "Severity",
     "check_node",
     "failed",
-    "ipv4_addresses",
     "summarize",
 ]

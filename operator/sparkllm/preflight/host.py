@@ -15,6 +15,7 @@ Paths (kernel documentation, ``Documentation/ABI/testing/sysfs-class-net`` and
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ UNLIMITED = -1
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One line of /proc/net/route."""
+    """One line of /proc/net/route (addresses as the kernel prints them: little-endian hex)."""
 
     interface: str
     destination: str
@@ -35,11 +36,29 @@ class Route:
     def is_default(self) -> bool:
         return self.destination == "00000000" and self.mask == "00000000"
 
+    def contains(self, address: str) -> bool:
+        """Whether an IPv4 address (dotted) lies in this route's network."""
+        value = int.from_bytes(ipaddress.IPv4Address(address).packed, "little")
+        return value & int(self.mask, 16) == int(self.destination, 16)
+
 
 def parse_routes(text: str) -> list[Route]:
     """The IPv4 routing table (/proc/net/route: a header, then tab-separated rows)."""
     rows = [line.split() for line in text.splitlines()[1:] if line.strip()]
     return [Route(interface=r[0], destination=r[1], mask=r[7]) for r in rows if len(r) >= 8]
+
+
+def parse_local_addresses(fib_trie: str) -> list[str]:
+    """The node's own IPv4 addresses: /proc/net/fib_trie entries marked ``/32 host LOCAL``."""
+    found: list[str] = []
+    last: str | None = None
+    for line in fib_trie.splitlines():
+        text = line.strip()
+        if text.startswith("|-- "):
+            last = text[4:]
+        elif text == "/32 host LOCAL" and last and last not in found:
+            found.append(last)
+    return found
 
 
 def parse_meminfo_kb(text: str, key: str) -> int | None:
@@ -147,28 +166,17 @@ class HostView:
     def memlock(self) -> tuple[int, int] | None:
         return parse_memlock(self._read("proc/self/limits") or "")
 
+    def ipv4_addresses(self, interface: str) -> list[str]:
+        """The interface's addresses: local ones inside a network routed via the interface.
+
+        /sys does not list addresses; /proc/net/fib_trie lists the local ones without
+        their interface, and /proc/net/route's non-default routes say which interface
+        each connected network is on (with hostNetwork, the node's namespace).
+        """
+        local = parse_local_addresses(self._read("proc/net/fib_trie") or "")
+        nets = [r for r in self.routes() if r.interface == interface and not r.is_default]
+        return [a for a in local if not a.startswith("127.") and any(n.contains(a) for n in nets)]
+
     def nccl_conf(self) -> dict[str, str] | None:
         text = self._read("etc/nccl.conf")
         return parse_nccl_conf(text) if text is not None else None
-
-
-SIOCGIFADDR = 0x8915  # linux/sockios.h
-
-
-def ipv4_addresses(interface: str) -> list[str]:
-    """The interface's primary IPv4 address in this network namespace (empty if none).
-
-    Not under a root: addresses live in the kernel's network namespace, not in /sys. A
-    rank runs with hostNetwork, so this namespace is the node's.
-    """
-    import fcntl
-    import socket
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("256s", interface.encode()[:15])
-        try:
-            reply = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
-        except OSError:
-            return []
-    return [socket.inet_ntoa(reply[20:24])]

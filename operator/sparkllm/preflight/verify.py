@@ -18,7 +18,7 @@ from pathlib import Path
 from sparkllm.integrity.verify import DEFAULT_TERMINATION_LOG, write_termination_message
 from sparkllm.preflight.checks import NodeExpectations, check_node
 from sparkllm.preflight.findings import failed, to_json
-from sparkllm.preflight.host import HostView, ipv4_addresses
+from sparkllm.preflight.host import HostView
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         proc=args.proc_dir or args.root / "proc",
         etc=args.etc_dir or args.root / "etc",
     )
-    findings = check_node(host, node=node, expect=expect, addresses=ipv4_addresses)
+    findings = check_node(host, node=node, expect=expect, addresses=host.ipv4_addresses)
     write_termination_message(args.termination_log, to_json(findings))
     for finding in findings:
         print(f"[verify-network] {finding.line()}", flush=True)
