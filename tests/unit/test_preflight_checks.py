@@ -142,7 +142,7 @@ def test_nccl_conf_overrides_are_reported(tmp_path: Path) -> None:
 
 def test_nccl_conf_keys_the_env_sets_are_info(tmp_path: Path) -> None:
     root = write_spark_tree(tmp_path / "n")
-    (root / "etc").mkdir()
+    (root / "etc").mkdir(exist_ok=True)
     (root / "etc/nccl.conf").write_text("NCCL_IB_HCA=mlx5_0\n")
     [finding] = check_node(HostView.under(root), node="n", expect=EXPECT, addresses=_addresses)
     assert finding.severity is Severity.INFO

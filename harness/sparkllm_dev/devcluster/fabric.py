@@ -123,6 +123,7 @@ def write_spark_tree(root: Path, spec: SparkFabric | None = None) -> Path:
         "Limit                     Soft Limit           Hard Limit           Units\n"
         f"Max locked memory         {memlock}            bytes\n",
     )
+    (root / "etc").mkdir(parents=True, exist_ok=True)  # the hostPath must exist
     if Fault.NCCL_CONF in spec.faults:
         _write(root / "etc/nccl.conf", "# left over from a test\nNCCL_IB_USE_INLINE=1\n")
     return root
