@@ -37,7 +37,11 @@ class Serving:
 
 
 def inference_cluster(
-    name: str, *, model_dir: Path, groups: Sequence[Sequence[str]]
+    name: str,
+    *,
+    model_dir: Path,
+    groups: Sequence[Sequence[str]],
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An InferenceCluster of one replica per node group, PP 3, behind the admission layer."""
     return {
@@ -47,7 +51,7 @@ def inference_cluster(
         "spec": {
             "replicas": len(groups),
             "model": {"path": str(model_dir), "servedName": MODEL},
-            "engine": {"image": ENGINE_IMAGE, "pipelineParallel": 3},
+            "engine": {"image": ENGINE_IMAGE, "pipelineParallel": 3, **(engine or {})},
             "admission": {
                 "apiKeysSecretRef": {"name": USERS_SECRET},
                 "maxInputTokens": 8192,
@@ -73,6 +77,7 @@ def serve(
     model_dir: Path,
     groups: Sequence[Sequence[str]],
     log_dir: Path,
+    engine: dict[str, Any] | None = None,
 ) -> Iterator[Serving]:
     """Apply ``name`` and wait until its front door routes to every replica.
 
@@ -84,7 +89,7 @@ def serve(
         "create", "secret", "generic", USERS_SECRET, "-n", namespace,
         f"--from-literal=alice={alice}",
     )  # fmt: skip
-    manifest = inference_cluster(name, model_dir=model_dir, groups=groups)
+    manifest = inference_cluster(name, model_dir=model_dir, groups=groups, engine=engine)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     replicas = len(groups)
     with GatewayPods(
