@@ -211,3 +211,9 @@ def test_the_socket_interfaces_address_is_read_from_proc(tmp_path: Path) -> None
     assert host.ipv4_addresses("enp1s0f0np0") == []
     expect = replace(EXPECT, environment={"SGLANG_HOST_IP": "10.20.30.40"})
     assert check_node(host, node="n", expect=expect, addresses=host.ipv4_addresses) == []
+
+
+def test_any_address_routed_via_the_interface_is_its_own(tmp_path: Path) -> None:
+    # The dev cluster's nodes have loopback-range InternalIPs (127.0.0.21 ...).
+    root = write_spark_tree(tmp_path / "n", SparkFabric(address="127.0.0.22"))
+    assert "127.0.0.22" in HostView.under(root).ipv4_addresses("enP7s7")

@@ -175,7 +175,7 @@ class HostView:
         """
         local = parse_local_addresses(self._read("proc/net/fib_trie") or "")
         nets = [r for r in self.routes() if r.interface == interface and not r.is_default]
-        return [a for a in local if not a.startswith("127.") and any(n.contains(a) for n in nets)]
+        return [a for a in local if any(n.contains(a) for n in nets)]
 
     def nccl_conf(self) -> dict[str, str] | None:
         text = self._read("etc/nccl.conf")
