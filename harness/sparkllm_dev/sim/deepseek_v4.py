@@ -244,3 +244,20 @@ def known_pieces(prompt: str) -> list[str] | None:
     """The known answer to ``prompt`` as tokens, or None."""
     answer = known_answer(prompt)
     return None if answer is None else _pieces(answer)
+
+
+def fit_length(
+    pieces: Sequence[str], *, filler: Sequence[str], max_tokens: int | None, ignore_eos: bool
+) -> tuple[list[str], str]:
+    """(tokens, finish_reason) under SGLang's length rules: ``max_tokens`` cuts every
+    generated token, reasoning and markup included (``length``); ``ignore_eos`` runs on
+    to exactly ``max_tokens``, the extra tokens taken from ``filler``."""
+    if max_tokens is None:
+        return list(pieces), "stop"
+    if len(pieces) > max_tokens or (ignore_eos and len(pieces) == max_tokens):
+        return list(pieces[:max_tokens]), "length"
+    if not ignore_eos or not filler:
+        return list(pieces), "stop"
+    missing = max_tokens - len(pieces)
+    padding = [" " + filler[index % len(filler)].strip() for index in range(missing)]
+    return [*pieces, *padding], "length"

@@ -27,6 +27,7 @@ from sparkllm_dev.sim import asgi
 from sparkllm_dev.sim.deepseek_v4 import (
     ChatOutput,
     Parsers,
+    fit_length,
     known_pieces,
     parse_output,
     raw_pieces,
@@ -217,7 +218,8 @@ class GenerationService:
 
     def _output(self, request: GenerationRequest, max_tokens: int | None) -> ChatOutput:
         """The parsed answer: the deterministic words (or a known answer), reasoning first
-        when thinking, a tool call when tools are offered, as V4 writes and SGLang parses."""
+        when thinking, a tool call when tools are offered, as V4 writes and SGLang parses.
+        ``max_tokens`` counts every generated token, reasoning included, as in SGLang."""
         faults = self.config.sim.faults
         salt = secrets.token_hex(4) if request.sampled or "nondeterministic" in faults else ""
         answer = answer_for(
@@ -226,13 +228,17 @@ class GenerationService:
             answer_tokens=self.config.sim.answer_tokens,
             ignore_eos=request.ignore_eos,
         )
-        if request.kind != "chat" or not (request.thinking or request.tool):
-            known = known_pieces(request.prompt) if request.kind == "chat" else None
-            pieces = list(answer.pieces) if known is None else [*known, *answer.pieces[:1]]
+        chat = request.kind == "chat"
+        known = known_pieces(request.prompt) if chat else None
+        if known is not None and salt:  # sampling varies even a known answer
+            known = [*known, *answer.pieces[:1]]
+        if known is None and not (chat and (request.thinking or request.tool)):
             return parse_output(
-                pieces, thinking=False, parsers=self._parsers, finish_reason=answer.finish_reason
+                answer.pieces,
+                thinking=False,
+                parsers=self._parsers,
+                finish_reason=answer.finish_reason,
             )
-        known = known_pieces(request.prompt)
         reasoning = answer_for(
             "reasoning:" + request.prompt + salt, max_tokens=8, answer_tokens=8
         ).pieces
@@ -243,8 +249,11 @@ class GenerationService:
             tool=request.tool,
             faults=faults,
         )
+        fitted, finish = fit_length(
+            raw, filler=answer.pieces, max_tokens=max_tokens, ignore_eos=request.ignore_eos
+        )
         return parse_output(
-            raw, thinking=request.thinking, parsers=self._parsers, finish_reason="stop"
+            fitted, thinking=request.thinking, parsers=self._parsers, finish_reason=finish
         )
 
     def _record(

@@ -15,6 +15,7 @@ from sparkllm_dev.sim.deepseek_v4 import (
     Parsers,
     ToolSpec,
     first_tool,
+    fit_length,
     known_answer,
     parse_output,
     parse_tool_calls,
@@ -84,3 +85,22 @@ def test_request_switches_and_known_answers() -> None:
     assert first_tool({"tools": tools, "tool_choice": "none"}) is None
     assert known_answer("What is 6 times 7? Answer with the number only.") == "The answer is 42."
     assert known_answer("What is 2+2?") is None
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "ignore_eos", "expected", "reason"),
+    [
+        (None, False, ["r", "</think>", "a"], "stop"),
+        (2, False, ["r", "</think>"], "length"),
+        (3, True, ["r", "</think>", "a"], "length"),
+        (5, True, ["r", "</think>", "a", " x", " y"], "length"),
+        (5, False, ["r", "</think>", "a"], "stop"),
+    ],
+)
+def test_max_tokens_counts_reasoning_and_ignore_eos_fills_to_it(
+    max_tokens: int | None, ignore_eos: bool, expected: list[str], reason: str
+) -> None:
+    pieces, finish = fit_length(
+        ["r", THINK_END, "a"], filler=["x", " y"], max_tokens=max_tokens, ignore_eos=ignore_eos
+    )
+    assert (pieces, finish) == (expected, reason)
