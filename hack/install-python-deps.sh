@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 
 PIP_VERSION=25.3
 SGLANG_VERSION=0.5.23  # the engine version the flag contract and the renderer are read from
+TRANSFORMERS_VERSION=5.19.0  # the version sglang==$SGLANG_VERSION pins (its chat-template renderer)
 python=${1:?usage: hack/install-python-deps.sh PYTHON [--editable] [--extras NAME]}
 shift
 editable=()
@@ -32,9 +33,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # The dev extras also bring the harness (harness/: package sparkllm_dev, command
 # sparkllm-dev — dev cluster, simulator, demo, flag extraction), which never goes into the
 # image; it needs nothing sparkllm[dev] does not already install. Tests read SGLang's own
-# code as the reference (its DeepSeek V4 prompt renderer, its flag registrations); only
-# the files are needed, never the engine, so the wheel goes in without its dependencies.
+# code as the reference (its DeepSeek V4 prompt renderer, its flag registrations), and the
+# transformers version it pins for the chat-template rendering it calls; only the files are
+# needed, never the engine or a model, so the wheels go in without their dependencies.
 if [[ $target == *dev* ]]; then
   "$python" -m pip install --quiet --no-cache-dir --no-deps "${editable[@]}" ./harness
   "$python" -m pip install --quiet --no-cache-dir --no-deps "sglang==$SGLANG_VERSION"
+  "$python" -m pip install --quiet --no-cache-dir --no-deps "transformers==$TRANSFORMERS_VERSION"
 fi

@@ -3,8 +3,9 @@
 The reference is SGLang's own code from the pinned wheel (tests/unit/sglang_reference.py):
 its ``ChatCompletionRequest`` model and validators parse the raw JSON, its chat serving
 layer validates the request and prepares the messages (tools as its models dump them,
-thinking and effort resolved by its validator, continuation, tool-call arguments), and
-the ids are counted. For DeepSeek V4 its recipe adapter maps the request and its
+thinking and effort resolved by its validator, continuation, tool-call arguments),
+transformers' own ``render_jinja_template`` renders the template, and the ids are
+counted. For DeepSeek V4 its recipe adapter maps the request and its
 renderer encodes it. No part of the gateway's request mapping is used to build the
 reference. Bodies are generated over the fields SGLang's request model reads for the
 prompt; each must be counted equal, or refused by both (the gateway may also refuse
@@ -32,7 +33,7 @@ from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.tokens import TokenCounter
 from sparkllm_dev.devcluster.toymodel import train_tokenizer as train_v4_tokenizer
-from tests.unit import sglang_reference
+from tests.unit import sglang_reference, transformers_reference
 from tests.unit.gateway_fixtures import MODEL, clamp_policy, train_tokenizer, write_model_dir
 
 PROTOCOL, SERVING_CHAT, SERVING_RECIPE = sglang_reference.load()
@@ -72,7 +73,7 @@ def _jinja(model_dir: Path) -> tuple[Admission, Any]:
     template = ChatTemplate.load(tokenizer_dir=model_dir)
     counter = TokenCounter.from_dir(model_dir)
     admission = Admission(policy=_policy(), counter=counter, template=template)
-    stand_in = sglang_reference.TokenizerStandIn(TOKENIZER, template)
+    stand_in = transformers_reference.TokenizerStandIn(TOKENIZER, model_dir)
     chat = sglang_reference.serving(
         SERVING_CHAT, tokenizer=stand_in, content_format=template.content_format.value
     )
@@ -90,7 +91,7 @@ def _v4(model_dir: Path) -> tuple[Admission, Any]:
     adapter._spec = "dsv4"
     adapter.deepseek_recipe = renderer.DeepSeekRecipe("dsv4", V4_TOKENIZER)
     adapter._default_effort = None
-    stand_in = sglang_reference.TokenizerStandIn(V4_TOKENIZER, None)
+    stand_in = transformers_reference.TokenizerStandIn(V4_TOKENIZER, None)
     chat = sglang_reference.serving(SERVING_CHAT, tokenizer=stand_in, content_format="string")
     chat.chat_encoding_spec = "dsv4"
     chat._encoding_adapter = adapter
@@ -249,3 +250,12 @@ def test_the_issues_shapes_count_as_sglang_counts(
         assert isinstance(thinking, Admitted)
         assert isinstance(plain, Admitted)
         assert thinking.input_tokens > plain.input_tokens + 300
+
+
+def test_a_lone_continued_assistant_message_is_refused_by_both(model_dir: Path) -> None:
+    """Continued, it leaves no message: transformers refuses an empty conversation."""
+    admission, chat = _jinja(model_dir)
+    for content in (None, "partial"):
+        messages = [{"role": "assistant", "content": content}]
+        body = {"model": MODEL, "messages": messages, "continue_final_message": True}
+        assert _compare(admission, chat, json.dumps(body).encode()) == "both refused"

@@ -13,7 +13,8 @@ generation prompt), not the raw message text. Two layers are reproduced here:
   (``serving_chat._apply_jinja_template``): null fields dropped, ``content: null``
   rendered as "", text parts joined with a space for templates that take string content,
   tool-call ``arguments`` parsed from JSON, and a trailing assistant message either
-  continued (``continue_final_message``) or turned into a user turn.
+  continued (``continue_final_message``) or turned into a user turn; a conversation left
+  empty is refused, as transformers' ``apply_chat_template`` refuses it.
 
 Rendering runs user-controlled data through a sandbox: any failure is the request's
 fault and surfaces as ``ChatTemplateError`` (a 400), never as a crash.
@@ -305,8 +306,8 @@ def prepare_messages(
     ``messages`` as SGLang's request model dumps them (``message_dump``). Expects shapes
     already validated by admission (objects with a string role; content a
     string, null or a list of text parts; reasoning parts are left out, as SGLang does).
-    Raises ChatTemplateError for tool-call arguments that are not a JSON object, as the
-    engine does.
+    Raises ChatTemplateError for tool-call arguments that are not a JSON object, and when
+    no message is left (a lone assistant message continued), as the engine does.
     """
     prepared: list[Message] = []
     for original in messages:
@@ -338,6 +339,8 @@ def prepare_messages(
                 prepared.pop()
             else:
                 prepared[-1] = {"role": "user", "content": last_content}
+    if not prepared:  # transformers' apply_chat_template refuses it (a 400 from the engine)
+        raise ChatTemplateError("Cannot apply chat template to an empty conversation.")
     return prepared, prefix
 
 
