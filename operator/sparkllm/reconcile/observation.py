@@ -16,7 +16,6 @@ from datetime import datetime
 
 from sparkllm.api import (
     ENGINE_HTTP_PORT,
-    LABEL_RANK,
     LABEL_REPLICA,
     InferenceCluster,
     validate_inference_cluster,
@@ -27,7 +26,7 @@ from sparkllm.reconcile import owned
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
 from sparkllm.reconcile.drain import RunningRequests, rank0_address, removed_replicas
 from sparkllm.reconcile.kube import JSON, KubeAPI
-from sparkllm.reconcile.observe import pod_ready
+from sparkllm.reconcile.observe import pod_ready, pods_by_rank
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.reconcile.replicas import Observed, label
 from sparkllm.reconcile.secrets import EngineKeySeen, read_engine_key
@@ -111,15 +110,15 @@ async def observe(
 
 def ready_rank0_pods(observed: Observed) -> dict[int, JSON]:
     """Per replica, its rank-0 pod (a live one before one being deleted), when Ready."""
-    chosen: dict[int, JSON] = {}
-    for pod in observed.pods:
-        replica, rank = label(pod, LABEL_REPLICA), label(pod, LABEL_RANK)
-        if rank != "0" or replica is None or not replica.isdigit():
-            continue
-        current = chosen.get(int(replica))
-        if current is None or current["metadata"].get("deletionTimestamp"):
-            chosen[int(replica)] = pod
-    return {i: p for i, p in chosen.items() if pod_ready(p)}
+    replicas = {
+        int(r) for p in observed.pods if (r := label(p, LABEL_REPLICA)) is not None and r.isdigit()
+    }
+    ready: dict[int, JSON] = {}
+    for index in replicas:
+        pod = pods_by_rank(observed.by_replica(observed.pods, index)).get(0)
+        if pod is not None and pod_ready(pod):
+            ready[index] = pod
+    return ready
 
 
 async def _server_info(

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sparkllm.api import LABEL_RANK
 from sparkllm.render.names import LABEL_GENERATION
 from sparkllm.render.placement import NodeFacts
 
 JSON = dict[str, Any]
+PodT = TypeVar("PodT", bound=Mapping[str, Any])
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,18 @@ def rank_state(*, rank: int, node: str, pod: Mapping[str, Any] | None) -> RankSt
     )
 
 
+def pods_by_rank(pods: Sequence[PodT]) -> dict[int, PodT]:
+    """Each rank's pod among one replica's pods; a live pod before one being deleted."""
+    by_rank: dict[int, PodT] = {}
+    for pod in pods:
+        rank_text = (pod["metadata"].get("labels") or {}).get(LABEL_RANK, "")
+        if rank_text.isdigit():
+            current = by_rank.get(int(rank_text))
+            if current is None or current["metadata"].get("deletionTimestamp"):
+                by_rank[int(rank_text)] = pod
+    return by_rank
+
+
 def observe_replica(
     *,
     index: int,
@@ -147,14 +160,7 @@ def observe_replica(
     node_facts: Mapping[str, NodeFacts],
 ) -> ReplicaState:
     """The replica's state from ITS pods (already filtered by replica label)."""
-    by_rank: dict[int, Mapping[str, Any]] = {}
-    for pod in pods:
-        rank_text = (pod["metadata"].get("labels") or {}).get(LABEL_RANK, "")
-        if rank_text.isdigit():
-            # Prefer a live pod over one being deleted when both are listed.
-            current = by_rank.get(int(rank_text))
-            if current is None or current["metadata"].get("deletionTimestamp"):
-                by_rank[int(rank_text)] = pod
+    by_rank = pods_by_rank(pods)
     ranks = tuple(rank_state(rank=k, node=node, pod=by_rank.get(k)) for k, node in enumerate(nodes))
     missing = tuple(n for n in nodes if n not in node_facts)
     not_ready = tuple(n for n in nodes if n in node_facts and not node_facts[n].ready)
