@@ -287,12 +287,7 @@ class UpstreamRecorder:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_request_body(receive)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self.received.append(Received(scope["method"], scope["path"], headers, body))
         if scope["path"] in ("/readiness", "/health"):
@@ -341,6 +336,16 @@ class UpstreamRecorder:
                 raise UpstreamCrashError
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
         self.stream_finished.set()
+
+
+async def read_request_body(receive: Any) -> bytes:
+    """The whole request body an ASGI stand-in receives."""
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if not message.get("more_body"):
+            return body
 
 
 async def _send_json(send: Any, status: int, payload: Any) -> None:

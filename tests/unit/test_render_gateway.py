@@ -145,10 +145,18 @@ def test_rendering_is_deterministic_and_the_image_changes_only_the_deployment() 
     assert changed == ["Deployment"]
 
 
-def test_rbac_allows_reading_pods_in_this_namespace_only() -> None:
+def test_rbac_allows_reading_pods_and_its_own_cluster_in_this_namespace_only() -> None:
     objects = render()
+    # Issue 16: the admission layer reads its own InferenceCluster (and no other) to say
+    # why no replica serves.
     assert objects["Role"]["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["sparkllm.io"],
+            "resources": ["inferenceclusters"],
+            "resourceNames": [NAME],
+            "verbs": ["get"],
+        },
     ]
     binding = objects["RoleBinding"]
     assert binding["roleRef"] == {
@@ -270,6 +278,11 @@ def test_admission_env_is_accepted_by_the_gateway_config_with_the_spec_numbers(
     assert config.upstream_url == f"http://127.0.0.1:{ROUTER_PORT}"
     assert config.listen_port == GATEWAY_HTTP_PORT
     assert config.upstream_read_timeout_seconds > parsed_router(ic).request_timeout_secs
+    # the object read to say why no replica serves (gateway/serving.py)
+    assert (config.cluster_namespace, config.cluster_name) == (
+        ic.metadata.namespace,
+        ic.metadata.name,
+    )
 
 
 def test_admission_mounts_keys_and_model_read_only_and_presents_the_engine_key() -> None:

@@ -56,6 +56,8 @@ class Reason(StrEnum):
     CONFIG_MISMATCH = "ConfigMismatch"  # rank 0 runs with settings the spec did not ask for
     BENCHMARK_COMPLETED = "BenchmarkCompleted"  # Event: results written to status.benchmark
     BENCHMARK_FAILED = "BenchmarkFailed"  # Event: the benchmark job failed
+    ACCEPTANCE_PASSED = "AcceptancePassed"  # Event: no checklist row failed (status.acceptance)
+    ACCEPTANCE_FAILED = "AcceptanceFailed"  # Event: a row failed, or the run could not run
 
     # --- dependencies -------------------------------------------------------------------
     SECRET_MISSING = "SecretMissing"  # a referenced Secret or key does not exist

@@ -187,3 +187,12 @@ class InferenceClusterStatus(ApiModel):
         "(TTFT, TPOT, end-to-end latency and throughput per scenario, each with its basis: "
         "input/output tokens, concurrency, cache state); the summary's keys are open.",
     )
+    acceptance: dict[str, Any] | None = Field(
+        default=None,
+        description="acceptance is the latest acceptance checklist run on demand (annotation "
+        "sparkllm.io/acceptance=<user>): job, user, phase (Waiting, Running, Succeeded, "
+        "Failed, Cancelled), succeeded, requestedAt, completedAt, message (why it failed), "
+        "baseline (set or not, when asked for), and summary (pass/fail/notMeasured counts, "
+        "each row's verdict, why failed rows failed, startedAt/endedAt, the stress figures); "
+        "the summary's keys are open.",
+    )

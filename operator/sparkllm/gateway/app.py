@@ -42,6 +42,7 @@ from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
 from sparkllm.gateway.metrics import GatewayMetrics, Outcome
 from sparkllm.gateway.proxy import UpstreamClient
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.serving import ServingState
 from sparkllm.gateway.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,13 @@ class GatewayApp:
         limiter: ConcurrencyLimiter,
         upstream: UpstreamClient,
         metrics: GatewayMetrics,
+        serving: ServingState | None = None,
     ) -> None:
         self.config = config
+        # Why no replica serves, when the router says none does (serving.py).
+        self.serving = serving or ServingState(
+            model=config.served_model_name, namespace=None, name=None
+        )
         self.admission = admission
         self.keys = keys
         self.limiter = limiter
@@ -99,6 +105,7 @@ class GatewayApp:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.upstream.aclose()
+                await self.serving.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -223,6 +230,7 @@ class GatewayApp:
                 headers=[(b"content-type", b"application/json"), *self._forwarded(scope)],
                 send=send,
                 receive=receive,
+                no_worker=self.serving.reply,
             )
         finally:
             self.limiter.release()
@@ -350,4 +358,9 @@ def build_gateway_app(config: GatewayConfig) -> GatewayApp:
             max_connections=config.max_concurrent_requests + 8,
         ),
         metrics=GatewayMetrics(),
+        serving=ServingState(
+            model=config.served_model_name,
+            namespace=config.cluster_namespace,
+            name=config.cluster_name,
+        ),
     )

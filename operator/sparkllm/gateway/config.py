@@ -144,6 +144,12 @@ class GatewayConfig(BaseModel):
         le=65535,
         description="Also serve /metrics on this port (unset: main port only).",
     )
+    cluster_name: str | None = Field(
+        None,
+        description="The InferenceCluster this gateway fronts: read to say why no replica "
+        "serves when the router has none (unset: the 503 says no replica is ready).",
+    )
+    cluster_namespace: str | None = Field(None, description="The InferenceCluster's namespace.")
     log_level: str = Field("info", description="Log level: " + ", ".join(LOG_LEVELS) + ".")
     extensions: dict[str, tuple[str, ...]] = Field(
         default_factory=dict,

@@ -12,7 +12,9 @@ Why this way:
   connection and makes the engine abort the generation instead of finishing it for no one;
 * failures are told apart: when the router answered, its status and body pass through
   unchanged; when it could not be reached, the client gets 503; a broken exchange gets
-  502, no response in time 504 — in OpenAI's error format (replies.py).
+  502, no response in time 504 — in OpenAI's error format (replies.py);
+* one answer of the router's never passes: its 404 ``model_not_found`` for a generation
+  (it has no replica of the model) becomes the 503 that says why (serving.py).
 
 The upstream module's errors are translated here and do not leave this module.
 """
@@ -22,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from sparkllm.gateway import replies
 from sparkllm.gateway.asgi import Receive, Send, send_reply, wait_for_disconnect
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.serving import is_no_worker
 from sparkllm.gateway.upstream import (
     Response,
     UpstreamBrokenError,
@@ -114,10 +117,13 @@ class UpstreamClient:
         headers: Iterable[tuple[bytes, bytes]],
         send: Send,
         receive: Receive,
+        no_worker: Callable[[], Awaitable[ErrorReply]] | None = None,
     ) -> RelayResult:
         """Send the request upstream and stream the answer to ``send``.
 
         Runs until the answer is complete or the client disconnects, whichever is first.
+        When the router answers that it has no replica for the model and ``no_worker`` is
+        given, the client gets ``await no_worker()`` instead (serving.py).
         """
         request = self._pool.request_bytes(method=method, path=path, headers=headers, body=body)
         # The exchange runs in this task; one watcher task cancels it if the client goes.
@@ -129,7 +135,7 @@ class UpstreamClient:
         assert exchanging is not None
         watch = _DisconnectWatch(exchanging, receive)
         try:
-            result = await self._exchange(request, send, on_wait=watch.start)
+            result = await self._exchange(request, send, on_wait=watch.start, no_worker=no_worker)
         except asyncio.CancelledError:
             if not watch.fired or exchanging.uncancel() > 0:
                 raise  # not ours: the server is shutting down, or someone else cancelled
@@ -141,15 +147,30 @@ class UpstreamClient:
         return result
 
     async def _exchange(
-        self, request: bytes, send: Send, *, on_wait: Callable[[], object]
+        self,
+        request: bytes,
+        send: Send,
+        *,
+        on_wait: Callable[[], object],
+        no_worker: Callable[[], Awaitable[ErrorReply]] | None,
     ) -> RelayResult:
         try:
             async with self._pool.exchange(request, on_wait=on_wait) as response:
                 first_byte_at = time.perf_counter()
-                complete = await self._stream(response, send)  # reports a broken stream itself
+                status, body = response.status, None
+                if no_worker is not None and status == 404:  # small: read it whole
+                    body = b"".join([chunk async for chunk in response.chunks()])
                 worker = next((v for n, v in response.headers if n == WORKER_HEADER), None)
+                if body is not None and is_no_worker(status, response.headers, body):
+                    assert no_worker is not None
+                    reply = await no_worker()
+                    logger.warning("no replica serves code=%s", reply.code)
+                    await send_reply(send, reply)
+                    status, complete = reply.status, True
+                else:
+                    complete = await self._stream(response, send, body=body)  # reports breaks
                 return RelayResult(
-                    response.status,
+                    status,
                     upstream_answered=True,
                     complete=complete,
                     client_closed=False,
@@ -168,8 +189,9 @@ class UpstreamClient:
                 first_byte_at=None,
             )
 
-    async def _stream(self, response: Response, send: Send) -> bool:
-        """Forward status, headers and body chunks; False if the upstream broke off."""
+    async def _stream(self, response: Response, send: Send, *, body: bytes | None) -> bool:
+        """Forward status, headers and body chunks (``body``: already read whole); False
+        if the upstream broke off."""
         headers = [
             (name, value)
             for name, value in response.headers
@@ -177,6 +199,9 @@ class UpstreamClient:
         ]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         complete = True
+        if body is not None:
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return complete
         try:
             async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
-from sparkllm.api import LABEL_CLUSTER, AdmissionSpec, InferenceCluster
+from sparkllm.api import GROUP, LABEL_CLUSTER, PLURAL, AdmissionSpec, InferenceCluster
 from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
@@ -115,6 +115,9 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
         "max_body_bytes": admission.max_body_bytes,
         "api_keys_dir": USER_KEYS_DIR,
         "tokenizer_dir": spec.model.path,
+        # Read when the router has no replica, to say why in the 503 (gateway/serving.py).
+        "cluster_name": ic.metadata.name,
+        "cluster_namespace": ic.metadata.namespace or "default",
         # Silence before the admission layer gives up: longer than the router's own
         # request timeout, so the router's (clearer) timeout is the one that fires.
         "upstream_read_timeout_seconds": ROUTER_REQUEST_TIMEOUT_SECONDS + 60,
@@ -195,7 +198,8 @@ def _admission(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
             "limits": {"memory": "2Gi"},
         },
         # /health answers once config, tokenizer, template and keys are loaded. Readiness
-        # does not follow the engines: with none up, users get the router's clear 503.
+        # does not follow the engines: with none up, users get the admission layer's 503
+        # that says why (gateway/serving.py), not a connection refused by the Service.
         "probes": {
             "startup": _http_probe("/health", period=2, timeout=2, failures=90),
             "readiness": _http_probe("/health", period=5, timeout=2, failures=2),
@@ -233,15 +237,20 @@ def _router(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
     }
 
 
-def _rbac(rbac: str, common: Mapping[str, object]) -> list[JSON]:
-    """The ServiceAccount smg runs as, and its right to get/list/watch pods here."""
+def _rbac(rbac: str, cluster: str, common: Mapping[str, object]) -> list[JSON]:
+    """The gateway pod's ServiceAccount: smg gets/lists/watches pods here; the admission
+    layer gets its own InferenceCluster (only that one), to say why no replica serves."""
     service_account = render_template("gateway_serviceaccount.yaml.j2", name=rbac, **common)
-    role = render_template(
-        "gateway_role.yaml.j2",
-        name=rbac,
-        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
-        **common,
-    )
+    rules: list[JSON] = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [GROUP],
+            "resources": [PLURAL],
+            "resourceNames": [cluster],
+            "verbs": ["get"],
+        },
+    ]
+    role = render_template("gateway_role.yaml.j2", name=rbac, rules=rules, **common)
     binding = render_template(
         "gateway_rolebinding.yaml.j2", name=rbac, role=rbac, service_account=rbac, **common
     )
@@ -320,7 +329,7 @@ def render_gateway(
         port=GATEWAY_HTTP_PORT,
         **common,
     )
-    return [stamp_hash(obj) for obj in (*_rbac(rbac, common), deployment, service)]
+    return [stamp_hash(obj) for obj in (*_rbac(rbac, name, common), deployment, service)]
 
 
 __all__ = [

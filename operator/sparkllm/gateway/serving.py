@@ -1,0 +1,179 @@
+"""Why no replica serves: the 503 the front door answers instead of the router's 404.
+
+Why: when the router (smg) has no replica registered for the model — the InferenceCluster
+is scaled to 0, every replica is restarting or not ready yet, or a replica spent its
+restart budget — smg answers ``404 model_not_found`` "No worker available for model
+'...'". A client reads that as a wrong model name and does not retry. The admission layer
+has already checked the model name (admission.py), so any ``model_not_found`` from the
+router on a generation route means "nothing serves": it becomes ``503`` with
+``Retry-After`` and a message that says why.
+
+Where the why comes from: the router knows only that it has no replica; the
+InferenceCluster knows why. The gateway reads its own InferenceCluster (one ``get``, with
+the gateway's ServiceAccount; the Role ``render/gateway.py`` renders allows ``get`` on that
+object only) when the router reports no replica, at most once per ``CACHE_SECONDS``.
+That stays right when the operator is down: ``spec.replicas`` is the user's own word and
+read fresh; the replicas' states are the operator's last report. When the object cannot
+be read (no credentials, the API server away, the gateway run by hand) the message says
+that no replica is ready, without the why. The router's answer is always the trigger:
+the gateway never refuses on the object's word alone, so a stale status can at worst
+make a message less precise, never turn a serving model away.
+
+``no_replica_reply`` is pure (tested with plain dicts); ``ServingState`` is the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from sparkllm.api.meta import API_VERSION, KIND
+from sparkllm.errors import ClusterAPIError
+from sparkllm.gateway.replies import SERVER_ERROR, ErrorReply
+from sparkllm.reconcile.kube import KubeAPI, load_configuration, lookup_kind
+
+logger = logging.getLogger(__name__)
+
+# smg 1.13.0 with no worker for the model: 404, this header, and the same code in the body.
+ROUTER_ERROR_CODE_HEADER: Final = b"x-smg-error-code"
+ROUTER_NO_WORKER_CODE: Final = "model_not_found"
+
+CODE_SCALED_TO_ZERO: Final = "model_scaled_to_zero"
+CODE_NO_REPLICA_READY: Final = "no_replica_ready"
+CODE_RESTART_BUDGET_EXHAUSTED: Final = "restart_budget_exhausted"
+# Retry-After: a stopped model comes back when someone scales it up (check now and then);
+# a replica restarting or starting takes a minute or more; a spent budget waits for a person.
+RETRY_SCALED_TO_ZERO_SECONDS: Final = 60
+RETRY_NOT_READY_SECONDS: Final = 30
+RETRY_BUDGET_EXHAUSTED_SECONDS: Final = 300
+CACHE_SECONDS: Final = 2.0  # one read of the object serves a burst of refused requests
+READ_TIMEOUT_SECONDS: Final = 2.0
+
+
+def is_no_worker(status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bool:
+    """Whether the router's answer says it has no replica for the model (smg's 404)."""
+    if status != 404:
+        return False
+    if (ROUTER_ERROR_CODE_HEADER, ROUTER_NO_WORKER_CODE.encode()) in headers:
+        return True
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") == ROUTER_NO_WORKER_CODE
+
+
+def _unavailable(message: str, *, code: str, retry_after: int) -> ErrorReply:
+    return ErrorReply(503, message, SERVER_ERROR, code, retry_after_seconds=retry_after)
+
+
+def _replica_state(replica: Mapping[str, Any]) -> str:
+    """One replica in words: ``replica 0 is Restarting (rank 2 exited)``."""
+    index = replica.get("index", "?")
+    if replica.get("budgetExhausted"):
+        return (
+            f"replica {index} is stopped: it spent its restart budget "
+            "(spec.restartPolicy.maxRestartsPerHour)"
+        )
+    phase = replica.get("phase") or "not ready"
+    message = replica.get("message")
+    return f"replica {index} is {phase}" + (f" ({message})" if message else "")
+
+
+def no_replica_reply(
+    cluster: Mapping[str, Any] | None, *, model: str, name: str | None = None
+) -> ErrorReply:
+    """The 503 for "the router has no replica", saying why as far as ``cluster`` tells.
+
+    ``cluster`` is the InferenceCluster object as read (None: not known). Pure.
+    """
+    spec = (cluster or {}).get("spec") or {}
+    status = (cluster or {}).get("status") or {}
+    meta = (cluster or {}).get("metadata") or {}
+    named = f"InferenceCluster {meta.get('namespace')}/{meta.get('name') or name}"
+    if cluster is not None and spec.get("replicas") == 0:
+        message = (
+            f"The model '{model}' is not being served: {named} is scaled to 0 replicas "
+            "(spec.replicas is 0). Requests are served again once it is scaled up."
+        )
+        return _unavailable(
+            message, code=CODE_SCALED_TO_ZERO, retry_after=RETRY_SCALED_TO_ZERO_SECONDS
+        )
+    replicas = [r for r in status.get("replicaStatuses") or [] if isinstance(r, Mapping)]
+    if replicas and all(r.get("budgetExhausted") for r in replicas):
+        message = (
+            f"The model '{model}' is not being served: every replica stopped after spending "
+            f"its restart budget (spec.restartPolicy.maxRestartsPerHour); they stay stopped "
+            f"until the spec changes or {named} is annotated sparkllm.io/restart=now."
+        )
+        return _unavailable(
+            message, code=CODE_RESTART_BUDGET_EXHAUSTED, retry_after=RETRY_BUDGET_EXHAUSTED_SECONDS
+        )
+    retry = RETRY_NOT_READY_SECONDS
+    if replicas:
+        states = "; ".join(_replica_state(r) for r in replicas)
+        why = f"no replica is ready yet ({states})"
+    else:
+        why = "no replica is registered with the router yet (starting or restarting)"
+    message = f"The model '{model}' cannot answer right now: {why}. Retry after {retry} s."
+    return _unavailable(message, code=CODE_NO_REPLICA_READY, retry_after=retry)
+
+
+class ServingState:
+    """Reads the gateway's InferenceCluster when the router has no replica; cached briefly.
+
+    ``namespace``/``name`` unset (the gateway run by hand): no reads, the generic reply.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        namespace: str | None,
+        name: str | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._model = model
+        self._namespace, self._name = namespace, name
+        self._clock = clock
+        self._read_at = -CACHE_SECONDS
+        self._cluster: Mapping[str, Any] | None = None
+        self._api: KubeAPI | None = None  # made at the first read
+
+    async def reply(self) -> ErrorReply:
+        """The 503 to send now that the router said it has no replica."""
+        namespace, name = self._namespace, self._name
+        if namespace and name and self._clock() - self._read_at >= CACHE_SECONDS:
+            self._read_at = self._clock()
+            self._cluster = await self._read(namespace, name)
+        return no_replica_reply(self._cluster, model=self._model, name=self._name)
+
+    async def _read(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            if self._api is None:
+                self._api = KubeAPI(load_configuration(), timeout=READ_TIMEOUT_SECONDS)
+            kind = lookup_kind(API_VERSION, KIND)
+            cluster: Mapping[str, Any] | None = await self._api.get(kind, name, namespace)
+        except (ClusterAPIError, OSError, ValueError) as exc:  # no credentials, API away
+            logger.warning(
+                "cannot read the InferenceCluster to say why no replica serves error=%s", exc
+            )
+            return None
+        return cluster
+
+    async def aclose(self) -> None:
+        if self._api is not None:
+            await self._api.aclose()
+
+
+__all__ = [
+    "CODE_NO_REPLICA_READY",
+    "CODE_RESTART_BUDGET_EXHAUSTED",
+    "CODE_SCALED_TO_ZERO",
+    "ServingState",
+    "is_no_worker",
+    "no_replica_reply",
+]
