@@ -4,13 +4,23 @@ Each helper drives one of the kwok Stages in ``stages.yaml`` by putting a label 
 annotations for the details) on the object, or deletes the object outright. kwok then
 writes the status a real kubelet would have written. Nothing here fakes the operator's
 view: the operator sees the same watch events it would see in production.
+
+``hang_engine`` is the one fault no kubelet writes: a pipeline that stalls with every
+process alive (an NCCL wait between stages). It goes to the engine itself — SIGUSR1 to
+rank 0's simulator, which stops generating and answers ``/health`` as SGLang's does (503
+after 20 s without output) — and the operator must find it from rank 0's readiness alone.
+The simulator has no real link between ranks, so the stall is injected where it shows.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from enum import Enum
 
 from sparkllm_dev.devcluster.cluster import DevCluster
+from sparkllm_dev.devcluster.engines import EngineInfo
+from sparkllm_dev.errors import DevClusterError
 
 NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -80,3 +90,11 @@ class FaultInjector:
         """Re-register every simulated Spark (after delete_node) and clear NotReady labels."""
         self.cluster.register_nodes()
         self.cluster.kubectl("label", "nodes", "--all", f"{NODE_NOT_READY_LABEL}-")
+
+
+def hang_engine(engine: EngineInfo) -> None:
+    """Hang the pipeline behind this rank-0 engine: its process stays alive, nothing is
+    generated again, ``/health`` turns 503 after SGLang's window (``sim/health.py``)."""
+    if engine.pid is None:
+        raise DevClusterError(f"engine {engine.namespace}/{engine.pod} has no running process")
+    os.kill(engine.pid, signal.SIGUSR1)

@@ -8,8 +8,9 @@ users reach ``/v1/chat/completions`` and ``/v1/completions``; Prometheus scrapes
 ``sglang/srt/utils/auth.py`` (0.5.23):
 
 - ``/health`` and ``/health_generate``: 503 while starting or shutting down; otherwise a
-  one-token generation, then 200 with an empty body (health-endpoint generation is on by
-  default in 0.5.23).
+  one-token generation and SGLang's 20 s window for any output (``health.py``): 200 with
+  an empty body, or 503 after a window without output (a hang, or a long prefill alone),
+  which also turns ``/ready`` 503 until a check succeeds.
 - ``--api-key``: every request needs ``Authorization: Bearer <key>`` (scheme
   case-insensitive), except OPTIONS and paths starting with ``/health``, ``/ready`` or
   ``/metrics``. Refusal: 401 ``{"error": "Unauthorized"}``, checked before routing.
@@ -35,6 +36,13 @@ from sparkllm.sglang_contract.flags import SGLANG_VERSION
 from sparkllm_dev.sim import asgi
 from sparkllm_dev.sim.engine_config import EngineConfig
 from sparkllm_dev.sim.generate import GenerationService
+from sparkllm_dev.sim.health import (
+    HealthCheck,
+    Progress,
+    ServerStatus,
+    health_check_timeout,
+    health_generation,
+)
 from sparkllm_dev.sim.metrics import CONTENT_TYPE, EngineMetrics
 from sparkllm_dev.sim.model_files import TokenCounter
 from sparkllm_dev.sim.openai_api import error_body
@@ -64,6 +72,7 @@ class EngineApp:
         model_config: Mapping[str, Any],
         launch_command: str,
         on_crash: Callable[[], None] = lambda: None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.model_config = model_config
@@ -73,8 +82,19 @@ class EngineApp:
             pp_rank=config.node_rank,
             max_total_num_tokens=config.max_total_num_tokens,
         )
+        self.progress = Progress()
+        self.health = HealthCheck(
+            self.progress,
+            timeout=health_check_timeout(env or {}),
+            token_seconds=config.sim.latency.ttft_seconds(1),
+        )
+        self._health_generation = health_generation(env or {})
         self.generation = GenerationService(
-            config=config, tokens=tokens, metrics=self.metrics, on_request_done=self._done
+            config=config,
+            tokens=tokens,
+            metrics=self.metrics,
+            progress=self.progress,
+            on_request_done=self._done,
         )
         self.startup_time = time.time()
         self.ready_at = time.monotonic() + config.sim.startup_seconds
@@ -92,6 +112,9 @@ class EngineApp:
         if limit is not None and self.requests_done >= limit:
             logger.error("SIMULATOR: simulated engine crash after %d requests", limit)
             self.on_crash()
+        hang = self.config.sim.hang_after
+        if hang is not None and self.requests_done >= hang:
+            self.progress.hang()
 
     async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
         if scope["type"] == "lifespan":
@@ -119,8 +142,13 @@ class EngineApp:
         }
         posts = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
         if path in ("/health", "/health_generate") and method == "GET":
-            await asgi.send_response(send, status=await self._health())
-        elif path in ("/ping", "/ready") and method == "GET":
+            await asgi.send_response(send, status=await self._health(path))
+        elif path == "/ready" and method == "GET":
+            ready = not (self.starting or self.shutting_down) and (
+                self.health.status is ServerStatus.UP
+            )
+            await asgi.send_response(send, status=200 if ready else 503)
+        elif path == "/ping" and method == "GET":
             healthy = not (self.starting or self.shutting_down)
             await asgi.send_response(send, status=200 if healthy else 503)
         elif path in gets and method == "GET":
@@ -137,11 +165,12 @@ class EngineApp:
         else:
             await asgi.send_json(send, status=404, payload={"detail": "Not Found"})
 
-    async def _health(self) -> int:
+    async def _health(self, path: str) -> int:
         if self.shutting_down or self.starting:
             return 503
-        await asyncio.sleep(self.config.sim.latency.ttft_seconds(1))
-        return 200
+        if path == "/health" and not self._health_generation:
+            return 200
+        return await self.health.check()
 
     async def _generate(
         self, kind: str, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send

@@ -34,6 +34,7 @@ from sparkllm_dev.sim.deepseek_v4 import (
 )
 from sparkllm_dev.sim.engine_config import EngineConfig
 from sparkllm_dev.sim.generation import answer_for
+from sparkllm_dev.sim.health import Progress
 from sparkllm_dev.sim.metrics import EngineMetrics
 from sparkllm_dev.sim.model_files import TokenCounter
 from sparkllm_dev.sim.openai_api import (
@@ -53,16 +54,22 @@ def _compact(payload: object) -> str:
 
 
 class _DecodePace:
-    """Token k of an answer is due at ``start + k * tpot``; a late token does not shift the rest."""
+    """Token k of an answer is due at ``start + k * tpot``; a late token does not shift the rest.
 
-    def __init__(self, tpot: float, *, start: float) -> None:
+    Each token is an output of the engine (``Progress.emit``: what SGLang's /health looks
+    for); when the engine hangs, the next token never comes.
+    """
+
+    def __init__(self, tpot: float, *, start: float, progress: Progress) -> None:
         self._tpot = tpot
         self._due = start
+        self._progress = progress
 
     async def next_token(self) -> None:
         self._due += self._tpot
         # Behind schedule: still yield once, so other requests' tokens go out too.
         await asyncio.sleep(max(0.0, self._due - time.monotonic()))
+        await self._progress.emit()
 
 
 @dataclass(slots=True)
@@ -80,9 +87,11 @@ class GenerationService:
         config: EngineConfig,
         tokens: TokenCounter,
         metrics: EngineMetrics,
+        progress: Progress,
         on_request_done: Callable[[], None],
     ) -> None:
         self.config = config
+        self.progress = progress
         self.tokens = tokens
         self.metrics = metrics
         self.slots = RequestSlots(capacity=config.max_running_requests, metrics=metrics)
@@ -142,7 +151,9 @@ class GenerationService:
         timing = _Timing(started=time.monotonic())
         try:
             async with self.slots.slot(prompt_tokens=prompt_tokens) as running:
-                await asyncio.sleep(self.config.sim.latency.ttft_seconds(prompt_tokens))
+                with self.progress.prefill():  # a queued /health token waits behind it
+                    await asyncio.sleep(self.config.sim.latency.ttft_seconds(prompt_tokens))
+                await self.progress.emit()  # the first token (never, when the engine hangs)
                 respond = self._stream if request.stream else self._respond
                 await respond(
                     send=send,
@@ -168,7 +179,9 @@ class GenerationService:
     ) -> None:
         timing.first_token = time.monotonic()
         self.slots.record_generated(running, min(1, answer.completion_tokens))
-        pace = _DecodePace(self.config.sim.latency.tpot_seconds, start=timing.first_token)
+        pace = _DecodePace(
+            self.config.sim.latency.tpot_seconds, start=timing.first_token, progress=self.progress
+        )
         for _ in range(answer.completion_tokens - 1):
             await pace.next_token()
             self.slots.record_generated(running, 1)
@@ -188,7 +201,9 @@ class GenerationService:
         await asgi.start_stream(send)
         if shapes.request.kind == "chat":
             await asgi.send_event(send, _compact(shapes.chunk("", first=True)))
-        pace = _DecodePace(self.config.sim.latency.tpot_seconds, start=time.monotonic())
+        pace = _DecodePace(
+            self.config.sim.latency.tpot_seconds, start=time.monotonic(), progress=self.progress
+        )
         events = _stream_events(answer)
         broken = "broken-stream" in self.config.sim.faults
         for index, chunk in enumerate(events):

@@ -56,6 +56,8 @@ class SimOptions:
     latency: LatencyModel = field(default_factory=LatencyModel)
     answer_tokens: int = 32
     fail_after: int | None = None
+    hang_after: int | None = None
+    """Hang (process alive, generation stalls) after N generation requests; also SIGUSR1."""
     faults: tuple[str, ...] = ()
     """Output faults (``deepseek_v4.FAULTS``) that make one acceptance check fail each."""
 
@@ -123,6 +125,12 @@ def _sim_parser() -> argparse.ArgumentParser:
         help="exit with code 1 (a simulated crash) after N generation requests",
     )
     parser.add_argument(
+        "--sim-hang-after",
+        type=int,
+        help="hang after N generation requests: the process and /metrics stay up, no token "
+        "is generated again, /health answers 503 like SGLang's (SIGUSR1 hangs at once)",
+    )
+    parser.add_argument(
         "--sim-fault",
         action="append",
         default=[],
@@ -158,5 +166,6 @@ def parse_sim_options(sim_args: Sequence[str]) -> SimOptions:
         latency=latency,
         answer_tokens=namespace.sim_answer_tokens,
         fail_after=namespace.sim_fail_after,
+        hang_after=namespace.sim_hang_after,
         faults=tuple(namespace.sim_fault),
     )

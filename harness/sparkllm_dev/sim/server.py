@@ -7,6 +7,7 @@ ConfigApplied logic is tested against exactly those outcomes, so the simulator k
 them. Then it logs ONE line saying it is a SIMULATOR with the parallel layout it parsed,
 serves rank 0's API or a worker's dummy health server, and exits 0 after a graceful
 shutdown on SIGTERM/SIGINT (uvicorn's signal handling), or 1 after ``--sim-fail-after``.
+SIGUSR1 is the hang fault: rank 0 stays up and stops generating (``health.py``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def prepare(argv: Sequence[str], *, env: Mapping[str, str]) -> SimulatedRank:
             tokens=model.tokens,
             model_config=model.config,
             launch_command=shlex.join(sglang_args),
+            env=env,
         )
     return SimulatedRank(config=config, app=app, token_counting=model.tokens.kind)
 
@@ -153,11 +155,17 @@ class _Server(uvicorn.Server):
             return
         stop_signals = (signal.SIGINT, signal.SIGTERM)
         previous = {sig: signal.signal(sig, self.handle_exit) for sig in stop_signals}
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self.handle_hang)
         try:
             yield
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def handle_hang(self, sig: int, frame: FrameType | None) -> None:
+        """SIGUSR1: the hang fault (rank 0 stalls; a worker's dummy server has nothing to stall)."""
+        if isinstance(self._app, EngineApp):
+            self._app.progress.hang()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if isinstance(self._app, EngineApp):

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from sparkllm_dev.sim import generate
+from sparkllm_dev.sim.health import Progress
 
 
 class FakeClock:
@@ -27,7 +28,7 @@ def test_a_late_token_does_not_shift_the_ones_after_it(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(generate, "time", clock)
     monkeypatch.setattr(generate.asyncio, "sleep", fake_sleep)
-    pace = generate._DecodePace(0.1, start=100.0)
+    pace = generate._DecodePace(0.1, start=100.0, progress=Progress())
 
     async def scenario() -> None:
         clock.now = 100.05  # streaming the first token took 50 ms

@@ -1,0 +1,143 @@
+"""The simulator's /health against SGLang 0.5.23's: constants read from the pinned wheel,
+then the rule (any output within the window) on idle, long-prefill, busy and hung engines."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import re
+import time
+
+import pytest
+from tests.unit.sglang_reference import sglang_file
+
+from sparkllm_dev.sim import health
+from sparkllm_dev.sim.health import HealthCheck, Progress, ServerStatus
+
+WINDOW = 2  # a short SGLANG_HEALTH_CHECK_TIMEOUT: the rule is the same at any length
+
+
+def _health_generate() -> ast.AsyncFunctionDef:
+    tree = ast.parse(sglang_file("srt/entrypoints/http_server.py").read_text())
+    return next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "health_generate"
+    )
+
+
+def test_timeout_variable_and_default_are_the_wheels() -> None:
+    source = sglang_file("srt/entrypoints/http_server.py").read_text()
+    found = re.search(r'^HEALTH_CHECK_TIMEOUT = int\(os\.getenv\("(\w+)", (\d+)\)\)$', source, re.M)
+    assert found is not None
+    assert (found.group(1), int(found.group(2))) == (
+        health.HEALTH_CHECK_TIMEOUT_ENV,
+        health.DEFAULT_HEALTH_CHECK_TIMEOUT,
+    )
+    assert health.health_check_timeout({}) == 20
+    assert health.health_check_timeout({"SGLANG_HEALTH_CHECK_TIMEOUT": "7"}) == 7
+
+
+def test_poll_and_rule_are_the_wheels() -> None:
+    body = ast.unparse(_health_generate())
+    sleeps = re.findall(r"await asyncio\.sleep\(([\d.]+)\)", body)
+    assert [float(s) for s in sleeps] == [health.POLL_SECONDS]
+    assert "while time.time() < tic + HEALTH_CHECK_TIMEOUT" in body
+    assert "if _global_state.tokenizer_manager.last_receive_tstamp > tic:" in body
+    assert "server_status = ServerStatus.UnHealthy" in body
+    assert "return Response(status_code=503)" in body
+    assert {s.value for s in ServerStatus} <= {"Up", "UnHealthy"}
+    manager = sglang_file("srt/managers/tokenizer_manager.py").read_text()
+    # every message from the detokenizer, whichever request it is for, counts
+    loop = manager[manager.index("async def handle_loop") :][:800]
+    assert "self.last_receive_tstamp = real_time()" in loop
+    assert "return not self.is_pause and self.is_healthy()" in manager  # /ready
+
+
+def test_generation_default_is_the_wheels() -> None:
+    environ = sglang_file("srt/environ.py").read_text()
+    assert f"{health.HEALTH_GENERATION_ENV} = EnvBool(True)" in environ
+    assert health.health_generation({}) is True
+    assert health.health_generation({health.HEALTH_GENERATION_ENV: "0"}) is False
+
+
+async def _timed_check(check: HealthCheck) -> tuple[int, float]:
+    started = time.monotonic()
+    status = await check.check()
+    return status, time.monotonic() - started
+
+
+def test_idle_engine_answers_with_its_own_token() -> None:
+    async def scenario() -> tuple[int, float]:
+        return await _timed_check(HealthCheck(Progress(), timeout=WINDOW, token_seconds=0.01))
+
+    status, took = asyncio.run(scenario())
+    assert status == 200
+    assert health.POLL_SECONDS <= took < WINDOW  # the first 1 s look sees the token
+
+
+async def _prefill(progress: Progress, seconds: float) -> None:
+    with progress.prefill():
+        await asyncio.sleep(seconds)
+    await progress.emit()  # its first token
+
+
+def test_a_long_prefill_alone_fails_checks_that_end_before_its_first_token() -> None:
+    async def scenario() -> tuple[tuple[int, float], tuple[int, float], ServerStatus]:
+        progress = Progress()
+        check = HealthCheck(progress, timeout=WINDOW, token_seconds=0.01)
+        prefill = asyncio.ensure_future(_prefill(progress, 3.5))
+        first = await _timed_check(check)  # [0, 2]: nothing comes out
+        failed_status = check.status
+        second = await _timed_check(check)  # the first token at 3.5 is inside [2, 4]
+        await prefill
+        return first, second, failed_status
+
+    (first, took_first), (second, _), status_after_failure = asyncio.run(scenario())
+    assert (first, second) == (503, 200)
+    assert took_first >= WINDOW
+    assert status_after_failure is ServerStatus.UNHEALTHY
+
+
+def test_other_requests_output_keeps_it_healthy_during_a_prefill() -> None:
+    async def decode(progress: Progress) -> None:
+        for _ in range(40):
+            await asyncio.sleep(0.1)
+            await progress.emit()
+
+    async def scenario() -> int:
+        progress = Progress()
+        check = HealthCheck(progress, timeout=WINDOW, token_seconds=0.01)
+        busy = [
+            asyncio.ensure_future(_prefill(progress, 3.0)),
+            asyncio.ensure_future(decode(progress)),
+        ]
+        status = await check.check()
+        await asyncio.gather(*busy)
+        return status
+
+    assert asyncio.run(scenario()) == 200
+
+
+def test_a_hung_engine_fails_every_check_and_its_requests_stall() -> None:
+    async def scenario() -> tuple[int, int, bool, ServerStatus]:
+        progress = Progress()
+        check = HealthCheck(progress, timeout=WINDOW, token_seconds=0.01)
+        progress.hang()
+        request = asyncio.ensure_future(_prefill(progress, 0.01))
+        first, second = await check.check(), await check.check()
+        stalled = not request.done()
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+        return first, second, stalled, check.status
+
+    first, second, stalled, status = asyncio.run(scenario())
+    assert (first, second, stalled) == (503, 503, True)
+    assert status is ServerStatus.UNHEALTHY
+
+
+@pytest.mark.parametrize("value", ["1", "true", "True", "yes", "y"])
+def test_generation_switch_spellings(value: str) -> None:
+    assert health.health_generation({health.HEALTH_GENERATION_ENV: value}) is True
