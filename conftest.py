@@ -4,4 +4,4 @@ The fixtures (devcluster, namespace, faults, operator) live in the harness packa
 pytest plugin, so the product's tests and the harness's own tests see the same ones.
 """
 
-pytest_plugins = ["sparkllm_dev.testing"]
+pytest_plugins = ["sparkllm_dev.testing", "sparkllm_dev.redis_fixture"]

@@ -46,6 +46,7 @@ apt_install() {  # apt_install COMMAND PACKAGE: install PACKAGE unless COMMAND e
 apt_install promtool prometheus
 apt_install prometheus prometheus
 apt_install prometheus-node-exporter prometheus-node-exporter
+apt_install redis-server redis-server  # the shared governance store's tests (a real Redis)
 
 if [[ ! -f $CRD_DIR/.complete ]]; then
   dir=$(go_module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")

@@ -10,6 +10,7 @@ handle sparkllm's own vocabulary and never a library's::
     ├── ClusterAPIError        the Kubernetes API refused or failed a request
     │   └── ConflictError      optimistic-concurrency conflict: retry with fresh state
     └── GatewayError           the admission layer cannot serve (bad config, no upstream)
+        └── GovernanceStoreError  the shared governance store (Redis) cannot answer
 """
 
 
@@ -39,3 +40,7 @@ class ConflictError(ClusterAPIError):
 
 class GatewayError(SparkllmError):
     """The admission layer is misconfigured or its upstream is unusable."""
+
+
+class GovernanceStoreError(GatewayError):
+    """The shared governance store cannot answer: no budget can be checked (503)."""

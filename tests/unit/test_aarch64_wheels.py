@@ -13,6 +13,7 @@ another wheel in the set — the transitive closure, not only the top-level pins
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 import zipfile
 from email.parser import HeaderParser
@@ -27,13 +28,18 @@ from tests.unit.test_chart_render import ROOT
 from tests.unit.tooling import filled
 
 PINS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+# The image's interpreter (Dockerfile: ARG PYTHON_IMAGE=python:3.11.N-...): markers on the
+# full version (redis: async-timeout only below 3.11.3) are evaluated for the Python that runs.
+IMAGE_PYTHON = re.findall(
+    r"^ARG PYTHON_IMAGE=python:(3\.11\.\d+)-", (ROOT / "Dockerfile").read_text(), re.M
+)[0]
 SPARK = {
     "platform_machine": "aarch64",
     "sys_platform": "linux",
     "platform_system": "Linux",
     "os_name": "posix",
     "python_version": "3.11",
-    "python_full_version": "3.11.2",
+    "python_full_version": IMAGE_PYTHON,
     "implementation_name": "cpython",
     "platform_python_implementation": "CPython",
     "extra": "",

@@ -1,0 +1,287 @@
+"""The shared governance store: per-user budgets, the ledger and global slots in Redis.
+
+Why Redis: with one gateway replica the state can live in the process (store.py's
+MemoryStore), but then a restart forgets every budget and the ledger, and a second
+replica would keep budgets of its own — a user could spend each budget once per
+replica, and each replica would let ``maxConcurrentRequests`` through. Here every
+decision that must hold across replicas is one Lua script (redis_scripts.py), run by
+Redis atomically; the gateway keeps nothing but the leases it must refresh.
+
+Leases: a ticket (a reservation) and a global slot each carry a deadline on the
+server's clock. A background task extends the ones this process holds every third of
+the lease; a gateway that dies stops extending them, and once they lapse the next
+admit (or any replica's refresh) settles the reservation at what it reserved and
+frees the slot. Nothing held by a dead gateway leaks for longer than one lease.
+
+Failures: ``admit`` and ``acquire_slot`` raise ``GovernanceStoreError`` when Redis
+cannot answer (the gateway answers 503: it cannot promise a budget it cannot check).
+``settle`` and ``release_slot`` log and return instead: the request is already
+answered, and the lease's expiry settles it at its reservation (conservative).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import defaultdict
+from datetime import date, timedelta
+from typing import Final, cast
+
+import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
+
+from sparkllm.errors import GovernanceStoreError
+from sparkllm.gateway.governance import redis_scripts as scripts
+from sparkllm.gateway.governance.store import (
+    MINUTE_SECONDS,
+    Admit,
+    AdmitRequest,
+    Refusal,
+    UsageRow,
+    grant,
+    window_start,
+)
+
+DEFAULT_PORT: Final = 6379
+DEFAULT_LEASE_SECONDS: Final = 30.0
+CONNECT_TIMEOUT_SECONDS: Final = 2.0
+COMMAND_TIMEOUT_SECONDS: Final = 2.0
+RETRY_BACKOFF_SECONDS: Final = 0.1
+EPOCH: Final = date(1970, 1, 1)
+NO_LIMIT: Final = -1
+
+log = logging.getLogger("sparkllm.gateway.governance")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` -> (host, port); the port defaults to 6379."""
+    text = address.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.removeprefix(":") if rest.startswith(":") else rest
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:  # a bare host name or IPv6 address
+        host, port = text, ""
+    if not host or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise ValueError(f"invalid Redis address {address!r}: expected host or host:port")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+def epoch_day(day: date) -> int:
+    """Days since 1970-01-01: how the ledger names a UTC day (Lua has no calendar)."""
+    return (day - EPOCH).days
+
+
+def _unavailable(what: str, exc: RedisError) -> GovernanceStoreError:
+    return GovernanceStoreError(f"the shared governance store (Redis) could not {what}: {exc}")
+
+
+class RedisStore:
+    """``GovernanceStore`` over one Redis; state shared by replicas and kept across restarts."""
+
+    shared = True
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        key_prefix: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be > 0")
+        self._client = client
+        self._prefix = key_prefix
+        self._lease_ms = max(1, round(lease_seconds * 1000))
+        self._leases_key = f"{key_prefix}:leases"
+        self._slots_key = f"{key_prefix}:slots"
+        self._admit = client.register_script(scripts.ADMIT)
+        self._settle = client.register_script(scripts.SETTLE)
+        self._refresh = client.register_script(scripts.REFRESH)
+        self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
+        self._tickets: set[str] = set()  # leases this process must keep alive
+        self._holders: set[str] = set()
+        self._refresher: asyncio.Task[None] | None = None
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        *,
+        password: str | None,
+        key_prefix: str,
+        database: int = 0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> RedisStore:
+        """A store on ``address`` (``host:port``); connects lazily, on the first call."""
+        host, port = parse_address(address)
+        client = redis.Redis(
+            host=host,
+            port=port,
+            db=database,
+            password=password or None,
+            socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            socket_timeout=COMMAND_TIMEOUT_SECONDS,
+            client_name="sparkllm-gateway",
+            # One quick reconnect (a dropped idle connection, a Redis restart), no more:
+            # a request must not wait seconds on an unreachable store before its 503.
+            retry=Retry(ExponentialBackoff(cap=RETRY_BACKOFF_SECONDS), retries=1),
+        )
+        return cls(client, key_prefix=key_prefix, lease_seconds=lease_seconds)
+
+    async def ping(self) -> None:
+        """Raise ``GovernanceStoreError`` unless Redis answers (start-up and readiness)."""
+        try:
+            await self._client.ping()
+        except RedisError as exc:
+            raise _unavailable("be reached", exc) from exc
+
+    async def admit(self, req: AdmitRequest) -> Admit | Refusal:
+        limits = req.limits
+        ticket = uuid.uuid4().hex
+        args: list[str | int] = [
+            self._prefix,
+            ticket,
+            req.user,
+            req.input_tokens,
+            req.requested_output_tokens,
+            req.min_output_tokens,
+            _limit(limits.max_concurrent_requests),
+            _limit(limits.requests_per_minute),
+            window_start(req.now, MINUTE_SECONDS),
+            self._lease_ms,
+            len(limits.token_windows),
+        ]
+        for window in limits.token_windows:
+            start = window_start(req.now, window.seconds)
+            args += [window.name, start, window.seconds, window.limit]
+        self._ensure_refresher()
+        try:
+            state = [int(value) for value in await self._admit([self._leases_key], args)]
+        except RedisError as exc:
+            raise _unavailable("admit the request", exc) from exc
+        admitted, granted, in_progress, this_minute, *charged = state
+        if admitted:
+            self._tickets.add(ticket)
+            return Admit(ticket, granted)
+        # The script decided on this state; store.grant() says which limit and until when.
+        names = [window.name for window in limits.token_windows]
+        _, refusal = grant(
+            req=req,
+            charged=dict(zip(names, charged, strict=True)),
+            requests_this_minute=this_minute,
+            in_progress=in_progress,
+        )
+        if refusal is None:  # the script and grant() disagree: a bug, never a silent admit
+            raise GovernanceStoreError(f"the Redis store refused without a reason: {state}")
+        return refusal
+
+    async def settle(
+        self, ticket: str, *, input_tokens: int, output_tokens: int, outcome: str, now: float
+    ) -> None:
+        self._tickets.discard(ticket)
+        day = int(now // 86400)
+        args: list[str | int] = [self._prefix, ticket, input_tokens, output_tokens, outcome, day]
+        try:
+            await self._settle([self._leases_key], args)
+        except RedisError as exc:
+            log.warning(
+                "governance settle failed; the reservation is charged when its lease ends",
+                extra={"ticket": ticket, "error": str(exc)},
+            )
+
+    async def usage(self, *, day_from: date, day_to: date) -> list[UsageRow]:
+        try:
+            found = await self._client.zrangebyscore(
+                f"{self._prefix}:days", epoch_day(day_from), epoch_day(day_to)
+            )
+            days = [int(cast(bytes, day)) for day in found]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for day in days:
+                    pipe.hgetall(f"{self._prefix}:ledger:{day}")
+                ledgers = await pipe.execute()
+        except RedisError as exc:
+            raise _unavailable("read the ledger", exc) from exc
+        rows: list[UsageRow] = []
+        for day, fields in zip(days, ledgers, strict=True):
+            rows += _rows(EPOCH + timedelta(days=day), fields)
+        return rows
+
+    async def acquire_slot(self, holder: str, *, limit: int) -> bool:
+        self._ensure_refresher()
+        try:
+            got = await self._acquire([self._slots_key], [holder, limit, self._lease_ms])
+        except RedisError as exc:
+            raise _unavailable("take a slot", exc) from exc
+        if got:
+            self._holders.add(holder)
+        return bool(got)
+
+    async def release_slot(self, holder: str) -> None:
+        self._holders.discard(holder)
+        try:
+            await self._client.zrem(self._slots_key, holder)
+        except RedisError as exc:
+            log.warning(
+                "governance slot release failed; the slot frees when its lease ends",
+                extra={"holder": holder, "error": str(exc)},
+            )
+
+    async def refresh(self) -> int:
+        """Extend this process's leases and settle lapsed ones; how many were already lost."""
+        tickets, holders = sorted(self._tickets), sorted(self._holders)
+        args: list[str | int] = [self._prefix, self._lease_ms, len(tickets), *tickets, *holders]
+        lost = int(await self._refresh([self._leases_key, self._slots_key], args))
+        if lost:
+            log.warning("governance leases lapsed before refresh", extra={"lost": lost})
+        return lost
+
+    async def aclose(self) -> None:
+        """Stop refreshing and disconnect (what this process holds lapses with its lease)."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
+        await self._client.aclose()
+
+    def _ensure_refresher(self) -> None:
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        period = self._lease_ms / 3000
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.refresh()
+            except RedisError as exc:
+                log.warning("governance lease refresh failed", extra={"error": str(exc)})
+
+
+def _limit(value: int | None) -> int:
+    return NO_LIMIT if value is None else value
+
+
+def _rows(day: date, fields: dict[bytes, bytes]) -> list[UsageRow]:
+    """One ledger hash (``user|requests|outcome``, ``user|input``, ``user|output``) as rows."""
+    requests: dict[str, dict[str, int]] = defaultdict(dict)
+    tokens: dict[str, dict[str, int]] = defaultdict(lambda: {"input": 0, "output": 0})
+    for raw, value in fields.items():
+        user, kind, *outcome = raw.decode().split(scripts.FIELD_SEPARATOR)
+        if kind == "requests":
+            requests[user][outcome[0]] = int(value)
+        else:
+            tokens[user][kind] = int(value)
+    return [
+        UsageRow(day, user, requests[user], tokens[user]["input"], tokens[user]["output"])
+        for user in sorted(set(requests) | set(tokens))
+    ]
+
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "RedisStore", "epoch_day", "parse_address"]
