@@ -92,3 +92,4 @@ if [[ ! -f $WHEELS/.complete ]]; then
   touch "$WHEELS/.complete"
   echo "setup-test-tools: $(find "$WHEELS" -name '*.whl' | wc -l) aarch64 wheels in $WHEELS"
 fi
+PYTHON="$PYTHON" bash hack/setup-torch.sh  # 4. torch's own venv, for the Gloo bandwidth run

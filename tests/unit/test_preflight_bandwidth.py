@@ -16,10 +16,12 @@ from sparkllm.preflight import Check, Severity
 from sparkllm.preflight.bandwidth import (
     DEFAULT_SIZES,
     MIB,
+    BandwidthResult,
     Sample,
     bus_factor,
     evaluate,
     measure,
+    result_from_json,
     table,
     time_collective,
     torch_collective,
@@ -129,3 +131,23 @@ def test_torch_collective_sizes_as_nccl_tests() -> None:
     torch_collective(dist, _Torch(), op="all_gather", device="cpu")(12 * MIB)()
     count = 12 * MIB // 4
     assert dist.calls == [("all_reduce", count, count), ("all_gather", count, count // 3)]
+
+
+def test_the_termination_message_round_trips() -> None:
+    [finding] = evaluate(
+        [Sample(op="all_reduce", nbytes=128 * MIB, ranks=3, seconds=0.01)],
+        node="spark-0",
+        threshold_gbps=150,
+    )
+    result = BandwidthResult(
+        rank=0, op="all_reduce", ranks=3, nbytes=128 * MIB, busbw_gbps=143.16557,
+        threshold_gbps=150, findings=(finding,),
+    )  # fmt: skip
+    back = result_from_json(result.to_json())
+    assert back == BandwidthResult(
+        rank=0, op="all_reduce", ranks=3, nbytes=128 * MIB, busbw_gbps=143.17,
+        threshold_gbps=150, findings=(finding,),
+    )  # fmt: skip
+    for bad in ("[]", '{"op": "broadcast"}', '{"rank": 0}'):
+        with pytest.raises((ValueError, KeyError)):
+            result_from_json(bad)

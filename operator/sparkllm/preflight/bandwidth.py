@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkllm.preflight.findings import Check, Finding, Severity, failed, to_json
+from sparkllm.preflight.findings import Check, Finding, Severity, failed, from_json, to_json
 
 Collective = Literal["all_reduce", "all_gather"]
 MIB = 1 << 20
@@ -164,6 +165,58 @@ def table(samples: Sequence[Sample]) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class BandwidthResult:
+    """What one rank leaves in its termination message: the measurement and the findings.
+
+    Every rank times the collective; the ranks agree on the slowest rank's time per size
+    (so all of them decide alike), and only rank 0 reports the finding, so a replica's
+    measurement is named once, on rank 0's node. ``busbw_gbps`` is None when nothing was
+    measured (the rendezvous failed).
+    """
+
+    rank: int
+    op: Collective
+    ranks: int
+    nbytes: int
+    busbw_gbps: float | None
+    threshold_gbps: float
+    findings: tuple[Finding, ...]
+
+    def to_json(self) -> str:
+        """Compact JSON (the operator reads it back with :func:`result_from_json`)."""
+        body = {
+            "rank": self.rank,
+            "op": self.op,
+            "ranks": self.ranks,
+            "bytes": self.nbytes,
+            "busBandwidthGbps": None if self.busbw_gbps is None else round(self.busbw_gbps, 2),
+            "thresholdGbps": self.threshold_gbps,
+            "findings": json.loads(to_json(self.findings)),
+        }
+        return json.dumps(body, separators=(",", ":"))
+
+
+def result_from_json(text: str) -> BandwidthResult:
+    """Parse :meth:`BandwidthResult.to_json`; ValueError (or KeyError/TypeError) otherwise."""
+    raw = json.loads(text)
+    if not isinstance(raw, dict):
+        raise ValueError("a bandwidth result must be a JSON object")
+    op = str(raw["op"])
+    if op not in ("all_reduce", "all_gather"):
+        raise ValueError(f"unknown collective {op!r}")
+    busbw = raw["busBandwidthGbps"]
+    return BandwidthResult(
+        rank=int(raw["rank"]),
+        op="all_reduce" if op == "all_reduce" else "all_gather",
+        ranks=int(raw["ranks"]),
+        nbytes=int(raw["bytes"]),
+        busbw_gbps=None if busbw is None else float(busbw),
+        threshold_gbps=float(raw["thresholdGbps"]),
+        findings=tuple(from_json(json.dumps(raw["findings"]))),
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm-preflight-bandwidth",
@@ -177,42 +230,81 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-mib", type=int, default=128, help="largest size (8 MiB up)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--timeout-seconds", type=float, default=600, help="rendezvous wait")
+    parser.add_argument("--gate", action="store_true", help="exit 1 below the threshold")
     parser.add_argument("--termination-log", type=Path, default=None)
     return parser
+
+
+def _slowest(dist: Any, torch: Any, samples: list[Sample], *, device: str) -> list[Sample]:
+    """The samples with every rank's slowest time per size (all ranks decide alike)."""
+    seconds = torch.tensor([s.seconds for s in samples], dtype=torch.float64, device=device)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+    return [
+        Sample(op=s.op, nbytes=s.nbytes, ranks=s.ranks, seconds=float(t))
+        for s, t in zip(samples, seconds.tolist(), strict=True)
+    ]
+
+
+def _collect(args: argparse.Namespace) -> tuple[int, int, list[Sample]]:
+    """Rendezvous, time every size, agree on the times: (rank, world size, samples)."""
+    # The engine image's torch; the operator's image has none, hence no static import.
+    torch: Any = importlib.import_module("torch")
+    dist: Any = importlib.import_module("torch.distributed")
+    timeout = importlib.import_module("datetime").timedelta(seconds=args.timeout_seconds)
+    dist.init_process_group(backend=args.backend, timeout=timeout)
+    try:
+        device = f"cuda:{torch.cuda.current_device()}" if args.backend == "nccl" else "cpu"
+        sizes = [s for s in DEFAULT_SIZES if s <= args.max_mib * MIB]
+        make_run = torch_collective(dist, torch, op=args.op, device=device)
+        ranks = int(dist.get_world_size())
+        bus_factor(args.op, ranks=ranks)  # ValueError for a group of one
+        samples = measure(
+            make_run,
+            op=args.op,
+            ranks=ranks,
+            sizes=sizes,
+            warmup=args.warmup,
+            iterations=args.iterations,
+        )
+        samples = _slowest(dist, torch, samples, device=device)
+        return int(dist.get_rank()), ranks, samples
+    finally:
+        dist.destroy_process_group()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the collective; rank 0 prints the table and the finding (exit 1 below threshold)."""
     args = _parser().parse_args(argv)
-    # The engine image's torch; the operator's image has none, hence no static import.
-    torch: Any = importlib.import_module("torch")
-    dist: Any = importlib.import_module("torch.distributed")
-
-    dist.init_process_group(backend=args.backend)
+    rank = int(os.environ.get("RANK", "0"))
+    ranks = int(os.environ.get("WORLD_SIZE", "0"))
     try:
-        device = f"cuda:{torch.cuda.current_device()}" if args.backend == "nccl" else "cpu"
-        sizes = [s for s in DEFAULT_SIZES if s <= args.max_mib * MIB]
-        make_run = torch_collective(dist, torch, op=args.op, device=device)
-        samples = measure(
-            make_run,
-            op=args.op,
-            ranks=dist.get_world_size(),
-            sizes=sizes,
-            warmup=args.warmup,
-            iterations=args.iterations,
-        )
-        dist.barrier()
-        rank = dist.get_rank()
-    finally:
-        dist.destroy_process_group()
-    findings = evaluate(samples, node=args.node, threshold_gbps=args.threshold_gbps)
-    if rank == 0:
+        rank, ranks, samples = _collect(args)
+    except Exception as exc:  # a peer that never came, a refused port: a finding, no traceback
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        text = f"rank {rank} of {ranks}: no collective with rank 0 at {where}: {exc}"
+        findings = [Finding(args.node, Check.BANDWIDTH, Severity.ERROR, text[:600])]
+        samples = []
+    else:
+        findings = evaluate(samples, node=args.node, threshold_gbps=args.threshold_gbps)
+    largest = max(samples, key=lambda s: s.nbytes, default=None)
+    result = BandwidthResult(
+        rank=rank,
+        op=args.op,
+        ranks=ranks,
+        nbytes=largest.nbytes if largest else 0,
+        busbw_gbps=largest.busbw_gbps if largest else None,
+        threshold_gbps=args.threshold_gbps,
+        # Every rank's measurement is the same (the slowest); rank 0 names it once.
+        findings=tuple(findings) if rank == 0 or not samples else (),
+    )
+    if rank == 0 and samples:
         print(table(samples))
-        for finding in findings:
-            print(finding.line())
+    for finding in findings:
+        print(finding.line(), flush=True)
     if args.termination_log is not None:
-        args.termination_log.write_text(to_json(findings), encoding="utf-8")
-    return 1 if failed(findings) else 0
+        args.termination_log.write_text(result.to_json(), encoding="utf-8")
+    return 1 if failed(findings) and args.gate else 0
 
 
 if __name__ == "__main__":
