@@ -46,6 +46,16 @@ SMG_NO_WORKER_BODY = json.dumps(
         }
     }
 ).encode()
+SMG_ALL_UNAVAILABLE_BODY = json.dumps(
+    {
+        "error": {
+            "type": "server_error",
+            "code": "no_available_workers",
+            "message": "All workers are unavailable (circuit breaker open or unhealthy)",
+            "param": None,
+        }
+    }
+).encode()
 SMG_NO_WORKER_HEADERS = [
     (b"content-type", b"application/json"),
     (b"x-smg-error-code", b"model_not_found"),
@@ -104,6 +114,12 @@ def _cluster(replicas: int, *statuses: dict[str, Any]) -> dict[str, Any]:
             ["replica 0 is stopped: it spent its restart budget", "replica 1 is Restarting"],
         ),
         (None, CODE_NO_REPLICA_READY, 30, ["no replica is registered with the router"]),
+        (  # the status still says Ready: the router knows better
+            _cluster(1, {"index": 0, "phase": "Ready"}),
+            CODE_NO_REPLICA_READY,
+            30,
+            ["replica 0 is Ready by the last status, but the router holds it out"],
+        ),
     ],
 )
 def test_the_reply_says_why(
@@ -127,6 +143,11 @@ def test_the_reply_says_why(
         (404, [], b"not json", False),
         (404, [], b"[1]", False),
         (503, SMG_NO_WORKER_HEADERS, SMG_NO_WORKER_BODY, False),
+        # smg's other way: registered replicas, all failing health checks (recorded)
+        (503, [(b"x-smg-error-code", b"no_available_workers")], b"", True),
+        (503, [], SMG_ALL_UNAVAILABLE_BODY, True),
+        (503, [], b'{"error": {"code": "upstream_unavailable"}}', False),
+        (404, [], SMG_ALL_UNAVAILABLE_BODY, False),
     ],
 )
 def test_only_the_routers_no_worker_answer_counts(
@@ -137,14 +158,18 @@ def test_only_the_routers_no_worker_answer_counts(
 
 class _NoWorkerRouter:
     """Answers generations as smg does with no worker; ``/v1/completions`` with prompt
-    "other" gets a 404 of another kind, which must pass unchanged."""
+    "unhealthy" as smg does when its replicas all fail health checks, with "other" a 404
+    of another kind, which must pass unchanged."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         body = await read_request_body(receive)
-        if json.loads(body or b"{}").get("prompt") == "other":
+        prompt = json.loads(body or b"{}").get("prompt")
+        if prompt == "other":
             status, headers, answer = 404, [(b"content-type", b"application/json")], b"{}"
+        elif prompt == "unhealthy":
+            status, headers, answer = 503, [(b"retry-after", b"1")], SMG_ALL_UNAVAILABLE_BODY
         else:
             status, headers, answer = 404, SMG_NO_WORKER_HEADERS, SMG_NO_WORKER_BODY
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -205,6 +230,11 @@ def test_the_client_gets_503_with_retry_after_never_the_routers_404(
         assert (answer.status_code, answer.json()["error"]["code"]) == (503, CODE_NO_REPLICA_READY)
         assert "replica 0 is Restarting" in answer.json()["error"]["message"]
         assert serving.reads == 2
+        # smg's 503 for registered but unhealthy replicas: the same 503, its Retry-After ours
+        unhealthy = {"model": MODEL, "prompt": "unhealthy", "max_tokens": 4}
+        answer = client.post("/v1/completions", json=unhealthy, headers=ALICE)
+        assert (answer.status_code, answer.headers["retry-after"]) == (503, "30")
+        assert answer.json()["error"]["code"] == CODE_NO_REPLICA_READY
         # any other 404 of the router's passes unchanged
         other = {"model": MODEL, "prompt": "other", "max_tokens": 4}
         passed = client.post("/v1/completions", json=other, headers=ALICE)

@@ -13,8 +13,9 @@ Why this way:
 * failures are told apart: when the router answered, its status and body pass through
   unchanged; when it could not be reached, the client gets 503; a broken exchange gets
   502, no response in time 504 — in OpenAI's error format (replies.py);
-* one answer of the router's never passes: its 404 ``model_not_found`` for a generation
-  (it has no replica of the model) becomes the 503 that says why (serving.py).
+* the router's answers that it has no replica to take a generation (404
+  ``model_not_found``, 503 ``no_available_workers``) never pass: they become the 503
+  that says why (serving.py).
 
 The upstream module's errors are translated here and do not leave this module.
 """
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from sparkllm.gateway import replies
 from sparkllm.gateway.asgi import Receive, Send, send_reply, wait_for_disconnect
 from sparkllm.gateway.replies import ErrorReply
-from sparkllm.gateway.serving import is_no_worker
+from sparkllm.gateway.serving import ROUTER_NO_WORKER_STATUSES, is_no_worker
 from sparkllm.gateway.upstream import (
     Response,
     UpstreamBrokenError,
@@ -158,7 +159,7 @@ class UpstreamClient:
             async with self._pool.exchange(request, on_wait=on_wait) as response:
                 first_byte_at = time.perf_counter()
                 status, body = response.status, None
-                if no_worker is not None and status == 404:  # small: read it whole
+                if no_worker is not None and status in ROUTER_NO_WORKER_STATUSES:  # small
                     body = b"".join([chunk async for chunk in response.chunks()])
                 worker = next((v for n, v in response.headers if n == WORKER_HEADER), None)
                 if body is not None and is_no_worker(status, response.headers, body):

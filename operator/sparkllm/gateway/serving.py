@@ -6,7 +6,9 @@ restart budget — smg answers ``404 model_not_found`` "No worker available for 
 '...'". A client reads that as a wrong model name and does not retry. The admission layer
 has already checked the model name (admission.py), so any ``model_not_found`` from the
 router on a generation route means "nothing serves": it becomes ``503`` with
-``Retry-After`` and a message that says why.
+``Retry-After`` and a message that says why. So does smg's other way of saying it, while
+its replicas are registered but all failing health checks (circuit breaker open):
+``503 no_available_workers`` "All workers are unavailable", with ``Retry-After: 1``.
 
 Where the why comes from: the router knows only that it has no replica; the
 InferenceCluster knows why. The gateway reads its own InferenceCluster (one ``get``, with
@@ -37,9 +39,11 @@ from sparkllm.reconcile.kube import KubeAPI, load_configuration, lookup_kind
 
 logger = logging.getLogger(__name__)
 
-# smg 1.13.0 with no worker for the model: 404, this header, and the same code in the body.
+# smg 1.13.0 with no worker for the model (status, error.code in the body); the header
+# carries the code too.
 ROUTER_ERROR_CODE_HEADER: Final = b"x-smg-error-code"
-ROUTER_NO_WORKER_CODE: Final = "model_not_found"
+ROUTER_NO_WORKER: Final = frozenset({(404, "model_not_found"), (503, "no_available_workers")})
+ROUTER_NO_WORKER_STATUSES: Final = frozenset(status for status, _code in ROUTER_NO_WORKER)
 
 CODE_SCALED_TO_ZERO: Final = "model_scaled_to_zero"
 CODE_NO_REPLICA_READY: Final = "no_replica_ready"
@@ -54,16 +58,17 @@ READ_TIMEOUT_SECONDS: Final = 2.0
 
 
 def is_no_worker(status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bool:
-    """Whether the router's answer says it has no replica for the model (smg's 404)."""
-    if status != 404:
+    """Whether the router's answer says it has no replica that can take the request."""
+    if status not in ROUTER_NO_WORKER_STATUSES:
         return False
-    if (ROUTER_ERROR_CODE_HEADER, ROUTER_NO_WORKER_CODE.encode()) in headers:
+    codes = {value.decode("latin-1") for name, value in headers if name == ROUTER_ERROR_CODE_HEADER}
+    if any((status, code) in ROUTER_NO_WORKER for code in codes):
         return True
     try:
         error = json.loads(body).get("error")
     except (ValueError, AttributeError):
         return False
-    return isinstance(error, dict) and error.get("code") == ROUTER_NO_WORKER_CODE
+    return isinstance(error, dict) and (status, error.get("code")) in ROUTER_NO_WORKER
 
 
 def _unavailable(message: str, *, code: str, retry_after: int) -> ErrorReply:
@@ -79,6 +84,8 @@ def _replica_state(replica: Mapping[str, Any]) -> str:
             "(spec.restartPolicy.maxRestartsPerHour)"
         )
     phase = replica.get("phase") or "not ready"
+    if phase == "Ready":  # the operator's last report; the router knows better now
+        return f"replica {index} is Ready by the last status, but the router holds it out"
     message = replica.get("message")
     return f"replica {index} is {phase}" + (f" ({message})" if message else "")
 
