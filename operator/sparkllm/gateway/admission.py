@@ -98,6 +98,7 @@ class Admitted:
     input_tokens_exact: bool
     max_output_tokens: int
     stream: bool
+    sequences: int = 1  # prompts x n: each may produce max_output_tokens
 
 
 Decision = Admitted | ErrorReply
@@ -122,17 +123,21 @@ class Admission:
         self._template = template
         self._allowlist = Allowlist(policy.extensions)
 
-    def decide(self, route: Route, body: bytes, *, user: str | None = None) -> Decision:
+    def decide(
+        self, route: Route, body: bytes, *, user: str | None = None, exact: bool = False
+    ) -> Decision:
         """Forward (``Admitted``) or refuse (``ErrorReply``); never raises for bad input.
 
-        ``user`` (the key's owner) decides which optional extensions pass.
+        ``user`` (the key's owner) decides which optional extensions pass; ``exact``
+        counts the prompt exactly even when the byte bound settles the cap (a token
+        budget reserves the exact count).
         """
         try:
-            return self._decide(route, body, user=user)
+            return self._decide(route, body, user=user, exact=exact)
         except RequestRejectedError as rejection:
             return rejection.reply
 
-    def _decide(self, route: Route, body: bytes, *, user: str | None) -> Decision:
+    def _decide(self, route: Route, body: bytes, *, user: str | None, exact: bool) -> Decision:
         payload = validation.parse_json_object(body)
         self._allowlist.check(route.value, payload, user=user)
         changed = self._check_model(payload)
@@ -146,7 +151,7 @@ class Admission:
         largest_output = max(requested.values(), default=self.policy.default_max_tokens)
         # Below this size the exact count cannot change the decision (see tokens.py).
         exact_above = -1
-        if largest_output is not None and choices == 1:
+        if largest_output is not None and choices == 1 and not exact:
             exact_above = min(self.policy.max_input_tokens, _budget(self.policy, largest_output))
         if route is Route.CHAT:
             check_tool_features(payload, enabled=self.policy.tool_features)
@@ -167,6 +172,7 @@ class Admission:
             input_tokens_exact=work.largest.exact,
             max_output_tokens=next(iter(granted.values())),
             stream=stream,
+            sequences=work.sequences,
         )
 
     def _choices(self, payload: dict[str, Any]) -> int:

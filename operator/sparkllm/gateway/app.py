@@ -2,19 +2,20 @@
 
 Why this order, cheapest refusal first: route (404/405) -> API key (401, before the body
 is even read) -> body size (413, from Content-Length when declared) -> admission (400 /
-404, a pure decision, admission.py) -> a concurrency slot (429) -> the upstream
-(proxy.py). A request that fails a check costs the engine nothing.
+404, a pure decision, admission.py) -> the user's budget and a fair slot (429 naming
+the limit, governance/) -> the upstream (proxy.py). A request that fails a check costs
+the engine nothing.
 
 Routes: POST /v1/chat/completions and /v1/completions (admitted), GET /v1/models
-(authenticated pass-through), GET /health (the gateway itself is alive), GET /ready
-(the upstream answers its readiness probe), GET /metrics. /health, /ready and /metrics
-need no key: Kubernetes and Prometheus call them.
+(authenticated pass-through), GET /v1/usage (the ledger), GET /health (the gateway
+itself is alive), GET /ready (the upstream answers its readiness probe), GET /metrics.
+/health, /ready and /metrics need no key: Kubernetes and Prometheus call them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import time
 
@@ -32,15 +33,17 @@ from sparkllm.gateway.asgi import (
     read_body,
     send_bytes,
     send_reply,
-    wait_for_disconnect,
 )
 from sparkllm.gateway.auth import ApiKeyStore
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import GatewayConfig
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
-from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
+from sparkllm.gateway.governance import usage
+from sparkllm.gateway.governance.gate import Governor
+from sparkllm.gateway.governance.meter import NOTHING_USED, UsageMeter
+from sparkllm.gateway.governance.policy import Policy
 from sparkllm.gateway.metrics import GatewayMetrics, Outcome
-from sparkllm.gateway.proxy import UpstreamClient
+from sparkllm.gateway.proxy import RelayResult, UpstreamClient
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.serving import ServingState
 from sparkllm.gateway.tokens import TokenCounter
@@ -52,7 +55,7 @@ logger = logging.getLogger(__name__)
 # loop keeps streaming other answers. Smaller ones are cheaper than the thread hop.
 OFFLOAD_BODY_BYTES = 16 * 1024
 _GENERATION_ROUTES = {route.value: route for route in Route}
-_GET_ROUTES = frozenset({"/v1/models", "/health", "/ready", "/metrics"})
+_GET_ROUTES = frozenset({"/v1/models", "/v1/usage", "/health", "/ready", "/metrics"})
 _FORWARDED_HEADERS = (b"accept", b"x-request-id")
 
 
@@ -66,6 +69,14 @@ def _outcome_of(reply: ErrorReply) -> Outcome:
     return Outcome.UPSTREAM_ERROR if reply.status >= 500 else Outcome.BAD_REQUEST
 
 
+def _relay_outcome(result: RelayResult) -> Outcome:
+    if result.client_closed:
+        return Outcome.CLIENT_CLOSED
+    if result.upstream_answered and result.status < 400 and result.complete:
+        return Outcome.OK
+    return Outcome.UPSTREAM_ERROR
+
+
 class GatewayApp:
     """The ASGI callable; build it with ``build_gateway_app`` (which does the I/O)."""
 
@@ -75,7 +86,7 @@ class GatewayApp:
         config: GatewayConfig,
         admission: Admission,
         keys: ApiKeyStore,
-        limiter: ConcurrencyLimiter,
+        governor: Governor,
         upstream: UpstreamClient,
         metrics: GatewayMetrics,
         serving: ServingState | None = None,
@@ -87,10 +98,10 @@ class GatewayApp:
         )
         self.admission = admission
         self.keys = keys
-        self.limiter = limiter
+        self.governor, self.limiter = governor, governor.limiter
         self.upstream = upstream
         self.metrics = metrics
-        metrics.watch_limiter(in_flight=lambda: limiter.in_flight, queued=lambda: limiter.queued)
+        metrics.watch_limiter(governor.limiter, users=lambda: keys.users)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -156,11 +167,14 @@ class GatewayApp:
             exposition, content_type = self.metrics.exposition()
             headers = [(b"content-type", content_type.encode("ascii"))]
             await send_bytes(send, status=200, body=exposition, headers=headers)
-        else:  # /v1/models: authenticated pass-through
+        else:  # /v1/models: authenticated pass-through; /v1/usage: the ledger
             user = self.keys.authenticate(header(scope, b"authorization"))
             if isinstance(user, ErrorReply):
                 await send_reply(send, user)
                 self.metrics.count_request(path, Outcome.UNAUTHORIZED)
+                return
+            if path == "/v1/usage":
+                await self._serve_usage(scope, send, user=user)
                 return
             result = await self.upstream.relay(
                 method="GET",
@@ -183,7 +197,12 @@ class GatewayApp:
         if isinstance(user, ErrorReply):
             await self._refuse(route, send, user, user_id=None)
             return
-        decision, deciding = await self._admit(route, scope, receive, user=user)
+        policy = self.governor.policy()
+        if isinstance(policy, ErrorReply):
+            await self._refuse(route, send, policy, user_id=user)
+            return
+        exact = policy.for_user(user).budgeted
+        decision, deciding = await self._admit(route, scope, receive, user=user, exact=exact)
         if isinstance(decision, ErrorReply):
             if deciding is not None:
                 self.metrics.admission_seconds.observe(deciding)
@@ -191,7 +210,9 @@ class GatewayApp:
             return
         assert deciding is not None  # an admitted request was always decided
         try:
-            await self._forward(route, decision, scope, receive, send, user=user, arrived=arrived)
+            await self._forward(
+                route, decision, scope, receive, send, user=user, policy=policy, arrived=arrived
+            )
         finally:
             # Observed after the exchange, not before it: off the time to the first token.
             self.metrics.admission_seconds.observe(deciding)
@@ -208,39 +229,55 @@ class GatewayApp:
         send: Send,
         *,
         user: str,
+        policy: Policy,
         arrived: float,
     ) -> None:
-        """Take a concurrency slot (or answer 429) and relay the admitted request."""
-        slot = SlotResult.ACQUIRED if self.limiter.try_acquire() else await self._queue(receive)
-        if slot is None:  # the client gave up while queued
-            self.metrics.count_request(route.value, Outcome.CLIENT_CLOSED)
+        """Reserve the user's budget, take a fair slot (or answer 429), relay, settle."""
+        granted = await self.governor.admit(user, decision, policy=policy)
+        if isinstance(granted, ErrorReply):
+            await self._refuse(route, send, granted, user_id=user)
             return
-        if slot is not SlotResult.ACQUIRED:
-            retry_after = self.config.retry_after_seconds
-            reply = replies.rate_limited(
-                retry_after_seconds=retry_after, queue_full=slot is SlotResult.QUEUE_FULL
-            )
-            await self._refuse(route, send, reply, user_id=user)
-            return
+        outcome, used = Outcome.CLIENT_CLOSED, NOTHING_USED
         try:
-            result = await self.upstream.relay(
-                method="POST",
-                path=route.value,
-                body=decision.body,
-                headers=[(b"content-type", b"application/json"), *self._forwarded(scope)],
-                send=send,
-                receive=receive,
-                no_worker=self.serving.reply,
-            )
+            holder = await self.governor.wait_for_slot(granted, receive)
+            if holder is None:  # the client gave up while queued
+                self.metrics.count_request(route.value, outcome)
+                return
+            if isinstance(holder, ErrorReply):
+                outcome = Outcome.RATE_LIMITED
+                await self._refuse(route, send, holder, user_id=user)
+                return
+            meter = UsageMeter(send)
+            outcome, used = Outcome.UPSTREAM_ERROR, granted.reserved  # until measured
+            try:
+                result = await self.upstream.relay(
+                    method="POST",
+                    path=route.value,
+                    body=granted.body,
+                    headers=[(b"content-type", b"application/json"), *self._forwarded(scope)],
+                    send=meter.send,
+                    receive=receive,
+                    no_worker=self.serving.reply,
+                )
+            finally:
+                await self.governor.release(holder)
+            outcome = _relay_outcome(result)
+            used = await self.governor.measure(meter, granted, answered=result.upstream_answered)
+            self._done(route, decision, result, outcome=outcome, user=user, arrived=arrived)
         finally:
-            self.limiter.release()
+            await self.governor.finish(granted, used=used, outcome=outcome.value)
+
+    def _done(
+        self,
+        route: Route,
+        decision: Admitted,
+        result: RelayResult,
+        *,
+        outcome: Outcome,
+        user: str,
+        arrived: float,
+    ) -> None:
         finished = time.perf_counter()
-        if result.client_closed:
-            outcome = Outcome.CLIENT_CLOSED
-        elif result.upstream_answered and result.status < 400 and result.complete:
-            outcome = Outcome.OK
-        else:
-            outcome = Outcome.UPSTREAM_ERROR
         self.metrics.count_request(route.value, outcome)
         first_byte = None if result.first_byte_at is None else result.first_byte_at - arrived
         self.metrics.observe_latency(route.value, first_byte=first_byte, total=finished - arrived)
@@ -259,22 +296,8 @@ class GatewayApp:
             result.worker,
         )
 
-    async def _queue(self, receive: Receive) -> SlotResult | None:
-        """Wait for a slot, or None if the client disconnects first (it frees its place)."""
-        waiting = asyncio.ensure_future(self.limiter.acquire())
-        disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
-        try:
-            await asyncio.wait((waiting, disconnect), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            disconnect.cancel()
-            if not waiting.done():
-                waiting.cancel()  # the limiter passes a slot handed over meanwhile on
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiting
-        return None if waiting.cancelled() else waiting.result()
-
     async def _admit(
-        self, route: Route, scope: Scope, receive: Receive, *, user: str
+        self, route: Route, scope: Scope, receive: Receive, *, user: str, exact: bool
     ) -> tuple[Admitted | ErrorReply, float | None]:
         """The decision, and how long deciding took (None when refused by size alone)."""
         limit = self.config.max_body_bytes
@@ -286,10 +309,18 @@ class GatewayApp:
             return replies.request_too_large(limit), None
         started = time.perf_counter()
         if len(body) > OFFLOAD_BODY_BYTES:
-            decision = await asyncio.to_thread(self.admission.decide, route, body, user=user)
+            decide = functools.partial(self.admission.decide, user=user, exact=exact)
+            decision = await asyncio.to_thread(decide, route, body)
         else:
-            decision = self.admission.decide(route, body, user=user)
+            decision = self.admission.decide(route, body, user=user, exact=exact)
         return decision, time.perf_counter() - started
+
+    async def _serve_usage(self, scope: Scope, send: Send, *, user: str) -> None:
+        reply = await usage.answer(self.governor, query=scope.get("query_string"), user=user)
+        if isinstance(reply, ErrorReply):
+            await send_reply(send, reply)
+        else:
+            await send_bytes(send, status=200, body=reply, headers=JSON_HEADERS)
 
     async def _refuse(
         self, route: Route, send: Send, reply: ErrorReply, *, user_id: str | None
@@ -339,16 +370,17 @@ def build_gateway_app(config: GatewayConfig) -> GatewayApp:
     if not counter.byte_level:
         logger.warning("tokenizer is not a plain byte-level BPE: every prompt is tokenised")
     key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else None
+    metrics = GatewayMetrics()
     return GatewayApp(
         config=config,
         admission=Admission(
             policy=AdmissionPolicy.from_config(config), counter=counter, template=template
         ),
         keys=ApiKeyStore(config.api_keys_dir),
-        limiter=ConcurrencyLimiter(
-            max_in_flight=config.max_concurrent_requests,
-            queue_size=config.queue_size,
-            timeout=config.queue_timeout_seconds,
+        governor=Governor.from_config(
+            config,
+            metrics=metrics.users,
+            count_output=functools.partial(counter.count, add_special_tokens=False),
         ),
         upstream=UpstreamClient(
             base_url=config.upstream_url,
@@ -357,7 +389,7 @@ def build_gateway_app(config: GatewayConfig) -> GatewayApp:
             read_timeout=config.upstream_read_timeout_seconds,
             max_connections=config.max_concurrent_requests + 8,
         ),
-        metrics=GatewayMetrics(),
+        metrics=metrics,
         serving=ServingState(
             model=config.served_model_name,
             namespace=config.cluster_namespace,

@@ -115,6 +115,11 @@ class GatewayConfig(BaseModel):
     api_keys_dir: Path = Field(
         description="Directory of user keys (a mounted Secret): one file per user, name = user id."
     )
+    governance_policy_path: Path | None = Field(
+        None,
+        description="The per-user governance policy (YAML, a mounted ConfigMap key), re-read "
+        "when it changes; unset: no per-user limits, equal shares of the slots.",
+    )
     tokenizer_dir: Path = Field(
         description="Directory with tokenizer.json and tokenizer_config.json (chat_template)."
     )

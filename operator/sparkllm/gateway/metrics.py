@@ -15,7 +15,8 @@ lookup.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -39,6 +40,16 @@ _ADMISSION_BUCKETS = (
     0.25,
 )
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
+
+
+class Limiter(Protocol):
+    """What the gauges read from the concurrency limiter."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
 
 
 class Outcome(enum.StrEnum):
@@ -111,10 +122,15 @@ class GatewayMetrics:
             registry=self.registry,
         )
 
-    def watch_limiter(self, *, in_flight: Callable[[], float], queued: Callable[[], float]) -> None:
-        """Read the gauges from the limiter at scrape time (no hot-path cost)."""
-        self.in_flight.set_function(in_flight)
-        self.queued.set_function(queued)
+        self.users = UserMetrics(self.registry)
+        self._known_users: Callable[[], Iterable[str]] = tuple
+
+    def watch_limiter(self, limiter: Limiter, *, users: Callable[[], Iterable[str]]) -> None:
+        """Read the gauges from the limiter at scrape time (no hot-path cost); ``users``:
+        who holds a key now (the per-user series of the others are dropped at scrape)."""
+        self.in_flight.set_function(lambda: limiter.in_flight)
+        self.queued.set_function(lambda: limiter.queued)
+        self._known_users = users
 
     def count_request(self, route: str, outcome: Outcome) -> None:
         """One finished request (``route`` outside ROUTES counts as "other")."""
@@ -132,7 +148,56 @@ class GatewayMetrics:
 
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition and its content type."""
+        self.users.forget_users(self._known_users())
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
 _KINDS = {True: "exact", False: "upper_bound"}
+
+
+_QUEUE_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+
+
+class UserMetrics:
+    """Per-user counters and the queue-wait histogram (labels: authenticated users only)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def per_user(name: str, description: str, label: str) -> Counter:
+            return Counter(PREFIX + name, description, ["user", label], registry=registry)
+
+        self._requests = per_user("user_requests", "Generation requests per user.", "outcome")
+        self._tokens = per_user(
+            "user_tokens", "Tokens charged to a user (kind=input|output), as used.", "kind"
+        )
+        self._refusals = per_user(
+            "user_refusals", "Requests refused by governance, by the limit (reason).", "reason"
+        )
+        self._queue_wait = Histogram(
+            PREFIX + "user_queue_wait_seconds",
+            "Time a user's admitted request waited for a slot in the fair queue.",
+            ["user"],
+            buckets=_QUEUE_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self._series: dict[str, set[tuple[Counter | Histogram, tuple[str, ...]]]] = {}
+
+    def _child(self, family: Counter | Histogram, *labels: str) -> Any:
+        self._series.setdefault(labels[0], set()).add((family, labels))
+        return family.labels(*labels)
+
+    def finished(self, user: str, *, outcome: str, input_tokens: int, output_tokens: int) -> None:
+        self._child(self._requests, user, outcome).inc()
+        self._child(self._tokens, user, "input").inc(input_tokens)
+        self._child(self._tokens, user, "output").inc(output_tokens)
+
+    def refused(self, user: str, *, reason: str) -> None:
+        self._child(self._refusals, user, reason).inc()
+
+    def waited(self, user: str, seconds: float) -> None:
+        self._child(self._queue_wait, user).observe(seconds)
+
+    def forget_users(self, known: Iterable[str]) -> None:
+        """Remove the series of users who no longer hold a key."""
+        for user in set(self._series) - set(known):
+            for family, labels in self._series.pop(user):
+                family.remove(*labels)

@@ -1,0 +1,264 @@
+"""The governor: one admitted request's way through policy, budget, fair queue and slot.
+
+Why one object between the app and the store: the steps must pair up whatever happens —
+a reservation made is settled, a queue place taken is given back, a global slot taken
+is released — also when the client leaves or the upstream fails; the app calls
+``admit`` then ``slot``, relays, and ``finish`` in a ``finally``. In order:
+
+1. the user's effective policy (policy.py); a configured policy that never loaded
+   refuses with 503 (fail closed);
+2. ``store.admit``: requests per minute, the user's requests in progress, and the token
+   windows, reserving the exact prompt plus the granted output — ``max_tokens`` is
+   lowered in the body when the budget allows less than asked;
+3. the fair queue (limits.py) for a local slot, then the store's global slot (several
+   gateway replicas share ``maxConcurrentRequests``; waits for it up to the queue
+   timeout);
+4. after the relay, ``store.settle`` with what was used (meter.py) and the accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sparkllm.gateway.admission import Admitted
+from sparkllm.gateway.asgi import Receive, wait_for_disconnect
+from sparkllm.gateway.config import GatewayConfig
+from sparkllm.gateway.governance import replies
+from sparkllm.gateway.governance.meter import UsageMeter, Used
+from sparkllm.gateway.governance.policy import UNGOVERNED, Governed, Policy, PolicySource
+from sparkllm.gateway.governance.store import (
+    Admit,
+    AdmitRequest,
+    GovernanceStore,
+    Limit,
+    MemoryStore,
+)
+from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
+from sparkllm.gateway.metrics import UserMetrics
+from sparkllm.gateway.replies import ErrorReply
+
+OFFLOAD_METER_BYTES = 16 * 1024  # answers longer than this are metered on a worker thread
+GLOBAL_SLOT_POLL_SECONDS = 0.05  # how often a request holding a local slot retries the global
+_OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
+_QUEUE_LIMITS = {
+    SlotResult.QUEUE_FULL: Limit.QUEUE_FULL,
+    SlotResult.USER_QUEUE_FULL: Limit.USER_QUEUE,
+    SlotResult.TIMED_OUT: Limit.QUEUE_TIMEOUT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """An admitted request's reservation: forward ``body``; settle ``ticket`` afterwards."""
+
+    user: str
+    ticket: str
+    body: bytes
+    input_tokens: int
+    reserved_output: int  # every sequence's output together
+    governed: Governed
+
+    @property
+    def reserved(self) -> Used:
+        """The whole reservation, charged when what was used cannot be known."""
+        return Used(self.input_tokens, self.reserved_output, measured=False)
+
+
+class Governor:
+    """Per-user governance around the relay; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: GovernanceStore,
+        limiter: ConcurrencyLimiter,
+        metrics: UserMetrics,
+        policy: PolicySource | None,
+        max_in_flight: int,
+        queue_timeout: float,
+        count_output: Callable[[str], int] | None = None,
+        replica: str = "local",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.limiter = limiter
+        self.metrics = metrics
+        self._policy = policy
+        self.count_output = count_output  # the model's tokenizer, for streams without usage
+        self._max_in_flight = max_in_flight
+        self._queue_timeout = queue_timeout
+        self._replica = replica
+        self._clock = clock
+        self._holders = itertools.count(1)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: GatewayConfig,
+        *,
+        metrics: UserMetrics,
+        count_output: Callable[[str], int] | None,
+        store: GovernanceStore | None = None,
+    ) -> Governor:
+        """The governor of a gateway run with ``config`` (default: the in-process store)."""
+        path = config.governance_policy_path
+        return cls(
+            store=MemoryStore() if store is None else store,
+            limiter=ConcurrencyLimiter(
+                max_in_flight=config.max_concurrent_requests,
+                queue_size=config.queue_size,
+                timeout=config.queue_timeout_seconds,
+            ),
+            metrics=metrics,
+            policy=None if path is None else PolicySource(path),
+            max_in_flight=config.max_concurrent_requests,
+            queue_timeout=config.queue_timeout_seconds,
+            count_output=count_output,
+        )
+
+    def policy(self) -> Policy | ErrorReply:
+        if self._policy is None:
+            return UNGOVERNED
+        current = self._policy.current()
+        return replies.policy_unavailable(current) if isinstance(current, str) else current
+
+    async def admit(self, user: str, decision: Admitted, *, policy: Policy) -> Pass | ErrorReply:
+        """Reserve the request's tokens under the user's limits, or the 429 to send."""
+        governed = policy.for_user(user)
+        sequences = decision.sequences
+        admitted = await self.store.admit(
+            AdmitRequest(
+                user=user,
+                input_tokens=decision.input_tokens,
+                requested_output_tokens=decision.max_output_tokens * sequences,
+                min_output_tokens=policy.min_output_tokens * sequences,
+                limits=governed.limits,
+                now=self._clock(),
+            )
+        )
+        if not isinstance(admitted, Admit):
+            self.metrics.refused(user, reason=replies.reason(admitted))
+            return replies.refused(admitted, min_output_tokens=policy.min_output_tokens)
+        per_sequence = admitted.granted_output_tokens // sequences
+        body = decision.body
+        if per_sequence < decision.max_output_tokens:
+            body = _lower_max_tokens(body, per_sequence)
+        return Pass(
+            user=user,
+            ticket=admitted.ticket,
+            body=body,
+            input_tokens=decision.input_tokens,
+            reserved_output=admitted.granted_output_tokens,
+            governed=governed,
+        )
+
+    async def slot(self, granted: Pass) -> str | ErrorReply:
+        """Wait for a local slot (fairly), then the global one: the holder id, or the 429.
+
+        A caller cancelled meanwhile (the client left) gives back what it held.
+        """
+        waited_from = time.perf_counter()
+        queued = await self.limiter.acquire(
+            granted.user, weight=granted.governed.weight, max_queued=granted.governed.max_queued
+        )
+        if queued is not SlotResult.ACQUIRED:
+            limit = _QUEUE_LIMITS[queued]
+            self.metrics.refused(granted.user, reason=limit.value)
+            return replies.queue_refused(limit, retry_after_seconds=self._retry_after())
+        return await self.claim(granted, waited_from=waited_from)
+
+    async def claim(self, granted: Pass, *, waited_from: float | None = None) -> str | ErrorReply:
+        """Holding a local slot: take the global one (or give the local one back, 429)."""
+        started = time.perf_counter() if waited_from is None else waited_from
+        holder = f"{self._replica}:{next(self._holders)}"
+        try:
+            acquired = await self._global_slot(holder, deadline=started + self._queue_timeout)
+        except BaseException:
+            self.limiter.release()
+            raise
+        if not acquired:
+            self.limiter.release()
+            self.metrics.refused(granted.user, reason=Limit.QUEUE_TIMEOUT.value)
+            return replies.queue_refused(
+                Limit.QUEUE_TIMEOUT, retry_after_seconds=self._retry_after()
+            )
+        self.metrics.waited(granted.user, time.perf_counter() - started)
+        return holder
+
+    async def wait_for_slot(self, granted: Pass, receive: Receive) -> str | ErrorReply | None:
+        """A slot's holder id, the 429, or None if the client disconnects first."""
+        if self.limiter.try_acquire():  # the common case, without a task
+            return await self.claim(granted)
+        waiting = asyncio.ensure_future(self.slot(granted))
+        disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
+        try:
+            await asyncio.wait((waiting, disconnect), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            disconnect.cancel()
+            if not waiting.done():
+                waiting.cancel()  # slot() gives back what it held meanwhile
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiting
+        # A client gone just as a slot came is seen by the relay at once.
+        return None if waiting.cancelled() else waiting.result()
+
+    async def measure(self, meter: UsageMeter, granted: Pass, *, answered: bool) -> Used:
+        """What the answer used; a long answer is read on a worker thread."""
+        measure = functools.partial(
+            meter.used,
+            input_tokens=granted.input_tokens,
+            reserved_output=granted.reserved_output,
+            answered=answered,
+            count=self.count_output,
+        )
+        if meter.size > OFFLOAD_METER_BYTES:
+            return await asyncio.to_thread(measure)
+        return measure()
+
+    async def release(self, holder: str) -> None:
+        self.limiter.release()
+        await self.store.release_slot(holder)
+
+    async def finish(self, granted: Pass, *, used: Used, outcome: str) -> None:
+        """Charge what was used, give the rest back, and count it (once per Pass)."""
+        await self.store.settle(
+            granted.ticket,
+            input_tokens=used.input_tokens,
+            output_tokens=used.output_tokens,
+            outcome=outcome,
+            now=self._clock(),
+        )
+        self.metrics.finished(
+            granted.user,
+            outcome=outcome,
+            input_tokens=used.input_tokens,
+            output_tokens=used.output_tokens,
+        )
+
+    async def _global_slot(self, holder: str, *, deadline: float) -> bool:
+        while not await self.store.acquire_slot(holder, limit=self._max_in_flight):
+            if time.perf_counter() >= deadline:
+                return False
+            await asyncio.sleep(GLOBAL_SLOT_POLL_SECONDS)
+        return True
+
+    def _retry_after(self) -> int:
+        return max(1, int(-(-self._queue_timeout // 1)))
+
+
+def _lower_max_tokens(body: bytes, granted: int) -> bytes:
+    """The body with every output limit at most ``granted`` (admission always set one)."""
+    payload: dict[str, Any] = json.loads(body)
+    for name in _OUTPUT_FIELDS:
+        value = payload.get(name)
+        if isinstance(value, int) and value > granted:
+            payload[name] = granted
+    return json.dumps(payload, separators=(",", ":")).encode("ascii")

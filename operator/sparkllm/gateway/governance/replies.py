@@ -1,0 +1,69 @@
+"""Governance's answers: every 429 names the limit that refused and when to retry.
+
+Why its own module: a client told only "429, retry in 20 s" cannot tell its own budget
+from the deployment's congestion, and retries at the wrong moment. Each refusal here
+says which limit (``requests_per_minute``, ``tokens per day``, the user's queue, ...),
+its Retry-After comes from that limit (the end of the window, the queue timeout), and
+the body keeps OpenAI's shape and ``rate_limit_exceeded`` code so SDKs back off as usual.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sparkllm.gateway.governance.store import Limit, Refusal
+from sparkllm.gateway.replies import CODE_RATE_LIMITED, RATE_LIMIT, SERVER_ERROR, ErrorReply
+
+CODE_POLICY_UNAVAILABLE = "governance_policy_unavailable"
+
+
+def _seconds(value: float) -> int:
+    return max(1, math.ceil(value))
+
+
+def reason(refusal: Refusal) -> str:
+    """The limit's name: in the 429's message and the refusals metric's ``reason``."""
+    if refusal.limit in (Limit.TOKENS, Limit.MIN_OUTPUT):
+        return f"tokens_per_{refusal.window}"
+    return refusal.limit.value
+
+
+def refused(refusal: Refusal, *, min_output_tokens: int) -> ErrorReply:
+    """429 for a refusal by the store (the user's rate, concurrency or token budget)."""
+    wait = _seconds(refusal.retry_after)
+    window = refusal.window or ""
+    if refusal.limit is Limit.CONCURRENCY:
+        why = "you have as many requests in progress as your policy allows"
+    elif refusal.limit is Limit.REQUESTS_PER_MINUTE:
+        why = "your requests per minute are used up"
+    elif refusal.limit is Limit.MIN_OUTPUT:
+        why = (
+            f"your tokens per {window} leave {refusal.remaining_tokens} tokens, fewer than "
+            f"this request's input plus the minimum answer of {min_output_tokens} tokens"
+        )
+    else:
+        why = f"your tokens per {window} are used up (or too few for this request's input)"
+    message = f"Rate limit {reason(refusal)} reached: {why}. Retry after {wait} s."
+    return ErrorReply(429, message, RATE_LIMIT, CODE_RATE_LIMITED, retry_after_seconds=wait)
+
+
+def queue_refused(limit: Limit, *, retry_after_seconds: int) -> ErrorReply:
+    """429 from the fair queue: the user's bound, the gateway's bound, or the wait."""
+    why = {
+        Limit.USER_QUEUE: "you have as many requests waiting as your policy allows",
+        Limit.QUEUE_FULL: "the request queue is full",
+        Limit.QUEUE_TIMEOUT: "no slot freed up in time",
+    }[limit]
+    message = (
+        f"Rate limit {limit.value} reached: too many concurrent requests, {why}. "
+        f"Retry after {retry_after_seconds} s."
+    )
+    return ErrorReply(
+        429, message, RATE_LIMIT, CODE_RATE_LIMITED, retry_after_seconds=retry_after_seconds
+    )
+
+
+def policy_unavailable(problem: str) -> ErrorReply:
+    """503: a governance policy is configured but none could be loaded (fail closed)."""
+    message = f"The gateway's usage policy is not available: {problem}."
+    return ErrorReply(503, message, SERVER_ERROR, CODE_POLICY_UNAVAILABLE)
