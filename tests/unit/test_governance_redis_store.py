@@ -349,9 +349,10 @@ def test_slots_are_bounded_across_clients_and_lapse_when_a_holder_dies(
                 await second.acquire_slot("b", limit=2),
                 await second.acquire_slot("c", limit=2),  # full
                 await first.acquire_slot("a", limit=2),  # a holder asking again keeps its one
+                await second.acquire_slot("a", limit=2),  # one name, another replica: not its
             ]
             await first.release_slot("a")
-            got.append(await second.acquire_slot("c", limit=2))
+            got.append(await second.acquire_slot("a", limit=2))
             await second.aclose()  # b and c are held by a gateway that stopped
             got.append(await first.acquire_slot("d", limit=2))
             await asyncio.sleep(0.5)
@@ -360,7 +361,7 @@ def test_slots_are_bounded_across_clients_and_lapse_when_a_holder_dies(
         finally:
             await first.aclose()
 
-    assert run(scenario) == [True, True, False, True, True, False, True]
+    assert run(scenario) == [True, True, False, True, False, True, False, True]
 
 
 def test_an_unreachable_redis_is_a_clear_error_never_a_silent_admit() -> None:

@@ -105,7 +105,10 @@ class RedisStore:
         self._refresh = client.register_script(scripts.REFRESH)
         self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
         self._tickets: set[str] = set()  # leases this process must keep alive
-        self._holders: set[str] = set()
+        self._holders: set[str] = set()  # as members of the slots zset: _member(holder)
+        # Holder names are the caller's (e.g. "local:1"); another replica may use the
+        # same ones, so each store's members carry an id of their own.
+        self._instance = uuid.uuid4().hex[:12]
         self._refresher: asyncio.Task[None] | None = None
 
     @classmethod
@@ -214,18 +217,20 @@ class RedisStore:
 
     async def acquire_slot(self, holder: str, *, limit: int) -> bool:
         self._ensure_refresher()
+        member = self._member(holder)
         try:
-            got = await self._acquire([self._slots_key], [holder, limit, self._lease_ms])
+            got = await self._acquire([self._slots_key], [member, limit, self._lease_ms])
         except RedisError as exc:
             raise _unavailable("take a slot", exc) from exc
         if got:
-            self._holders.add(holder)
+            self._holders.add(member)
         return bool(got)
 
     async def release_slot(self, holder: str) -> None:
-        self._holders.discard(holder)
+        member = self._member(holder)
+        self._holders.discard(member)
         try:
-            await self._client.zrem(self._slots_key, holder)
+            await self._client.zrem(self._slots_key, member)
         except RedisError as exc:
             log.warning(
                 "governance slot release failed; the slot frees when its lease ends",
@@ -249,6 +254,9 @@ class RedisStore:
                 await self._refresher
             self._refresher = None
         await self._client.aclose()
+
+    def _member(self, holder: str) -> str:
+        return f"{self._instance}/{holder}"
 
     def _ensure_refresher(self) -> None:
         if self._refresher is None or self._refresher.done():
