@@ -165,7 +165,6 @@ class UpstreamClient:
                 if body is not None and is_no_worker(status, response.headers, body):
                     assert no_worker is not None
                     reply = await no_worker()
-                    logger.warning("no replica serves code=%s", reply.code)
                     await send_reply(send, reply)
                     status, complete = reply.status, True
                 else:

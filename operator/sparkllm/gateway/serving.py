@@ -149,6 +149,7 @@ class ServingState:
         self._read_at = -CACHE_SECONDS
         self._cluster: Mapping[str, Any] | None = None
         self._api: KubeAPI | None = None  # made at the first read
+        self._said = ""  # the last reply's message, logged when it changes
 
     async def reply(self) -> ErrorReply:
         """The 503 to send now that the router said it has no replica."""
@@ -156,7 +157,11 @@ class ServingState:
         if namespace and name and self._clock() - self._read_at >= CACHE_SECONDS:
             self._read_at = self._clock()
             self._cluster = await self._read(namespace, name)
-        return no_replica_reply(self._cluster, model=self._model, name=self._name)
+        reply = no_replica_reply(self._cluster, model=self._model, name=self._name)
+        if reply.message != self._said:  # a transition is logged once, not per request
+            self._said = reply.message
+            logger.warning("no replica serves: %s code=%s", reply.message, reply.code)
+        return reply
 
     async def _read(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
