@@ -13,7 +13,8 @@ The rules every store keeps (tests/unit/test_governance_store.py pins them):
   so a window is a key (``window_start``) and "retry after" is the time to its end.
 * ``admit`` reserves ``input_tokens + granted_output`` in every token window at once,
   where ``granted_output = min(requested_output, what every window still allows)``;
-  it refuses when that is below ``min_output_tokens`` or any other limit is reached.
+  it refuses when that is below ``min_output_tokens`` (or below what was asked, when
+  less was asked) or any other limit is reached.
   Concurrent admits of one user therefore never promise more than a window holds.
 * ``settle`` replaces the reservation by what was used (in the windows the reservation
   was made in), releases the request's place, and adds the request to the ledger.
@@ -166,9 +167,10 @@ def grant(
             Limit.REQUESTS_PER_MINUTE, retry_after=retry_after(req.now, MINUTE_SECONDS)
         )
     granted = req.requested_output_tokens
+    least = min(req.min_output_tokens, granted)  # a request may ask for less than the minimum
     for window in limits.token_windows:
         left = window.limit - charged.get(window.name, 0) - req.input_tokens
-        if left < req.min_output_tokens:
+        if left < least or left <= 0:
             limit = Limit.MIN_OUTPUT if left > 0 else Limit.TOKENS
             return 0, Refusal(
                 limit,

@@ -1,0 +1,228 @@
+"""Governance through the real gateway over sockets: budgets, 429s, the ledger, hot policy.
+
+The upstream here answers with ``usage`` (JSON) or streams text without it, so what the
+ledger charges can be checked against what the engine "used".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkllm.gateway.app import build_gateway_app
+from sparkllm.gateway.governance.meter import UsageMeter
+from sparkllm.gateway.tokens import TokenCounter
+from tests.unit.gateway_fixtures import (
+    MODEL,
+    gateway_config,
+    read_request_body,
+    running,
+    train_tokenizer,
+    wait_until,
+    write_keys,
+    write_model_dir,
+)
+
+CHAT = "/v1/chat/completions"
+ALICE = {"authorization": "Bearer key-alice"}
+BOB = {"authorization": "Bearer key-bob"}
+OPS = {"authorization": "Bearer key-ops"}
+USED_OUTPUT = 7  # what the upstream says each JSON answer used
+STREAM_TEXT = "hello world " * 5
+
+
+class UsageUpstream:
+    """Answers like SGLang: JSON with usage, or an SSE stream of text without usage."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        payload = json.loads(await read_request_body(receive) or b"{}")
+        self.bodies.append(payload)
+        if payload.get("stream"):
+            head = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": head})
+            for word in STREAM_TEXT.split(" ")[:-1]:
+                event = {"choices": [{"index": 0, "delta": {"content": word + " "}}]}
+                chunk = b"data: " + json.dumps(event).encode() + b"\n\n"
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+            return
+        usage = {"prompt_tokens": 11, "completion_tokens": USED_OUTPUT, "total_tokens": 18}
+        body = json.dumps({"object": "chat.completion", "choices": [], "usage": usage}).encode()
+        head = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": body})
+
+
+POLICY = """
+minOutputTokens: 8
+admins: [ops]
+defaults:
+  tokensPerHour: 200
+users:
+  bob:
+    requestsPerMinute: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("model"), train_tokenizer())
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[UsageUpstream, str]]:
+    recorder = UsageUpstream()
+    with running(recorder, lifespan="off") as server:
+        yield recorder, server.url
+
+
+def _gateway(model_dir: Path, tmp_path: Path, upstream_url: str, policy: Path) -> Any:
+    keys = write_keys(tmp_path / "keys", {"alice": "key-alice", "bob": "key-bob", "ops": "key-ops"})
+    config = gateway_config(
+        model_dir=model_dir, keys_dir=keys, upstream_url=upstream_url,
+        governance_policy_path=policy,
+    )  # fmt: skip
+    return build_gateway_app(config)
+
+
+def _chat(**fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], **fields}
+
+
+def test_budget_lowers_max_tokens_charges_usage_and_refuses_naming_the_limit(
+    model_dir: Path, tmp_path: Path, upstream: tuple[UsageUpstream, str]
+) -> None:
+    recorder, url = upstream
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    app = _gateway(model_dir, tmp_path, url, policy)
+    with running(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        first = client.post(CHAT, json=_chat(max_tokens=1000), headers=ALICE)
+        assert first.status_code == 200
+        asked = recorder.bodies[-1]["max_tokens"]
+        assert asked < 200  # lowered to what the hour's 200 tokens leave after the prompt
+        # Charged what was used: the next grant sees 200 - (11 + 7) tokens left.
+        client.post(CHAT, json=_chat(max_tokens=1000), headers=ALICE)
+        assert recorder.bodies[-1]["max_tokens"] == asked - 11 - USED_OUTPUT
+        for _ in range(12):  # 18 tokens each: the hour runs out
+            refused = client.post(CHAT, json=_chat(max_tokens=1000), headers=ALICE)
+            if refused.status_code == 429:
+                break
+        assert refused.status_code == 429
+        message = refused.json()["error"]["message"]
+        assert "tokens_per_hour" in message
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert 1 <= int(refused.headers["retry-after"]) <= 3600
+        # bob: one request a minute
+        assert client.post(CHAT, json=_chat(), headers=BOB).status_code == 200
+        limited = client.post(CHAT, json=_chat(), headers=BOB)
+        assert limited.status_code == 429
+        assert "requests_per_minute" in limited.json()["error"]["message"]
+        assert 1 <= int(limited.headers["retry-after"]) <= 60
+        own = client.get("/v1/usage", headers=ALICE).json()
+        everyone = client.get("/v1/usage", headers=OPS).json()
+        metrics = client.get("/metrics").text
+    assert [row["user"] for row in own["data"]] == ["alice"]
+    alice = own["data"][0]
+    assert alice["outcomes"] == {"ok": alice["requests"]}
+    assert alice["input_tokens"] == 11 * alice["requests"]
+    assert alice["output_tokens"] == USED_OUTPUT * alice["requests"]
+    assert own["store"]["shared"] is False
+    assert "state in process" in own["store"]["note"]
+    assert sorted(row["user"] for row in everyone["data"]) == ["alice", "bob"]
+    samples = _samples(metrics)
+    output = samples[("sparkllm_gateway_user_tokens_total", "alice", "output")]
+    assert output == USED_OUTPUT * alice["requests"]
+    assert samples[("sparkllm_gateway_user_refusals_total", "alice", "tokens_per_hour")] == 1
+    assert samples[("sparkllm_gateway_user_refusals_total", "bob", "requests_per_minute")] == 1
+
+
+def _samples(exposition: str) -> dict[tuple[str, str, str], float]:
+    """Per-user samples: (name, user, the other label's value) -> value."""
+    return {
+        (sample.name, sample.labels["user"], value): sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if "user" in sample.labels
+        for key, value in sample.labels.items()
+        if key != "user"
+    }
+
+
+def test_a_stream_without_usage_is_charged_what_it_streamed(
+    model_dir: Path, tmp_path: Path, upstream: tuple[UsageUpstream, str]
+) -> None:
+    _recorder, url = upstream
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("defaults: {tokensPerDay: 100000}\n")
+    app = _gateway(model_dir, tmp_path, url, policy)
+    with running(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        streamed = client.post(CHAT, json=_chat(stream=True, max_tokens=50), headers=ALICE)
+        assert streamed.status_code == 200
+        assert "[DONE]" in streamed.text
+        rows = client.get("/v1/usage", headers=ALICE).json()["data"]
+    counter = TokenCounter.from_dir(model_dir)
+    assert rows[0]["output_tokens"] == counter.count(STREAM_TEXT, add_special_tokens=False)
+    assert rows[0]["input_tokens"] > 0
+
+
+def test_a_policy_that_does_not_load_fails_closed_then_applies_without_restart(
+    model_dir: Path, tmp_path: Path, upstream: tuple[UsageUpstream, str]
+) -> None:
+    _recorder, url = upstream
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("defaults: {tokensPerHour: -1}\n")  # invalid
+    app = _gateway(model_dir, tmp_path, url, policy)
+    with running(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        refused = client.post(CHAT, json=_chat(), headers=ALICE)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "governance_policy_unavailable"
+        assert "tokensPerHour" in refused.json()["error"]["message"]
+        policy.write_text("users: {alice: {maxConcurrentRequests: 4}}\n")
+        wait_until(
+            lambda: client.post(CHAT, json=_chat(), headers=ALICE).status_code == 200,
+            what="the corrected policy to apply",
+        )
+        policy.write_text("users: {alice: {requestsPerMinute: 1}}\n")
+        time.sleep(0.01)
+        wait_until(
+            lambda: client.post(CHAT, json=_chat(), headers=ALICE).status_code == 429,
+            what="the new limit to apply without a restart",
+        )
+        policy.write_text(": not yaml [")  # a broken edit keeps the last good policy
+        time.sleep(1.2)
+        again = client.post(CHAT, json=_chat(), headers=ALICE)
+    assert again.status_code == 429
+    assert "requests_per_minute" in again.json()["error"]["message"]
+
+
+def test_the_meter_charges_in_full_what_it_cannot_read() -> None:
+    async def send(_message: Any) -> None:
+        return None
+
+    meter = UsageMeter(send)
+    used = meter.used(input_tokens=5, reserved_output=9, answered=True, count=None)
+    assert (used.input_tokens, used.output_tokens) == (0, 0)  # no answer at all
+
+    async def cut_off() -> None:
+        await meter.send({"type": "http.response.start", "status": 200, "headers": []})
+        await meter.send(
+            {"type": "http.response.body", "body": b'{"choices": [', "more_body": True}
+        )
+
+    asyncio.run(cut_off())
+    used = meter.used(input_tokens=5, reserved_output=9, answered=True, count=None)
+    assert (used.input_tokens, used.output_tokens, used.measured) == (5, 9, False)
