@@ -21,7 +21,8 @@ from sparkllm.bench.accept.resources import (
     restart_count,
     restarts_row,
 )
-from sparkllm.bench.accept.run import AcceptConfig, run_acceptance
+from sparkllm.bench.accept.rows import Row
+from sparkllm.bench.accept.run import AcceptConfig, AcceptRun, run_acceptance
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SpecError
 from sparkllm_dev.sim.server import prepare
@@ -87,7 +88,18 @@ def test_every_row_against_a_healthy_simulator(tmp_path: Path) -> None:
     assert set(data["figures"]) == {"scale8", "arrival"}
     summary = status_summary(run)
     assert (summary["pass"], summary["fail"], summary["notMeasured"]) == (10, 0, 7)
-    assert (tmp_path / "bar").read_text().count("[bench] functional") >= 1
+    bar = (tmp_path / "bar").read_text()
+    assert bar.count("[bench] functional") >= 1
+    assert "[bench] soak      [########################] 1/1 errors 0" in bar  # seconds
+    assert "[accept] Arrival: 4 requests 16 -> 8 tokens, Poisson arrivals at 40 req/s" in bar
+    assert "[accept] Scale8: 6 requests 16 -> 8 tokens at closed-loop concurrency 3" in bar
+    assert summary["verdicts"]["resources/swap"] == "not measured"
+    assert summary["verdicts"]["functional/streaming"] == "pass"
+    assert len(summary["verdicts"]) == 17
+    assert summary["failed"] == []
+    assert set(summary["figures"]) == {"scale8", "arrival"}
+    assert summary["startedAt"] <= summary["endedAt"]
+    assert "Result: **PASSED** — 10 pass, 0 fail, 7 not measured" in report_markdown(run, config)
 
 
 def test_a_restart_during_the_run_fails_the_rows(tmp_path: Path) -> None:
@@ -104,6 +116,25 @@ def test_a_broken_engine_fails_stress_naming_the_error(tmp_path: Path) -> None:
     rows = {row.name: row for row in run.rows}
     assert rows["Scale8"].verdict == "fail"
     assert "0/6 completed; errors: stream ended without [DONE]" in rows["Scale8"].detail
+    assert rows["Arrival"].verdict == "fail"
+    assert "0/4 completed; errors: stream ended without [DONE]" in rows["Arrival"].detail
+    summary = status_summary(run)
+    assert summary["failed"][0].startswith(
+        "stress/Scale8: 0/6 completed; errors: stream ended without [DONE]"
+    )
+    assert (summary["fail"], summary["verdicts"]["stress/Arrival"]) == (2, "fail")
+
+
+def test_the_status_summary_fits_a_termination_message() -> None:
+    rows = [
+        Row(section="functional", name=f"check {i}", verdict="fail", basis="b", detail="x" * 500)
+        for i in range(40)
+    ]
+    summary = status_summary(AcceptRun(rows=rows, started=0.0, ended=1.0))
+    assert len(json.dumps(summary, separators=(",", ":")).encode()) <= 3584
+    assert summary["fail"] == 40  # the counts are never cut
+    assert all(len(entry) <= 200 for entry in summary["failed"])
+    assert summary["failed"][0].startswith("functional/check 0: xxx")
 
 
 def test_regression_against_a_baseline_per_metric() -> None:

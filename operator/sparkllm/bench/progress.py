@@ -44,8 +44,11 @@ class ProgressBar:
         )
 
     def advance(self, *, failed: bool) -> None:
-        self.done += 1
-        self.errors += int(failed)
+        self.update(done=self.done + 1, errors=self.errors + int(failed))
+
+    def update(self, *, done: int, errors: int) -> None:
+        """Set the counts (e.g. seconds of a timed run) and redraw as ``advance`` does."""
+        self.done, self.errors = min(done, self._total), errors
         if self._interactive:
             self._out.write("\r" + self.line())
             self._out.flush()

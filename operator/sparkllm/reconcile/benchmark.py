@@ -1,11 +1,13 @@
-"""The benchmark on demand, as a reconcile step: request annotation -> Job -> status.
+"""Runs on demand, as a reconcile step: request annotation -> Job -> status.
 
-``read_benchmark`` (observe) reads what the pure decision (``benchmark_plan``) needs —
-the cluster's benchmark Jobs and their pods, and, only when a Job may be created, the
-names of the users' keys. ``decide_benchmark`` (pure) turns that into the Jobs to create
-or delete, the new ``status.benchmark``, the Events to post, and whether to remove the
-request annotation; ``execute`` writes them within the pass's one status write, Events
-at the end, so this step adds no write of its own when nothing changed.
+Two kinds share it (``StepKind``): the benchmark (here) and the acceptance checklist
+(``reconcile.acceptance``). ``read_on_demand`` (observe) reads what the pure decision
+(``benchmark_plan``) needs — the kind's Jobs and their pods, and, only when a Job may be
+created, the names of the users' keys. ``decide_on_demand`` (pure) turns that into the
+objects to create (the Job, after what it needs) or Jobs to delete, the new
+``status.<field>``, the Events to post, and the annotations to remove (the request) or
+set (an accepted baseline); ``execute`` writes them within the pass's one status write,
+Events at the end, so this step adds no write of its own when nothing changed.
 
 Why create instead of apply: a benchmark Job runs once and is never updated (its pod
 template is immutable); its name is deterministic, so ``create`` answering 409 means
@@ -16,17 +18,21 @@ InferenceCluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
 from sparkllm.reconcile.actions import Removal
 from sparkllm.reconcile.benchmark_plan import (
+    BENCHMARK,
+    TERMINAL,
     BenchmarkEvent,
+    BenchmarkPlan,
     JobResult,
+    OnDemand,
     in_flight,
     job_result,
     plan_benchmark,
@@ -35,8 +41,6 @@ from sparkllm.reconcile.benchmark_plan import (
 from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.owned import JOB, POD, SECRET
 from sparkllm.render.benchmark import (
-    ANNOTATION_BENCHMARK,
-    BenchmarkRequest,
     benchmark_job_name,
     benchmark_selector,
     parse_benchmark_request,
@@ -46,58 +50,103 @@ from sparkllm.render.benchmark import (
 
 @dataclass(frozen=True)
 class BenchmarkOutcome:
-    """What the reconciler does with the step's result."""
+    """What the reconciler does with the step's result (benchmark or acceptance)."""
 
     status: JSON | None = None
-    """The new ``status.benchmark``; None: leave it as it is."""
+    """The new ``status.<field>``; None: leave it as it is."""
     events: list[BenchmarkEvent] = field(default_factory=list)
     remove_annotation: bool = False
-    """The request is answered: remove ``sparkllm.io/benchmark`` (merge patch)."""
+    """The request is answered: remove its annotation (merge patch)."""
     create_jobs: tuple[JSON, ...] = ()
-    """At most one Job to create; its creationTimestamp becomes ``requestedAt``."""
+    """The objects to create, the Job last; its creationTimestamp becomes ``requestedAt``."""
     delete_jobs: tuple[Removal, ...] = ()
+    status_field: str = "benchmark"
+    """The status field the step owns."""
+    annotation_patch: Mapping[str, str | None] = field(default_factory=dict)
+    """Annotations to set (a value) or remove (None) on the InferenceCluster."""
 
     def status_value(self, previous_status: Mapping[str, Any]) -> JSON | None:
-        """``status.benchmark`` to write: the new value, else the live one (SSA drops
+        """``status.<field>`` to write: the new value, else the live one (SSA drops
         fields our manager stops sending, so an unchanged value must be sent again)."""
         if self.status is not None:
             return self.status
-        live = previous_status.get("benchmark")
+        live = previous_status.get(self.status_field)
         return dict(live) if isinstance(live, Mapping) else None
 
 
 @dataclass(frozen=True)
 class BenchmarkSeen:
-    """What the observe step read for the benchmark: Jobs by name, the users' key names."""
+    """What the observe step read for one kind of run: Jobs by name, the users' key names."""
 
     jobs: Mapping[str, JobResult] = field(default_factory=dict)
     user_keys: frozenset[str] | None = None
     """Keys of the users' Secret, read only when a Job may be created; None: missing."""
 
 
-def _request(
-    ic: InferenceCluster, obj: Mapping[str, Any]
-) -> tuple[BenchmarkRequest | None, str | None]:
-    """The request on the object and its Job's name (SpecError: the request is invalid)."""
+@dataclass(frozen=True)
+class Requested:
+    """A valid request on the object: who runs it, its Job, and what it creates."""
+
+    user: str
+    job: str
+    create: Callable[[str], tuple[JSON, ...]]
+    """The objects to create for an image, the Job last."""
+    consumed: tuple[str, ...] = ()
+    """Annotations answered with the request, beside the request annotation."""
+    finished: Callable[[JSON], tuple[JSON, Mapping[str, str | None]]] | None = None
+    """A terminal status -> (the status to write, annotations to set): e.g. a baseline."""
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """One kind of run on demand, as a reconcile step."""
+
+    plan: OnDemand
+    status_field: str
+    """``status.<status_field>``."""
+    selector: Callable[[str], str]
+    """Cluster name -> the label selector of its Jobs and their pods."""
+    request: Callable[[InferenceCluster, Mapping[str, Any]], Requested | None]
+    """The request on the object (SpecError: invalid)."""
+
+
+def _benchmark_request(ic: InferenceCluster, obj: Mapping[str, Any]) -> Requested | None:
     request = parse_benchmark_request(obj["metadata"].get("annotations") or {})
     if request is None:
-        return None, None
+        return None
     generation = int(obj["metadata"].get("generation") or 0)
-    return request, benchmark_job_name(ic.metadata.name, request=request, generation=generation)
+
+    def create(image: str) -> tuple[JSON, ...]:
+        job = render_benchmark_job(
+            ic, user=request.user, scenarios=request.scenarios, image=image,
+            generation=generation,
+        )  # fmt: skip
+        return (job,)
+
+    name = benchmark_job_name(ic.metadata.name, request=request, generation=generation)
+    return Requested(user=request.user, job=name, create=create)
 
 
-async def read_benchmark(
-    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
+BENCHMARK_STEP: Final = StepKind(
+    plan=BENCHMARK,
+    status_field="benchmark",
+    selector=benchmark_selector,
+    request=_benchmark_request,
+)
+
+
+async def read_on_demand(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any], *, kind: StepKind
 ) -> BenchmarkSeen:
     """Observe what the decision needs; without a request and nothing in flight, nothing."""
     try:
-        request, wanted = _request(ic, obj)
+        request = kind.request(ic, obj)
     except SpecError:
         return BenchmarkSeen()
-    if request is None and not in_flight((obj.get("status") or {}).get("benchmark")):
+    if request is None and not in_flight((obj.get("status") or {}).get(kind.status_field)):
         return BenchmarkSeen()
-    jobs = await _job_results(api, ic)
-    if request is None or wanted in jobs:
+    jobs = await _job_results(api, ic, selector=kind.selector(ic.metadata.name))
+    if request is None or request.job in jobs:
         return BenchmarkSeen(jobs=jobs)
     name = ic.spec.admission.api_keys_secret_ref.name
     secret = await api.get(SECRET, name, ic.metadata.namespace or "default")
@@ -105,9 +154,17 @@ async def read_benchmark(
     return BenchmarkSeen(jobs=jobs, user_keys=keys)
 
 
-async def _job_results(api: KubeAPI, ic: InferenceCluster) -> dict[str, JobResult]:
+async def read_benchmark(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
+) -> BenchmarkSeen:
+    """The benchmark's reads."""
+    return await read_on_demand(api, ic, obj, kind=BENCHMARK_STEP)
+
+
+async def _job_results(
+    api: KubeAPI, ic: InferenceCluster, *, selector: str
+) -> dict[str, JobResult]:
     namespace = ic.metadata.namespace or "default"
-    selector = benchmark_selector(ic.metadata.name)
     jobs = await api.list(JOB, namespace, selector=selector)
     if not jobs:
         return {}
@@ -131,6 +188,78 @@ def _user_key_problem(ic: InferenceCluster, keys: frozenset[str] | None, user: s
     return None
 
 
+def decide_on_demand(
+    ic: InferenceCluster,
+    obj: Mapping[str, Any],
+    seen: BenchmarkSeen,
+    *,
+    kind: StepKind,
+    ready: bool,
+    image: str,
+    now: datetime,
+) -> BenchmarkOutcome:
+    """Pure: the step's status, Events, annotations, objects to create and Jobs to delete."""
+    previous = (obj.get("status") or {}).get(kind.status_field) or {}
+    try:
+        request = kind.request(ic, obj)
+    except SpecError as exc:
+        user = str((obj["metadata"].get("annotations") or {}).get(kind.plan.annotation, ""))
+        rejected = plan_rejected(user=user, message=str(exc), previous=previous, kind=kind.plan)
+        return _outcome(kind, rejected, request=None, previous=previous)
+    if request is None and not in_flight(previous):
+        return BenchmarkOutcome(status_field=kind.status_field)
+    key_problem = None
+    if request is not None and request.job not in seen.jobs and ready:
+        key_problem = _user_key_problem(ic, seen.user_keys, request.user)
+    plan = plan_benchmark(
+        request=request,
+        wanted=None if request is None else request.job,
+        jobs=seen.jobs,
+        previous=previous,
+        ready=ready,
+        key_problem=key_problem,
+        now=now,
+        kind=kind.plan,
+    )
+    namespace = ic.metadata.namespace or "default"
+    delete = tuple(
+        Removal(api_version="batch/v1", kind="Job", name=v.name, namespace=namespace, uid=v.uid)
+        for v in plan.delete
+    )
+    create = request.create(image) if plan.create and request is not None else ()
+    outcome = _outcome(kind, plan, request=request, previous=previous)
+    return replace(outcome, create_jobs=create, delete_jobs=delete)
+
+
+def _outcome(
+    kind: StepKind,
+    plan: BenchmarkPlan,
+    *,
+    request: Requested | None,
+    previous: Mapping[str, Any],
+) -> BenchmarkOutcome:
+    """The plan as an outcome: annotations consumed, and the request's finishing touch."""
+    status, events = plan.status, list(plan.events)
+    patch: dict[str, str | None] = {}
+    if plan.remove_annotation:
+        patch = dict.fromkeys((kind.plan.annotation, *(request.consumed if request else ())))
+    terminal = status is not None and status.get("phase") in TERMINAL
+    if terminal and request is not None and request.finished is not None:
+        assert status is not None
+        status, extra = request.finished(status)
+        if status == dict(previous):
+            status, events = None, []  # reported already
+        else:
+            patch.update(extra)
+    return BenchmarkOutcome(
+        status=status,
+        events=events,
+        remove_annotation=plan.remove_annotation,
+        status_field=kind.status_field,
+        annotation_patch=patch,
+    )
+
+
 def decide_benchmark(
     ic: InferenceCluster,
     obj: Mapping[str, Any],
@@ -140,43 +269,18 @@ def decide_benchmark(
     image: str,
     now: datetime,
 ) -> BenchmarkOutcome:
-    """Pure: the step's status, Events, annotation removal, Jobs to create and delete."""
-    previous = (obj.get("status") or {}).get("benchmark") or {}
-    try:
-        request, wanted = _request(ic, obj)
-    except SpecError as exc:
-        user = str((obj["metadata"].get("annotations") or {}).get(ANNOTATION_BENCHMARK, ""))
-        rejected = plan_rejected(user=user, message=str(exc), previous=previous)
-        return BenchmarkOutcome(rejected.status, list(rejected.events), rejected.remove_annotation)
-    if request is None and not in_flight(previous):
-        return BenchmarkOutcome()
-    key_problem = None
-    if request is not None and wanted not in seen.jobs and ready:
-        key_problem = _user_key_problem(ic, seen.user_keys, request.user)
-    plan = plan_benchmark(
-        request=request,
-        wanted=wanted,
-        jobs=seen.jobs,
-        previous=previous,
-        ready=ready,
-        key_problem=key_problem,
-        now=now,
-    )
-    namespace = ic.metadata.namespace or "default"
-    delete = tuple(
-        Removal(api_version="batch/v1", kind="Job", name=v.name, namespace=namespace, uid=v.uid)
-        for v in plan.delete
-    )
-    create: tuple[JSON, ...] = ()
-    if plan.create and request is not None:
-        generation = int(obj["metadata"].get("generation") or 0)
-        create = (
-            render_benchmark_job(
-                ic, user=request.user, scenarios=request.scenarios, image=image,
-                generation=generation,
-            ),
-        )  # fmt: skip
-    return BenchmarkOutcome(plan.status, list(plan.events), plan.remove_annotation, create, delete)
+    """Pure: the benchmark step's outcome."""
+    return decide_on_demand(ic, obj, seen, kind=BENCHMARK_STEP, ready=ready, image=image, now=now)
 
 
-__all__ = ["BenchmarkOutcome", "BenchmarkSeen", "decide_benchmark", "read_benchmark"]
+__all__ = [
+    "BENCHMARK_STEP",
+    "BenchmarkOutcome",
+    "BenchmarkSeen",
+    "Requested",
+    "StepKind",
+    "decide_benchmark",
+    "decide_on_demand",
+    "read_benchmark",
+    "read_on_demand",
+]

@@ -26,26 +26,22 @@ runs it again.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from sparkllm.api import Reason
+from sparkllm.reconcile.job_result import (
+    JobResult,
+    job_result,
+    parse_termination_message,
+)
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,
-    ANNOTATION_BENCHMARK_USER,
-    BENCH_CONTAINER,
-    BenchmarkRequest,
 )
 from sparkllm.render.objects import JSON
-
-MESSAGE_LIMIT: Final = 512  # of a termination message that is not a summary
-# A Job's verdict: the terminal conditions, and (1.31+) the ones that precede them.
-_JOB_SUCCEEDED: Final = ("Complete", "SuccessCriteriaMet")
-_JOB_DONE: Final = (*_JOB_SUCCEEDED, "Failed", "FailureTarget")
 
 
 class BenchmarkPhase(StrEnum):
@@ -59,6 +55,14 @@ class BenchmarkPhase(StrEnum):
 
 
 IN_FLIGHT: Final = frozenset({BenchmarkPhase.WAITING.value, BenchmarkPhase.RUNNING.value})
+TERMINAL: Final = frozenset({BenchmarkPhase.SUCCEEDED.value, BenchmarkPhase.FAILED.value})
+
+
+class Requester(Protocol):
+    """A request on the object: who runs it (a key of the users' Secret)."""
+
+    @property
+    def user(self) -> str: ...
 
 
 class BenchmarkEvent(NamedTuple):
@@ -67,22 +71,6 @@ class BenchmarkEvent(NamedTuple):
     warning: bool
     reason: Reason
     message: str
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What one benchmark Job and its pod show."""
-
-    name: str
-    uid: str
-    user: str
-    requested_at: str | None
-    finished: bool = False
-    succeeded: bool = False
-    completed_at: str | None = None
-    summary: JSON | None = None
-    detail: str = ""  # why it failed, when the summary does not say
-    deleting: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,81 +84,28 @@ class BenchmarkPlan:
     delete: tuple[JobResult, ...] = ()
 
 
+@dataclass(frozen=True)
+class OnDemand:
+    """What differs between the runs on demand a pass reports: benchmark, acceptance.
+
+    The decision is the same for both (one Job per request, found by name; status and
+    Events on transitions); the names, the Event reasons and how a summary is told are not.
+    """
+
+    noun: str
+    """In messages: "benchmark", "acceptance"."""
+    annotation: str
+    """The request annotation, named when it is withdrawn."""
+    completed: Reason
+    failed: Reason
+    problems: Callable[[Mapping[str, Any]], list[str]]
+    """Why a summary did not pass."""
+    describe: Callable[[Mapping[str, Any]], str]
+    """A passed summary in one line, for the Event."""
+
+
 def _ts(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --- reading a Job ---------------------------------------------------------------------
-
-
-def _terminated(pods: Sequence[Mapping[str, Any]]) -> tuple[JSON | None, str | None]:
-    """The bench container's ``state.terminated`` and the pod phase (latest pod first)."""
-    for pod in sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))[::-1]:
-        status = pod.get("status") or {}
-        for container in status.get("containerStatuses") or []:
-            if container.get("name") == BENCH_CONTAINER:
-                terminated = (container.get("state") or {}).get("terminated")
-                if terminated:
-                    return dict(terminated), status.get("phase")
-    return None, None
-
-
-def parse_termination_message(text: str) -> tuple[JSON | None, str]:
-    """(the summary, "") when ``text`` is the JSON summary, else (None, a short excerpt)."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        return parsed, ""
-    excerpt = " ".join(text.split())
-    return None, excerpt if len(excerpt) <= MESSAGE_LIMIT else excerpt[-MESSAGE_LIMIT:]
-
-
-def job_result(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobResult:
-    """The Job's outcome, from its conditions and its pod's termination message.
-
-    Finished once the Job says so, or once its only pod terminated (one attempt:
-    ``backoffLimit: 0``), whichever the pass sees first; times come from the objects,
-    never the clock, so every later pass derives the same status.
-    """
-    meta = job["metadata"]
-    status = job.get("status") or {}
-    true = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-    done = next((true[kind] for kind in _JOB_DONE if kind in true), None)
-    terminated, pod_phase = _terminated(pods)
-    base = JobResult(
-        name=str(meta["name"]),
-        uid=str(meta.get("uid", "")),
-        user=str((meta.get("annotations") or {}).get(ANNOTATION_BENCHMARK_USER, "")),
-        requested_at=meta.get("creationTimestamp"),
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
-    pod_done = terminated is not None and pod_phase in ("Succeeded", "Failed")
-    if done is None and not pod_done:
-        return base
-    # The Job's word when it has spoken; before that, the one attempt's pod phase.
-    succeeded = done.get("type") in _JOB_SUCCEEDED if done else pod_phase == "Succeeded"
-    summary, excerpt = parse_termination_message(str((terminated or {}).get("message") or ""))
-    reasons = []
-    if terminated is not None and terminated.get("exitCode"):
-        reasons.append(f"exit code {terminated['exitCode']}")
-    if done is not None and not succeeded and done.get("reason"):
-        reasons.append(f"{done.get('reason')}: {done.get('message', '')}".rstrip(": "))
-    if excerpt:
-        reasons.append(excerpt)
-    if summary is None and not excerpt:
-        reasons.append("no summary in the pod's termination message")
-    return replace(
-        base,
-        finished=True,
-        succeeded=succeeded,
-        completed_at=(terminated or {}).get("finishedAt")
-        or (done or {}).get("lastTransitionTime")
-        or status.get("completionTime"),
-        summary=summary,
-        detail="" if succeeded and summary is not None else "; ".join(reasons),
-    )
 
 
 # --- status and messages ---------------------------------------------------------------
@@ -206,8 +141,9 @@ def describe_summary(summary: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def terminal_status(result: JobResult) -> JSON:
-    """``status.benchmark`` for a finished Job."""
+def terminal_status(result: JobResult, *, kind: OnDemand | None = None) -> JSON:
+    """``status.benchmark`` (or ``kind``'s field) for a finished Job."""
+    kind = kind or BENCHMARK
     phase = BenchmarkPhase.SUCCEEDED if result.succeeded else BenchmarkPhase.FAILED
     status: JSON = {
         "job": result.name,
@@ -219,7 +155,7 @@ def terminal_status(result: JobResult) -> JSON:
     }
     if result.summary is not None:
         status["summary"] = result.summary
-    problems = summary_problems(result.summary or {})
+    problems = kind.problems(result.summary or {})
     message = "; ".join([*(["not passed: " + "; ".join(problems)] if problems else []),
                          *([result.detail] if result.detail else [])])  # fmt: skip
     if message:
@@ -227,12 +163,14 @@ def terminal_status(result: JobResult) -> JSON:
     return status
 
 
-def _completion_event(result: JobResult, status: Mapping[str, Any]) -> BenchmarkEvent:
-    who = f"benchmark Job {result.name} (user {result.user})"
+def _completion_event(
+    result: JobResult, status: Mapping[str, Any], *, kind: OnDemand
+) -> BenchmarkEvent:
+    who = f"{kind.noun} Job {result.name} (user {result.user})"
     if result.succeeded:
-        described = describe_summary(result.summary or {})
-        return BenchmarkEvent(False, Reason.BENCHMARK_COMPLETED, f"{who} passed: {described}")
-    return BenchmarkEvent(True, Reason.BENCHMARK_FAILED, f"{who} failed: {status.get('message')}")
+        described = kind.describe(result.summary or {})
+        return BenchmarkEvent(False, kind.completed, f"{who} passed: {described}")
+    return BenchmarkEvent(True, kind.failed, f"{who} failed: {status.get('message')}")
 
 
 def _failed(*, user: str, message: str, job: str | None = None) -> JSON:
@@ -247,13 +185,14 @@ def _failed(*, user: str, message: str, job: str | None = None) -> JSON:
 
 def plan_benchmark(
     *,
-    request: BenchmarkRequest | None,
+    request: Requester | None,
     wanted: str | None,
     jobs: Mapping[str, JobResult],
     previous: Mapping[str, Any] | None,
     ready: bool,
     key_problem: str | None,
     now: datetime,
+    kind: OnDemand | None = None,
 ) -> BenchmarkPlan:
     """What to do this pass; pure. ``wanted`` is the request's Job name.
 
@@ -261,17 +200,18 @@ def plan_benchmark(
     is only looked at when a Job would be created. Events come only with a status that
     differs from ``previous`` (transitions), so a repeated pass posts nothing.
     """
-    previous = previous or {}
+    previous, kind = previous or {}, kind or BENCHMARK
     if request is None or wanted is None:
-        plan = _withdrawn(jobs, previous, now=now)
+        plan = _withdrawn(jobs, previous, now=now, kind=kind)
     else:
         superseded = tuple(
             r for n, r in jobs.items() if n != wanted and not r.finished and not r.deleting
         )
         plan = replace(
             _requested(
-                request,
+                request.user,
                 wanted,
+                kind=kind,
                 jobs=jobs,
                 previous=previous,
                 ready=ready,
@@ -286,9 +226,10 @@ def plan_benchmark(
 
 
 def _requested(
-    request: BenchmarkRequest,
+    user: str,
     wanted: str,
     *,
+    kind: OnDemand,
     jobs: Mapping[str, JobResult],
     previous: Mapping[str, Any],
     ready: bool,
@@ -297,39 +238,37 @@ def _requested(
 ) -> BenchmarkPlan:
     result = jobs.get(wanted)
     if result is not None and result.finished:
-        status = terminal_status(result)
+        status = terminal_status(result, kind=kind)
         return BenchmarkPlan(
             status=status,
-            events=(_completion_event(result, status),),
+            events=(_completion_event(result, status, kind=kind),),
             remove_annotation=True,
         )
     if result is not None and result.deleting:  # cancelled a moment ago; asked for again
-        return BenchmarkPlan(status=_waiting(wanted, request.user, f"Job {wanted} to be deleted"))
+        return BenchmarkPlan(status=_waiting(wanted, user, f"Job {wanted} to be deleted"))
     if result is not None:
-        return BenchmarkPlan(status=_running(result.name, request.user, result.requested_at))
+        return BenchmarkPlan(status=_running(result.name, user, result.requested_at))
     if previous.get("job") == wanted and previous.get("phase") == BenchmarkPhase.RUNNING:
-        message = f"benchmark Job {wanted} disappeared before it finished"
+        message = f"{kind.noun} Job {wanted} disappeared before it finished"
         return BenchmarkPlan(
-            status={**previous, **_failed(user=request.user, message=message, job=wanted)},
-            events=(BenchmarkEvent(True, Reason.BENCHMARK_FAILED, message),),
+            status={**previous, **_failed(user=user, message=message, job=wanted)},
+            events=(BenchmarkEvent(True, kind.failed, message),),
             remove_annotation=True,
         )
     if not ready:
-        return BenchmarkPlan(
-            status=_waiting(wanted, request.user, "the InferenceCluster to be Ready")
-        )
+        return BenchmarkPlan(status=_waiting(wanted, user, "the InferenceCluster to be Ready"))
     if key_problem is not None:
-        message = f"benchmark not started: {key_problem}"
+        message = f"{kind.noun} not started: {key_problem}"
         return BenchmarkPlan(
-            status=_failed(user=request.user, message=message),
-            events=(BenchmarkEvent(True, Reason.BENCHMARK_FAILED, message),),
+            status=_failed(user=user, message=message),
+            events=(BenchmarkEvent(True, kind.failed, message),),
             remove_annotation=True,
         )
-    return BenchmarkPlan(status=_running(wanted, request.user, _ts(now)), create=True)
+    return BenchmarkPlan(status=_running(wanted, user, _ts(now)), create=True)
 
 
 def _withdrawn(
-    jobs: Mapping[str, JobResult], previous: Mapping[str, Any], *, now: datetime
+    jobs: Mapping[str, JobResult], previous: Mapping[str, Any], *, now: datetime, kind: OnDemand
 ) -> BenchmarkPlan:
     """No request: finish reporting, or cancel, what status still shows in flight."""
     if previous.get("phase") not in IN_FLIGHT:
@@ -339,13 +278,13 @@ def _withdrawn(
         **previous,
         "phase": BenchmarkPhase.CANCELLED.value,
         "completedAt": _ts(now),
-        "message": f"annotation {ANNOTATION_BENCHMARK} removed before the benchmark finished",
+        "message": f"annotation {kind.annotation} removed before the {kind.noun} finished",
     }
     if previous.get("phase") == BenchmarkPhase.WAITING or result is None or result.deleting:
         return BenchmarkPlan(status=cancelled)
     if result.finished:
-        status = terminal_status(result)
-        return BenchmarkPlan(status=status, events=(_completion_event(result, status),))
+        status = terminal_status(result, kind=kind)
+        return BenchmarkPlan(status=status, events=(_completion_event(result, status, kind=kind),))
     return BenchmarkPlan(status=cancelled, delete=(result,))
 
 
@@ -361,14 +300,26 @@ def _running(job: str, user: str, requested_at: str | None) -> JSON:
     return status
 
 
-def plan_rejected(*, user: str, message: str, previous: Mapping[str, Any] | None) -> BenchmarkPlan:
+def plan_rejected(
+    *, user: str, message: str, previous: Mapping[str, Any] | None, kind: OnDemand | None = None
+) -> BenchmarkPlan:
     """An invalid request (the annotations say why): fail it and consume it."""
     plan = BenchmarkPlan(
         status=_failed(user=user, message=message),
-        events=(BenchmarkEvent(True, Reason.BENCHMARK_FAILED, message),),
+        events=(BenchmarkEvent(True, (kind or BENCHMARK).failed, message),),
         remove_annotation=True,
     )
     return replace(plan, status=None, events=()) if plan.status == dict(previous or {}) else plan
+
+
+BENCHMARK: Final = OnDemand(
+    noun="benchmark",
+    annotation=ANNOTATION_BENCHMARK,
+    completed=Reason.BENCHMARK_COMPLETED,
+    failed=Reason.BENCHMARK_FAILED,
+    problems=summary_problems,
+    describe=describe_summary,
+)
 
 
 def in_flight(previous: Mapping[str, Any] | None) -> bool:
@@ -377,11 +328,14 @@ def in_flight(previous: Mapping[str, Any] | None) -> bool:
 
 
 __all__ = [
+    "BENCHMARK",
     "IN_FLIGHT",
+    "TERMINAL",
     "BenchmarkEvent",
     "BenchmarkPhase",
     "BenchmarkPlan",
     "JobResult",
+    "OnDemand",
     "describe_summary",
     "in_flight",
     "job_result",

@@ -19,6 +19,8 @@ from typing import Any
 
 from sparkllm.api import InferenceCluster, Phase, Reason
 from sparkllm.reconcile import owned
+from sparkllm.reconcile.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
+from sparkllm.reconcile.acceptance import acceptance_keep, decide_acceptance
 from sparkllm.reconcile.actions import JSON, GeneratedSecret, Plan, earliest
 from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark
 from sparkllm.reconcile.decide_replicas import (
@@ -34,7 +36,6 @@ from sparkllm.reconcile.proofs import capacity_condition, config_condition
 from sparkllm.reconcile.replicas import model_verdict, network_verdict
 from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
 from sparkllm.reconcile.status import ClusterReport, cluster_phase, derive_status
-from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
 
 
@@ -92,7 +93,11 @@ def _act(
     benchmark = decide_benchmark(
         ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
     )
-    events.extend(PendingEvent(e.warning, e.reason, e.message) for e in benchmark.events)
+    acceptance = decide_acceptance(
+        ic, obj, observation.acceptance, ready=ready, image=gateway_image, now=now
+    )
+    runs = (benchmark, acceptance)
+    events.extend(PendingEvent(e.warning, e.reason, e.message) for r in runs for e in r.events)
     running = observation.running_requests
     drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
@@ -102,14 +107,16 @@ def _act(
         target=obj,
         gang_restarts=tuple(replicas.gang_restarts),
         secrets=() if secret is None else (secret,),
-        delete_jobs=benchmark.delete_jobs,
-        create_jobs=benchmark.create_jobs,
+        delete_jobs=benchmark.delete_jobs + acceptance.delete_jobs,
+        create_jobs=benchmark.create_jobs + acceptance.create_jobs,
         pod_patches=drain.patches,
         apply=owned.to_apply(replicas.desired, observed),
-        prune=owned.to_prune(replicas.desired, replicas.keep | drain.keep, observed),
-        status=_status(proven, previous, now, benchmark=benchmark),
+        prune=owned.to_prune(
+            replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed
+        ),
+        status=_status(proven, previous, now, runs=runs),
         events=tuple(events),
-        annotations=_consumed(obj, benchmark),
+        annotations=_consumed(obj, runs),
         replica_phases=tuple(r.phase for r in report.replicas),
         retry_after=earliest(replicas.retry_after, drain.retry_after),
         nodes=frozenset(replicas.nodes),
@@ -172,27 +179,29 @@ def _status(
     previous: Mapping[str, Any],
     now: datetime,
     *,
-    benchmark: BenchmarkOutcome,
+    runs: tuple[BenchmarkOutcome, ...],
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write)."""
     status = derive_status(report, previous, now)
-    # status.benchmark is written by the benchmark step; every status write carries it
-    # (server-side apply drops a field our manager stops sending).
-    kept = benchmark.status_value(previous)
-    if kept is not None:
-        status["benchmark"] = kept
-    if benchmark.create_jobs:
+    # status.benchmark and status.acceptance are written by their steps; every status
+    # write carries them (server-side apply drops a field our manager stops sending).
+    for run in runs:
+        kept = run.status_value(previous)
+        if kept is not None:
+            status[run.status_field] = kept
+    if any(run.create_jobs for run in runs):
         return status  # requestedAt comes from the Job execute creates
     return None if all(previous.get(k) == v for k, v in status.items()) else status
 
 
-def _consumed(obj: JSON, benchmark: BenchmarkOutcome) -> JSON | None:
-    """The merge patch removing the request annotations this pass answered."""
-    consumed: dict[str, None] = {}
+def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...]) -> JSON | None:
+    """The merge patch removing the request annotations this pass answered (and setting
+    what a run asked for: an accepted baseline)."""
+    consumed: dict[str, str | None] = {}
     if (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now":
         consumed[ANNOTATION_RESTART] = None
-    if benchmark.remove_annotation:
-        consumed[ANNOTATION_BENCHMARK] = None
+    for run in runs:
+        consumed.update(run.annotation_patch)
     return {"metadata": {"annotations": consumed}} if consumed else None
 
 
@@ -222,5 +231,6 @@ def _blocked(
         spec_error_reason=reason,
         extra_conditions=extra,
     )
-    status = _status(report, previous, observation.now, benchmark=BenchmarkOutcome())
+    kept = (BenchmarkOutcome(), BenchmarkOutcome(status_field=ACCEPTANCE_FIELD))
+    status = _status(report, previous, observation.now, runs=kept)
     return Plan(target=obj, status=status, events=events)

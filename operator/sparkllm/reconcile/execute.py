@@ -67,13 +67,14 @@ async def benchmark_jobs(api: KubeAPI, plan: Plan) -> JSON | None:
     for removal in plan.delete_jobs:
         await _delete(api, removal)
     status = plan.status
-    for job in plan.create_jobs:
-        created = await _create(job, api=api)
+    for obj in plan.create_jobs:  # a Job after the objects it needs (its ServiceAccount)
+        created = await _create(obj, api=api)
         stamp = (created or {}).get("metadata", {}).get("creationTimestamp")
-        benchmark = (status or {}).get("benchmark")
-        if status is not None and isinstance(benchmark, dict) and stamp:
-            # what later passes read from the Job
-            status = {**status, "benchmark": {**benchmark, "requestedAt": stamp}}
+        for field in ("benchmark", "acceptance"):  # the run whose Job this is
+            run = (status or {}).get(field)
+            ours = isinstance(run, dict) and run.get("job") == obj["metadata"]["name"]
+            if status is not None and isinstance(run, dict) and ours and stamp:
+                status = {**status, field: {**run, "requestedAt": stamp}}  # later passes read it
     return status
 
 

@@ -23,6 +23,7 @@ from sparkllm.api import (
 from sparkllm.configcheck import Mismatch
 from sparkllm.errors import SpecError
 from sparkllm.reconcile import owned
+from sparkllm.reconcile.acceptance import read_acceptance
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
 from sparkllm.reconcile.drain import RunningRequests, rank0_address, removed_replicas
 from sparkllm.reconcile.kube import JSON, KubeAPI
@@ -60,6 +61,7 @@ class Observation:
     observed: Observed = field(default_factory=owned.empty)
     engine_key: EngineKeySeen | None = None
     benchmark: BenchmarkSeen = field(default_factory=BenchmarkSeen)
+    acceptance: BenchmarkSeen = field(default_factory=BenchmarkSeen)
     running_requests: Mapping[int, int | None] = field(default_factory=dict)
     server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
 
@@ -87,6 +89,7 @@ async def observe(
     observed = await owned.observe(api, ic)
     engine_key = await read_engine_key(api, ic)
     benchmark = await read_benchmark(api, ic, obj)
+    acceptance = await read_acceptance(api, ic, obj)
     running = {
         index: await engines.running_requests.count(address)
         for index in removed_replicas(observed, ic.spec.replicas)
@@ -103,6 +106,7 @@ async def observe(
         observed=observed,
         engine_key=engine_key,
         benchmark=benchmark,
+        acceptance=acceptance,
         running_requests=running,
         server_info=server_info,
     )

@@ -32,8 +32,8 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Final
 
 from sparkllm.api import BENCHMARK_SCENARIOS, LABEL_CLUSTER, InferenceCluster
 from sparkllm.errors import SpecError
@@ -94,25 +94,37 @@ def parse_scenarios(text: str) -> tuple[str, ...] | None:
     return tuple(name for name in BENCHMARK_SCENARIOS if name in names) or None
 
 
+def request_user(annotations: Mapping[str, str], annotation: str) -> str:
+    """The user a request annotation names (a users' Secret key); SpecError when not one."""
+    user = annotations[annotation].strip()
+    if not _SECRET_KEY.match(user):
+        raise SpecError(
+            f"annotation {annotation}={annotations[annotation]!r}: "
+            "must name a user, a data key of the Secret spec.admission.apiKeysSecretRef "
+            "(letters, digits, '-', '_', '.')"
+        )
+    return user
+
+
+def hashed_job_name(cluster: str, *, word: str, basis: object) -> str:
+    """``<cluster>-<word>-<8 hex>``: the same request and spec generation, the same Job."""
+    digest = hashlib.sha256(json.dumps(basis).encode()).hexdigest()[:JOB_HASH_LENGTH]
+    return f"{cluster}-{word}-{digest}"
+
+
 def parse_benchmark_request(annotations: Mapping[str, str]) -> BenchmarkRequest | None:
     """The request the annotations make; None when there is none. SpecError when invalid."""
     if ANNOTATION_BENCHMARK not in annotations:
         return None
-    user = annotations[ANNOTATION_BENCHMARK].strip()
-    if not _SECRET_KEY.match(user):
-        raise SpecError(
-            f"annotation {ANNOTATION_BENCHMARK}={annotations[ANNOTATION_BENCHMARK]!r}: "
-            "must name a user, a data key of the Secret spec.admission.apiKeysSecretRef "
-            "(letters, digits, '-', '_', '.')"
-        )
+    user = request_user(annotations, ANNOTATION_BENCHMARK)
     scenarios = parse_scenarios(annotations.get(ANNOTATION_BENCHMARK_SCENARIOS, ""))
     return BenchmarkRequest(user=user, scenarios=scenarios)
 
 
 def benchmark_job_name(cluster: str, *, request: BenchmarkRequest, generation: int) -> str:
     """``N-bench-<8 hex>`` from the request and the spec generation (at most 55 chars)."""
-    basis = json.dumps([request.user, list(request.scenarios or ()), generation])
-    return f"{cluster}-bench-{hashlib.sha256(basis.encode()).hexdigest()[:JOB_HASH_LENGTH]}"
+    basis = [request.user, list(request.scenarios or ()), generation]
+    return hashed_job_name(cluster, word="bench", basis=basis)
 
 
 def benchmark_labels(cluster: str) -> dict[str, str]:
@@ -155,21 +167,59 @@ def render_benchmark_job(
     generation: int,
 ) -> JSON:
     """The benchmark Job for ``user`` (a data key of the users' keys Secret), stamped."""
-    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     request = BenchmarkRequest(user=user, scenarios=tuple(scenarios) if scenarios else None)
-    annotations: dict[str, Any] = {
-        ANNOTATION_BENCHMARK_USER: user,
-        ANNOTATION_SPEC_GENERATION: str(generation),
-    }
+    annotations: dict[str, str] = {}
     if request.scenarios:
         annotations[ANNOTATION_BENCHMARK_SCENARIOS] = ",".join(request.scenarios)
-    key_ref = {"name": ic.spec.admission.api_keys_secret_ref.name, "key": user}
-    job = render_template(
+    return render_bench_job(
+        ic,
+        job=BenchJob(
+            name=benchmark_job_name(ic.metadata.name, request=request, generation=generation),
+            component=COMPONENT_BENCHMARK,
+            user=user,
+            args=tuple(bench_args(ic, scenarios=request.scenarios)),
+            annotations=annotations,
+            model_mount=True,
+        ),
+        image=image,
+        generation=generation,
+    )
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """What differs between the on-demand Jobs that run ``sparkllm bench`` as a user."""
+
+    name: str
+    component: str
+    user: str
+    args: tuple[str, ...]
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    model_mount: bool = False
+    """Mount the model directory read-only (the benchmark's tokenizer)."""
+    service_account: str | None = None
+    """Run as this ServiceAccount (its token mounted); None: no token at all."""
+
+
+def render_bench_job(ic: InferenceCluster, *, job: BenchJob, image: str, generation: int) -> JSON:
+    """One attempt of ``sparkllm <args>`` as ``job.user`` against the front door, stamped."""
+    name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
+    key_ref = {"name": ic.spec.admission.api_keys_secret_ref.name, "key": job.user}
+    mounts: list[JSON] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[JSON] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
+    if job.model_mount:
+        mounts.insert(0, {"name": "model", "mountPath": ic.spec.model.path, "readOnly": True})
+        volumes.insert(0, model_volume(ic))
+    rendered = render_template(
         "benchmark_job.yaml.j2",
-        name=benchmark_job_name(name, request=request, generation=generation),
+        name=job.name,
         namespace=namespace,
-        labels=benchmark_labels(name),
-        annotations=annotations,
+        labels=cluster_labels(name, job.component),
+        annotations={
+            **job.annotations,
+            ANNOTATION_BENCHMARK_USER: job.user,
+            ANNOTATION_SPEC_GENERATION: str(generation),
+        },
         owner=owner_reference(name=name, uid=ic.metadata.uid or ""),
         backoff_limit=BACKOFF_LIMIT,
         active_deadline_seconds=ACTIVE_DEADLINE_SECONDS,
@@ -184,10 +234,11 @@ def render_benchmark_job(
         affinity=model_node_affinity(ic),
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         image=image,
+        service_account=job.service_account,
         container={
             "name": BENCH_CONTAINER,
             "command": ["sparkllm"],
-            "args": bench_args(ic, scenarios=request.scenarios),
+            "args": list(job.args),
             "env": [{"name": BENCH_API_KEY_ENV, "valueFrom": {"secretKeyRef": key_ref}}],
             # One asyncio process streaming at most 8 requests; the tokenizer is the
             # largest thing it holds.
@@ -197,14 +248,11 @@ def render_benchmark_job(
             },
             "termination_path": TERMINATION_LOG,
             "termination_policy": TERMINATION_POLICY,
-            "volume_mounts": [
-                {"name": "model", "mountPath": ic.spec.model.path, "readOnly": True},
-                {"name": "tmp", "mountPath": "/tmp"},
-            ],
+            "volume_mounts": mounts,
         },
-        volumes=[model_volume(ic), {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+        volumes=volumes,
     )
-    return stamp_hash(job)
+    return stamp_hash(rendered)
 
 
 __all__ = [
@@ -215,14 +263,19 @@ __all__ = [
     "BENCH_API_KEY_ENV",
     "BENCH_CONTAINER",
     "COMPONENT_BENCHMARK",
+    "TERMINATION_LOG",
     "TTL_SECONDS_AFTER_FINISHED",
+    "BenchJob",
     "BenchmarkRequest",
     "bench_args",
     "benchmark_job_name",
     "benchmark_labels",
     "benchmark_selector",
     "front_door_url",
+    "hashed_job_name",
     "parse_benchmark_request",
     "parse_scenarios",
+    "render_bench_job",
     "render_benchmark_job",
+    "request_user",
 ]

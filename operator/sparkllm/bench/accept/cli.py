@@ -8,8 +8,10 @@ adds the checklist's own, below. The API key comes from the variable named with
 status gives rank restarts (before / after the soak and the whole run) and its
 ``sparkllm.io/accepted-baseline`` annotation the baseline; ``--set-baseline`` writes this
 run's stress figures there (on request only). ``--baseline FILE`` / ``--write-baseline
-FILE`` do the same with a file. Exit status: 0 when no row failed, 1 when one did, 2 when
-the run could not start. "not measured" rows do not fail the run, and never read as pass.
+FILE`` do the same with a file; ``--print-json`` prints the JSON report after the
+Markdown (after ``JSON_MARKER``), so a Job's log keeps both reports. Exit status: 0 when
+no row failed, 1 when one did, 2 when the run could not start. "not measured" rows do not
+fail the run, and never read as pass.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from sparkllm.bench.accept.load import DOCUMENTED_ARRIVAL_RATE, LoadSizes
 from sparkllm.bench.accept.regression import BASELINE_ANNOTATION, make_baseline, parse_tolerances
 from sparkllm.bench.accept.report import report_json, report_markdown, status_summary
 from sparkllm.bench.accept.resources import node_selector
-from sparkllm.bench.accept.run import SECTIONS, AcceptConfig, StatusReader, run_acceptance
+from sparkllm.bench.accept.rows import SECTIONS, parse_sections
+from sparkllm.bench.accept.run import AcceptConfig, StatusReader, run_acceptance
 from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SparkllmError, SpecError
@@ -37,6 +40,7 @@ from sparkllm.reconcile.owned import IC
 EXIT_PASSED: Final = 0
 EXIT_NOT_PASSED: Final = 1
 EXIT_ERROR: Final = 2
+JSON_MARKER: Final = "--- sparkllm accept: JSON report ---"
 LOAD_OPTIONS: Final = tuple(f.name for f in fields(LoadSizes) if f.name != "seed")
 
 
@@ -71,6 +75,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--set-baseline", action="store_true", help="accept this run on the InferenceCluster"
     )
     group.add_argument("--tolerance", help="metric=fraction,... (e.g. ttftP95Ms=0.3)")
+    group.add_argument(
+        "--print-json",
+        action="store_true",
+        help="print the JSON report after the Markdown (a Job's log then keeps both)",
+    )
 
 
 def _sizes(args: argparse.Namespace) -> LoadSizes:
@@ -79,14 +88,6 @@ def _sizes(args: argparse.Namespace) -> LoadSizes:
     if min(counts) < 1 or sizes.soak_concurrency < 1 or sizes.arrival_rate <= 0:
         raise SpecError("request counts, concurrencies and the arrival rate must be positive")
     return sizes
-
-
-def _sections(text: str) -> tuple[str, ...]:
-    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = sorted(set(chosen) - set(SECTIONS))
-    if unknown:
-        raise SpecError(f"unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
-    return chosen
 
 
 class ClusterLink:
@@ -140,7 +141,7 @@ async def _run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
         ),
         sizes=_sizes(args),
-        sections=_sections(args.sections),
+        sections=parse_sections(args.sections),
         prometheus_url=args.prometheus_url,
         node_selector=node_selector(nodes, label=args.node_label),
         baseline=baseline,
@@ -158,6 +159,8 @@ async def _run(args: argparse.Namespace) -> int:
         if args.set_baseline and link is not None:
             await link.set_baseline(accepted)
     print(markdown, end="")
+    if args.print_json:
+        print(JSON_MARKER, json.dumps(report_json(run, config), indent=2), sep="\n")
     return EXIT_PASSED if run.passed else EXIT_NOT_PASSED
 
 

@@ -13,9 +13,10 @@ line of every row states the sizes actually used.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TextIO
 
@@ -109,8 +110,8 @@ async def run_scale8(load: LoadContext) -> ScenarioRun:
     )
 
 
-async def run_arrival(load: LoadContext) -> LoadMetrics:
-    """Open loop: each request sent at its Poisson time, all awaited."""
+async def run_arrival(load: LoadContext) -> tuple[LoadMetrics, tuple[str, ...]]:
+    """Open loop: each request sent at its Poisson time, all awaited; (metrics, errors)."""
     sizes = load.sizes
     offsets = poisson_offsets(sizes.arrival_requests, rate=sizes.arrival_rate, seed=sizes.seed)
     progress = ProgressBar(label="arrival", total=len(offsets), out=load.progress_out)
@@ -124,23 +125,39 @@ async def run_arrival(load: LoadContext) -> LoadMetrics:
 
     results = await asyncio.gather(*(one(i, offset) for i, offset in enumerate(offsets)))
     progress.close()
-    return summarize(results, duration_s=time.perf_counter() - started)
+    return summarize(results, duration_s=time.perf_counter() - started), _errors(results)
+
+
+def _errors(results: Sequence[RequestResult]) -> tuple[str, ...]:
+    """The distinct error messages, in order of first appearance."""
+    return tuple(dict.fromkeys(r.error for r in results if r.error))
 
 
 async def run_soak(
     load: LoadContext, *, clock: Callable[[], float] = time.perf_counter
 ) -> tuple[LoadMetrics, tuple[str, ...]]:
-    """Closed loop for ``soak_seconds``: (metrics, distinct error messages)."""
+    """Closed loop for ``soak_seconds``: (metrics, distinct error messages).
+
+    Its progress bar counts seconds (the length is a time, not a request count) and the
+    errors so far.
+    """
     results: list[RequestResult] = []
     started = clock()
     deadline = started + load.sizes.soak_seconds
+    seconds = max(1, math.ceil(load.sizes.soak_seconds))
+    progress = ProgressBar(label="soak", total=seconds, out=load.progress_out)
 
     async def worker(number: int) -> None:
         sent = 0
         while clock() < deadline:
-            results.append(await load.send(f"soak-{number}-{sent}", sent))
+            result = await load.send(f"soak-{number}-{sent}", sent)
+            results.append(result)
             sent += 1
+            progress.update(
+                done=math.floor(clock() - started), errors=progress.errors + int(not result.ok)
+            )
 
     await asyncio.gather(*(worker(n) for n in range(load.sizes.soak_concurrency)))
-    errors = tuple(dict.fromkeys(r.error for r in results if r.error))
-    return summarize(results, duration_s=clock() - started), errors
+    progress.update(done=seconds, errors=progress.errors)
+    progress.close()
+    return summarize(results, duration_s=clock() - started), _errors(results)

@@ -8,7 +8,9 @@ message and ``status.acceptance`` (counts per verdict, the failed items, the tim
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -17,6 +19,9 @@ from sparkllm.bench.accept.run import AcceptConfig, AcceptRun
 REPORT_VERSION: Final = 1
 TOOL: Final = "sparkllm accept"
 SUMMARY_FAILED_LIMIT: Final = 8
+SUMMARY_VERDICT_LIMIT: Final = 32
+FAILED_DETAIL_LIMIT: Final = 200
+SUMMARY_BYTES: Final = 3584  # the kubelet keeps 4096 bytes of a termination message
 
 
 def _time(seconds: float) -> str:
@@ -52,6 +57,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def counts_line(counts: Mapping[Any, int]) -> str:
+    """``N pass, N fail, N not measured`` (not measured named, never folded into pass)."""
+    return (
+        f"{counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, "
+        f"{counts.get('not measured', 0)} not measured"
+    )
+
+
 def report_markdown(run: AcceptRun, config: AcceptConfig) -> str:
     counts = Counter(row.verdict for row in run.rows)
     lines = [
@@ -59,8 +72,7 @@ def report_markdown(run: AcceptRun, config: AcceptConfig) -> str:
         "",
         f"- Target: {config.target.base_url}",
         f"- Window: {_time(run.started)} .. {_time(run.ended)}",
-        f"- Result: **{'PASSED' if run.passed else 'NOT PASSED'}** — "
-        f"{counts['pass']} pass, {counts['fail']} fail, {counts['not measured']} not measured",
+        f"- Result: **{'PASSED' if run.passed else 'NOT PASSED'}** — {counts_line(counts)}",
         "",
         "| Section | Item | Verdict | Basis | Detail |",
         "|---|---|---|---|---|",
@@ -76,14 +88,37 @@ def report_markdown(run: AcceptRun, config: AcceptConfig) -> str:
 
 
 def status_summary(run: AcceptRun) -> dict[str, Any]:
-    """The compact ``status.acceptance`` summary (camelCase, bounded)."""
+    """The compact ``status.acceptance`` summary (camelCase, under the kubelet's 4 KiB).
+
+    Counts per verdict, every row's verdict (``section/name``), why each failed row failed
+    (cut to ``FAILED_DETAIL_LIMIT``), the window, and the stress figures the operator
+    accepts as the baseline on request. Past the size limit the last failure details go
+    first, then the last verdicts; never the counts.
+    """
     counts = Counter(row.verdict for row in run.rows)
-    failed = [f"{row.section}/{row.name}" for row in run.rows if row.verdict == "fail"]
-    return {
+    verdicts = {f"{row.section}/{row.name}": row.verdict for row in run.rows}
+    failed = [
+        f"{row.section}/{row.name}: {row.detail}"[:FAILED_DETAIL_LIMIT]
+        for row in run.rows
+        if row.verdict == "fail"
+    ]
+    summary: dict[str, Any] = {
         "passed": run.passed,
-        "time": _time(run.ended),
+        "startedAt": _time(run.started),
+        "endedAt": _time(run.ended),
         "pass": counts["pass"],
         "fail": counts["fail"],
         "notMeasured": counts["not measured"],
+        "verdicts": dict(list(verdicts.items())[:SUMMARY_VERDICT_LIMIT]),
         "failed": failed[:SUMMARY_FAILED_LIMIT],
+        "figures": run.figures,
     }
+    while _size(summary) > SUMMARY_BYTES and summary["failed"]:
+        summary["failed"] = summary["failed"][:-1]
+    while _size(summary) > SUMMARY_BYTES and summary["verdicts"]:
+        summary["verdicts"] = dict(list(summary["verdicts"].items())[:-1])
+    return summary
+
+
+def _size(summary: Mapping[str, Any]) -> int:
+    return len(json.dumps(summary, separators=(",", ":")).encode())

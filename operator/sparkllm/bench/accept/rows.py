@@ -12,10 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from sparkllm.errors import SpecError
+
+SECTIONS: Final = ("functional", "stress", "soak", "regression", "resources")
+"""The checklist's sections, in the order they run."""
 Verdict = Literal["pass", "fail", "not measured"]
 PASS: Final = "pass"
 FAIL: Final = "fail"
 NOT_MEASURED: Final = "not measured"
+
+
+def parse_sections(text: str) -> tuple[str, ...]:
+    """Comma-separated section names as given; SpecError naming unknown ones."""
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        raise SpecError(f"unknown section(s) {unknown}; known: {', '.join(SECTIONS)}")
+    return chosen
 
 
 def verdict(ok: bool) -> Verdict:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 import httpx
 
@@ -27,13 +27,12 @@ from sparkllm.bench.accept.regression import (
     scenario_figures,
 )
 from sparkllm.bench.accept.resources import prometheus_rows, restart_count, restarts_row
-from sparkllm.bench.accept.rows import Row, verdict
+from sparkllm.bench.accept.rows import SECTIONS, Row, verdict
 from sparkllm.bench.progress import ProgressBar
 from sparkllm.bench.prompts import PromptBuilder
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.bench.stats import LoadMetrics
 
-SECTIONS: Final = ("functional", "stress", "soak", "regression", "resources")
 StatusReader = Callable[[], Awaitable[Mapping[str, Any] | None]]
 
 
@@ -105,40 +104,38 @@ async def _stress(
 ) -> None:
     sizes = config.sizes
     load = _context(client, config=config, out=out)
-    scale8 = await run_scale8(load)
     basis = (
         f"{sizes.scale8_requests} requests {sizes.input_tokens} -> {sizes.output_tokens} tokens "
         f"at closed-loop concurrency {sizes.scale8_concurrency}, all must succeed "
         "(documents: Scale8 120/120)"
     )
+    print(f"[accept] Scale8: {basis}", file=out, flush=True)
+    scale8 = await run_scale8(load)
     run.rows.append(
         _load_row("Scale8", metrics=scale8.metrics, basis=basis, errors=scale8.error_samples)
     )
     run.figures["scale8"] = scenario_figures(scale8.metrics)
-    arrival = await run_arrival(load)
     basis = (
         f"{sizes.arrival_requests} requests {sizes.input_tokens} -> {sizes.output_tokens} tokens, "
         f"Poisson arrivals at {sizes.arrival_rate:g} req/s (documents' suggested starting load: "
         "<= 0.10 req/s for 256 -> 128; Arrival 160/160), all must succeed"
     )
-    run.rows.append(_load_row("Arrival", metrics=arrival, basis=basis, errors=()))
+    print(f"[accept] Arrival: {basis}", file=out, flush=True)
+    arrival, errors = await run_arrival(load)
+    run.rows.append(_load_row("Arrival", metrics=arrival, basis=basis, errors=errors))
     run.figures["arrival"] = scenario_figures(arrival)
 
 
 async def _soak(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO) -> list[Row]:
     sizes = config.sizes
-    print(
-        f"[accept] soak {sizes.soak_seconds:g} s at concurrency {sizes.soak_concurrency}",
-        file=out,
-        flush=True,
-    )
-    before = restart_count(await _status(config))
-    metrics, errors = await run_soak(_context(client, config=config, out=out))
-    after = restart_count(await _status(config))
     basis = (
         f"{sizes.soak_seconds:g} s closed loop at concurrency {sizes.soak_concurrency}, "
         f"{sizes.input_tokens} -> {sizes.output_tokens} tokens: zero errors"
     )
+    print(f"[accept] soak: {basis}", file=out, flush=True)
+    before = restart_count(await _status(config))
+    metrics, errors = await run_soak(_context(client, config=config, out=out))
+    after = restart_count(await _status(config))
     ok = metrics.requests > 0 and metrics.errors == 0
     detail = f"{metrics.completed}/{metrics.requests} completed"
     if errors:
