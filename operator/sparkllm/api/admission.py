@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints
 
-from sparkllm.api.common import LocalObjectReference
+from sparkllm.api.common import ConfigKey, DnsSubdomain, LocalObjectReference
 from sparkllm.api.rules import ApiModel, Rule
 from sparkllm.gateway_settings import (
     DEFAULT_MAX_BODY_BYTES,
@@ -58,6 +58,35 @@ class ExtensionGrant(ApiModel):
         max_length=64,
         description="users are the data keys of apiKeysSecretRef whose requests may carry "
         "it. Default empty: every user.",
+    )
+
+
+class PolicyConfigMapReference(ApiModel):
+    """The ConfigMap key holding the per-user governance policy (docs/governance.md)."""
+
+    name: DnsSubdomain = Field(
+        description="name of the ConfigMap, in the InferenceCluster's namespace. Required; "
+        "a DNS subdomain of at most 253 characters."
+    )
+    key: ConfigKey = Field(
+        default="policy.yaml",
+        description="key is the ConfigMap data key holding the policy YAML. Default "
+        "policy.yaml; at most 253 characters of [-._a-zA-Z0-9].",
+    )
+
+
+class GovernanceSpec(ApiModel):
+    """Per-user governance: limits, budgets and shares of the slots, from a policy file."""
+
+    policy_config_map_ref: PolicyConfigMapReference | None = Field(
+        default=None,
+        description="policyConfigMapRef names the ConfigMap key with the per-user policy: "
+        "defaults and per-user overrides of maxConcurrentRequests, requestsPerMinute, "
+        "tokensPerMinute/Hour/Day (input + output), weight and maxQueuedRequests "
+        "(docs/governance.md). Edits apply without a restart. A policy that does not "
+        "load makes the gateway refuse generation requests with HTTP 503 naming the "
+        "problem; a later broken edit keeps the last good policy. Optional: unset, no "
+        "per-user limits apply and users share the slots equally.",
     )
 
 
@@ -141,6 +170,12 @@ class AdmissionSpec(ApiModel):
         le=64,
         description="maxPromptsPerRequest is how many prompts one /v1/completions request "
         "may batch; the limits then see all of them together. Default 1; 1 to 64.",
+    )
+    governance: GovernanceSpec = Field(
+        default=GovernanceSpec(),
+        description="governance is per-user governance: a policy of limits and token "
+        "budgets per user, fair shares of the slots by weight, and the usage ledger "
+        "(GET /v1/usage, sparkllm usage). Default: no policy, equal shares.",
     )
     tool_calling: Annotated[
         tuple[ToolFeature, ...], _once("toolCalling must name each feature once", key=None)

@@ -55,6 +55,10 @@ DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
 
 USER_KEYS_DIR: Final = "/etc/sparkllm/user-keys"
+# The governance policy's ConfigMap, mounted as a directory (not subPath) so the kubelet
+# swaps the file in place when the ConfigMap changes and the gateway re-reads it.
+GOVERNANCE_DIR: Final = "/etc/sparkllm/governance"
+GOVERNANCE_FILE: Final = "policy.yaml"
 ADMISSION_COMMAND: Final = ("python", "-m", "sparkllm.gateway")
 # One instance: spec.admission limits concurrency "across all replicas", which holds
 # only with one admission queue, and smg's cache-aware view is per process.
@@ -125,6 +129,8 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     if spec.engine.tool_call_parser is not None:  # deepseekv4: count as SGLang encodes
         settings["tool_call_parser"] = spec.engine.tool_call_parser
     settings.update(_request_policy(admission))
+    if admission.governance.policy_config_map_ref is not None:
+        settings["governance_policy_path"] = f"{GOVERNANCE_DIR}/{GOVERNANCE_FILE}"
     env: list[JSON] = [{"name": env_var_name(k), "value": str(v)} for k, v in settings.items()]
     env.append(_secret_env(env_var_name("upstream_api_key"), engine_key))
     return env
@@ -209,6 +215,7 @@ def _admission(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
             {"name": "user-keys", "mountPath": USER_KEYS_DIR, "readOnly": True},
             {"name": "model", "mountPath": model_path, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
+            *_governance_mounts(ic),
         ],
     }
 
@@ -257,13 +264,26 @@ def _rbac(rbac: str, cluster: str, common: Mapping[str, object]) -> list[JSON]:
     return [service_account, role, binding]
 
 
+def _governance_mounts(ic: InferenceCluster) -> list[JSON]:
+    if ic.spec.admission.governance.policy_config_map_ref is None:
+        return []
+    return [{"name": "governance", "mountPath": GOVERNANCE_DIR, "readOnly": True}]
+
+
 def _volumes(ic: InferenceCluster) -> list[JSON]:
     user_keys = {"secretName": ic.spec.admission.api_keys_secret_ref.name, "defaultMode": 0o440}
-    return [
+    volumes = [
         {"name": "user-keys", "secret": user_keys},
         model_volume(ic),
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
     ]
+    ref = ic.spec.admission.governance.policy_config_map_ref
+    if ref is not None:
+        # optional: a missing ConfigMap must not hold the pod in ContainerCreating; the
+        # gateway then answers 503 naming the missing policy (fail closed) until it exists.
+        policy = {"name": ref.name, "items": [{"key": ref.key, "path": GOVERNANCE_FILE}]}
+        volumes.append({"name": "governance", "configMap": {**policy, "optional": True}})
+    return volumes
 
 
 # Spark nodes may carry the GPU taint; a dead node should not hold the front door for the
