@@ -16,10 +16,15 @@ kubelet would provide:
 - in-cluster credentials: smg's ``KUBECONFIG`` authenticates as the pod's
   ServiceAccount (a TokenRequest token), so the gateway Role is what allows its watch.
 
+- probes and pod status: the admission container's readiness probe (httpGet, as
+  rendered) is run against its local port, the router (no readiness probe) is ready while
+  it runs, and the pod status shows both (``gateway_status``), so a healthy gateway pod
+  is 2/2 Ready and an unready admission layer is seen.
+
 Level-based: the supervisor thread (``pod_supervisor.PodSupervisor``, shared with the
 engine harness and the benchmark Jobs) lists gateway pods every tick and starts, restarts
-(after a back-off) or stops processes. Not done: probes and pod status (kwok shows the
-pod Ready), resources, images.
+(after a back-off) or stops processes. Not done: liveness and startup probes, resources,
+images.
 """
 
 from __future__ import annotations
@@ -31,16 +36,17 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack, closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 
+from sparkllm.errors import ClusterAPIError
 from sparkllm.gateway_settings import ENV_PREFIX, env_var_name
-from sparkllm_dev.devcluster import engine_io, kubelet
+from sparkllm_dev.devcluster import engine_io, gateway_status, kubelet
 from sparkllm_dev.devcluster.cluster import DevCluster
 from sparkllm_dev.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,
@@ -51,7 +57,7 @@ from sparkllm_dev.devcluster.gateway_io import (
     service_account_kubeconfig,
     write_secret_volume,
 )
-from sparkllm_dev.devcluster.kubelet import JSON
+from sparkllm_dev.devcluster.kubelet import JSON, ContainerView, ReadinessProbe
 from sparkllm_dev.devcluster.pod_supervisor import (
     PodSupervisor,
     cli_logging,
@@ -60,6 +66,7 @@ from sparkllm_dev.devcluster.pod_supervisor import (
     scratch_directory,
     stop_processes,
     stop_signal,
+    utc_timestamp,
 )
 from sparkllm_dev.errors import DevClusterError
 
@@ -68,6 +75,7 @@ logger = logging.getLogger(__name__)
 ROUTER, ADMISSION = "router", "admission"
 STOP_GRACE_SECONDS = 8.0
 RESTART_SECONDS = 2.0
+PROBE_SECONDS = 0.5  # the probe's period, shortened as for engine pods (engines.py)
 
 
 @dataclass(frozen=True)
@@ -89,8 +97,13 @@ class _Container:
     argv: list[str]
     env: dict[str, str]
     log_path: Path
+    probe: ReadinessProbe | None = None  # its readiness probe, aimed at the local port
     process: subprocess.Popen[bytes] | None = None
     restart_at: float = 0.0
+    prober: engine_io.Prober | None = None
+    view: ContainerView = field(
+        default_factory=lambda: ContainerView(running_since=None, ready=False, restart_count=0)
+    )
 
 
 @dataclass
@@ -101,6 +114,7 @@ class _Gateway:
     containers: list[_Container]
     keys_secrets: dict[str, Path]  # Secret name -> its local volume directory
     keys_seen: dict[str, dict[str, bytes] | None] = field(default_factory=dict)
+    written: dict[str, ContainerView] | None = None  # the views the pod status shows
 
 
 class GatewayPods(PodSupervisor[_Gateway]):
@@ -160,7 +174,22 @@ class GatewayPods(PodSupervisor[_Gateway]):
 
     def _follow(self, gateway: _Gateway, pod: JSON) -> None:
         self._sync_keys(gateway)
-        _keep_running(gateway)
+        _keep_running(gateway, on_change=self._wake.set)
+        self._write_status(gateway, pod)
+
+    def _write_status(self, gateway: _Gateway, pod: JSON) -> None:
+        """Patch the pod status when a container's view changed since the last write."""
+        assert self._kube is not None
+        views = {c.name: c.view for c in gateway.containers}
+        if views == gateway.written:
+            return
+        body = gateway_status.pod_status_patch(pod, views, now=utc_timestamp())
+        try:
+            self._kube.patch_pod_status(*gateway.key, body=body)
+        except ClusterAPIError as exc:
+            logger.warning("gateway %s/%s: status write failed: %s", *gateway.key, exc)
+            return
+        gateway.written = views
 
     def _retire(self, gateway: _Gateway, *, why: str) -> None:
         logger.info("gateway %s/%s stopping: %s", *gateway.key, why)
@@ -188,8 +217,11 @@ class GatewayPods(PodSupervisor[_Gateway]):
             name: _map_path(value, paths)
             for name, value in self._env(pod, containers[ADMISSION]).items()
         }
+        declared_port = int(admission_env.get(env_var_name("listen_port")) or 0)
         admission_env[env_var_name("listen_host")] = self.host
         admission_env[env_var_name("listen_port")] = str(admission_port)
+        # The admission layer reads its InferenceCluster as the pod's ServiceAccount too.
+        admission_env["KUBECONFIG"] = router_env["KUBECONFIG"]
         admission_env[env_var_name("upstream_url")] = f"http://127.0.0.1:{ports['--port']}"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", ENV_PREFIX))}
         logs = self.log_dir / f"{key[0]}_{key[1]}_{uid}"
@@ -200,6 +232,9 @@ class GatewayPods(PodSupervisor[_Gateway]):
                             {**base, **router_env}, logs / "router.log")  # fmt: skip
         admission = _Container(ADMISSION, [_executable(admission_words[0]), *admission_words[1:]],
                                {**base, **admission_env}, logs / "admission.log")  # fmt: skip
+        admission.probe = gateway_status.local_readiness_probe(
+            pod, containers[ADMISSION], host=self.host, ports={declared_port: admission_port}
+        )
         info = GatewayInfo(
             namespace=key[0], pod=key[1], uid=uid, log_dir=logs,
             admission_url=f"http://{self.host}:{admission_port}",
@@ -282,12 +317,18 @@ def _executable(word: str) -> str:
     return str(local) if local.exists() else word
 
 
-def _keep_running(gateway: _Gateway) -> None:
-    """Start what is not running; restart an exited container after a short back-off."""
+def _keep_running(gateway: _Gateway, *, on_change: Callable[[], None]) -> None:
+    """Start what is not running; restart an exited container after a short back-off;
+    follow each container's readiness (its probe's, or running without one)."""
     for container in gateway.containers:
         process = container.process
         if process is not None and process.poll() is not None:
             container.process, container.restart_at = None, time.monotonic() + RESTART_SECONDS
+            _stop_prober(container)
+            container.view = kubelet.after_exit(
+                container.view, returncode=process.returncode, finished_at=utc_timestamp(),
+                backoff_seconds=RESTART_SECONDS,
+            )  # fmt: skip
             logger.warning("gateway %s/%s: %s exited with %d", *gateway.key, container.name,
                            process.returncode)  # fmt: skip
         if container.process is None and time.monotonic() >= container.restart_at:
@@ -295,9 +336,27 @@ def _keep_running(gateway: _Gateway) -> None:
             container.process = engine_io.spawn_simulator(
                 container.argv, env=container.env, log_path=container.log_path, header=header
             )
+            container.view = gateway_status.started(
+                container.view, now=utc_timestamp(), has_probe=container.probe is not None
+            )
+            if container.probe is not None:
+                container.prober = engine_io.Prober(
+                    container.probe, interval=PROBE_SECONDS, on_change=on_change
+                )
+                container.prober.start()
+        if container.prober is not None:
+            container.view = replace(container.view, ready=container.prober.ready)
+
+
+def _stop_prober(container: _Container) -> None:
+    if container.prober is not None:
+        container.prober.stop()
+        container.prober = None
 
 
 def _stop_containers(containers: list[_Container]) -> None:
+    for container in containers:
+        _stop_prober(container)
     processes = [c.process for c in containers if c.process is not None]
     stop_processes(processes, grace_seconds=STOP_GRACE_SECONDS)
     for container in containers:
