@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
         ("verify-network", "sparkllm.preflight.verify", "network preflight (init container)"),
         ("bench", "sparkllm.bench.cli", "acceptance benchmark against the gateway"),
+        ("usage", "sparkllm.usage_command", "usage per user per day (the gateway's ledger)"),
     ):
         command = sub.add_parser(name, help=help_text)
         _lazy_subcommand(command, module)

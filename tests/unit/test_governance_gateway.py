@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkllm.cli import main
 from sparkllm.gateway.app import build_gateway_app
 from sparkllm.gateway.governance.meter import UsageMeter
 from sparkllm.gateway.tokens import TokenCounter
@@ -162,8 +163,12 @@ def _samples(exposition: str) -> dict[tuple[str, str, str], float]:
     }
 
 
-def test_a_stream_without_usage_is_charged_what_it_streamed(
-    model_dir: Path, tmp_path: Path, upstream: tuple[UsageUpstream, str]
+def test_a_stream_without_usage_is_charged_what_it_streamed_and_reported(
+    model_dir: Path,
+    tmp_path: Path,
+    upstream: tuple[UsageUpstream, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     _recorder, url = upstream
     policy = tmp_path / "policy.yaml"
@@ -174,9 +179,24 @@ def test_a_stream_without_usage_is_charged_what_it_streamed(
         assert streamed.status_code == 200
         assert "[DONE]" in streamed.text
         rows = client.get("/v1/usage", headers=ALICE).json()["data"]
+        monkeypatch.setenv("ALICE_KEY", "key-alice")
+        cli = ["usage", "--base-url", server.url, "--api-key-env", "ALICE_KEY"]
+        assert main(cli) == 0
+        printed_table = capsys.readouterr().out
+        assert main([*cli, "--json", "--from", rows[0]["day"]]) == 0
+        printed_json = json.loads(capsys.readouterr().out)
+        assert main([*cli, "--from", "2000-01-02", "--to", "2000-01-01"]) == 1
+        assert "'to' must be on or after 'from'" in capsys.readouterr().err
     counter = TokenCounter.from_dir(model_dir)
-    assert rows[0]["output_tokens"] == counter.count(STREAM_TEXT, add_special_tokens=False)
+    output = counter.count(STREAM_TEXT, add_special_tokens=False)
+    assert rows[0]["output_tokens"] == output
     assert rows[0]["input_tokens"] > 0
+    assert printed_json["data"] == rows
+    header, alice, note = printed_table.splitlines()
+    assert header.split()[:3] == ["DAY", "USER", "REQUESTS"]
+    assert alice.split() == [rows[0]["day"], "alice", "1", "1", str(rows[0]["input_tokens"]),
+                             str(output)]  # fmt: skip
+    assert note.startswith("store: state in process")
 
 
 def test_a_policy_that_does_not_load_fails_closed_then_applies_without_restart(
