@@ -22,7 +22,9 @@ from sparkllm.integrity import ModelSummary
 from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.benchmark import BenchmarkSeen
 from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.drain import ANNOTATION_DRAIN_REASON
 from sparkllm.reconcile.observation import Observation, ServerInfo
+from sparkllm.reconcile.restarts import FORCE_CAUSE, UPDATE_CAUSE
 from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
 from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, ANNOTATION_RESTART, LABEL_SERVING
 from sparkllm.render.placement import NODE_RANK_LABEL
@@ -244,6 +246,26 @@ def draining(*, seconds: float, running: int | None) -> Callable[[], Observation
         )
 
     return build
+
+
+def restart_draining(
+    build: Callable[[], Observation], *, reason: str, seconds: float, running: int
+) -> Callable[[], Observation]:
+    """Replica 0's rank 0 left routing ``seconds`` ago to drain for a planned restart."""
+
+    def run() -> Observation:
+        obs = build()
+
+        def marked(pod: JSON) -> JSON:
+            pod["metadata"]["labels"][LABEL_SERVING] = "false"
+            pod["metadata"]["annotations"][ANNOTATION_DRAIN_STARTED] = "2026-11-30T12:00:00Z"
+            pod["metadata"]["annotations"][ANNOTATION_DRAIN_REASON] = reason
+            return pod
+
+        obs = edit_pod(obs, 0, 0, marked)
+        return replace(later(obs, seconds), running_requests={0: running})
+
+    return run
 
 
 def drained_rank0_gone() -> Observation:
@@ -524,15 +546,33 @@ CASES = [
         lambda: _new_generation(pass_after(with_restart_times(*SIX))()),
         Expect(phase="Starting", events=(), restarts=(), applied=STOP0, stopped=set()),
     ),
-    Case(
-        "restart annotation: restart now, annotation consumed",
+    Case(  # issue 16: planned restarts drain (was: stopped at once)
+        "restart annotation: out of routing first, annotation consumed",
         restart_annotation,
         Expect(
             events=(RESTART,),
-            restarts=("manual",),
-            stopped={0},
-            more=lambda o, p: _consumed(p, ANNOTATION_RESTART),
+            restarts=(),
+            stopped=set(),
+            patched=(pod_name(0, 0),),
+            replicas={0: "Restarting"},
+            retry=6.0,
+            more=lambda o, p: (
+                _consumed(p, ANNOTATION_RESTART),
+                _drain_patch(p, reason=FORCE_CAUSE),
+            ),
         ),
+    ),
+    Case(
+        "restart annotation consumed: the drain waits while requests run",
+        restart_draining(serving, reason=FORCE_CAUSE, seconds=10, running=1),
+        Expect(
+            restarts=(), stopped=set(), patched=(), events=(), retry=2.0, replicas={0: "Restarting"}
+        ),
+    ),
+    Case(
+        "restart annotation consumed: drained, the replica restarts",
+        restart_draining(serving, reason=FORCE_CAUSE, seconds=10, running=0),
+        Expect(events=(RESTART,), restarts=("manual",), stopped={0}, patched=()),
     ),
     Case(
         "scale up: the next free group, the rest untouched",
@@ -595,14 +635,41 @@ CASES = [
         drained_rank0_gone,
         Expect(pruned=("Service/llm-r1", *replica_names(1)[:3]), patched=(), events=()),
     ),
-    Case(
-        "rolling update, one replica: it restarts",
+    Case(  # issue 16: planned restarts drain (was: stopped at once)
+        "rolling update, one replica: it drains first",
         spec_changed(1),
-        Expect(events=(RESTART,), restarts=("update",), stopped={0}),
+        Expect(
+            events=("RollingUpdate",),
+            restarts=(),
+            stopped=set(),
+            patched=(pod_name(0, 0),),
+            more=lambda o, p: _drain_patch(p, reason=UPDATE_CAUSE),
+        ),
+    ),
+    Case(
+        "rolling update, one replica: drained, it restarts",
+        restart_draining(spec_changed(1), reason=UPDATE_CAUSE, seconds=10, running=0),
+        Expect(events=(RESTART,), restarts=("update",), stopped={0}, patched=()),
+    ),
+    Case(
+        "rolling update: the drain ends at the deadline even if busy",
+        restart_draining(spec_changed(1), reason=UPDATE_CAUSE, seconds=301, running=2),
+        Expect(restarts=("update",), stopped={0}),
     ),
     Case(
         "rolling update, two replicas: one at a time",
         spec_changed(2),
+        Expect(
+            restarts=(),
+            stopped=set(),
+            patched=(pod_name(0, 0),),
+            replicas={0: "Restarting", 1: "Ready"},
+            more=lambda o, p: _message(p, 1, "update waits for the other replicas"),
+        ),
+    ),
+    Case(
+        "rolling update, two replicas: the other still waits while one drains",
+        restart_draining(spec_changed(2), reason=UPDATE_CAUSE, seconds=10, running=0),
         Expect(
             restarts=("update",),
             stopped={0},
@@ -769,9 +836,11 @@ def _waiting(p: Plan) -> None:
     assert p.waiting_for_nodes
 
 
-def _drain_patch(p: Plan) -> None:
+def _drain_patch(p: Plan, *, reason: str | None = None) -> None:
     (patch,) = p.pod_patches
     started = {ANNOTATION_DRAIN_STARTED: "2026-11-30T12:00:00Z"}
+    if reason is not None:
+        started[ANNOTATION_DRAIN_REASON] = reason
     assert patch.patch == {"metadata": {"labels": {LABEL_SERVING: "false"}, "annotations": started}}
 
 

@@ -18,11 +18,15 @@ from typing import Any
 import pytest
 
 from sparkllm.api import Phase, RestartPolicySpec
+from sparkllm.reconcile.hang import hung_cause
 from sparkllm.reconcile.observe import RankState, ReplicaState
 from sparkllm.reconcile.restarts import (
+    FORCE_CAUSE,
     HOUR,
+    UPDATE_CAUSE,
     Action,
     Decision,
+    DrainFacts,
     History,
     backoff_delay,
     current_members,
@@ -114,6 +118,9 @@ class Case:
     exhausted: bool = False
     node_down: bool = False
     retry_at: datetime | None = None
+
+
+MARK = DrainFacts(mark=True, retry_after=6.0)  # a serving rank 0 not yet out of routing
 
 
 def policy(**fields: Any) -> RestartPolicySpec:
@@ -308,19 +315,87 @@ CASES: dict[str, Case] = {
         kwargs={"force_restart": True}, action=Action.STOP, phase=Phase.RESTARTING,
         cause="restart requested (annotation sparkllm.io/restart)", restart_times=(NOW,),
     ),
-    "force-restart-of-a-healthy-replica": Case(
-        kwargs={"force_restart": True}, action=Action.STOP, phase=Phase.RESTARTING,
-        cause="restart requested (annotation sparkllm.io/restart)", restart_times=(NOW,),
+    # Issue 16: a serving replica drains before a requested restart (was: STOP at once).
+    "force-restart-of-a-serving-replica-drains-first": Case(
+        kwargs={"force_restart": True, "drain": MARK}, action=Action.DRAIN,
+        phase=Phase.RESTARTING, members=UIDS, retry_at=NOW + timedelta(seconds=6),
+        message=f"draining before gang restart ({FORCE_CAUSE}): out of routing",
+    ),
+    "force-drain-continues-once-the-annotation-is-consumed": Case(
+        kwargs={"drain": DrainFacts(reason=FORCE_CAUSE, mark=False, retry_after=2, running=3)},
+        action=Action.DRAIN, phase=Phase.RESTARTING, members=UIDS,
+        retry_at=NOW + timedelta(seconds=2), message="3 request(s) in flight",
+    ),
+    "force-drained-stops-counted-in-a-fresh-window": Case(
+        history=History(members=UIDS, restart_times=times(3000, 100)),
+        kwargs={"drain": DrainFacts(reason=FORCE_CAUSE, mark=False, done=True)},
+        action=Action.STOP, phase=Phase.RESTARTING, cause=FORCE_CAUSE, restart_times=(NOW,),
+    ),
+    "force-restart-of-a-replica-not-serving-stops-at-once": Case(
+        state=replica(rank(0, ready=False)), kwargs={"force_restart": True, "drain": MARK},
+        action=Action.STOP, phase=Phase.RESTARTING, cause=FORCE_CAUSE, restart_times=(NOW,),
+    ),
+    "force-restart-of-a-crashed-replica-does-not-wait": Case(
+        state=replica(rank(1, running=False, failure=OOM)),
+        kwargs={"force_restart": True, "drain": MARK}, action=Action.STOP,
+        phase=Phase.RESTARTING, cause=FORCE_CAUSE, restart_times=(NOW,),
     ),
     "node-down-beats-force-restart": Case(
         state=replica(not_ready=("spark-a2",)), kwargs={"force_restart": True},
         action=Action.STOP, phase=Phase.DEGRADED, cause="node spark-a2 NotReady", node_down=True,
     ),
     # --- rolling updates -----------------------------------------------------------------
-    "outdated-with-others-ready-stops-uncounted": Case(
+    # Issue 16: the update drains the replica first (was: STOP at once), then stops it.
+    "outdated-with-others-ready-drains-first": Case(
         history=History(members=UIDS, restart_times=times(100)),
-        kwargs={"outdated": True, "others_ready": True}, action=Action.STOP,
-        phase=Phase.RESTARTING, cause="spec changed (rolling update)", restart_times=times(100),
+        kwargs={"outdated": True, "others_ready": True, "drain": MARK}, action=Action.DRAIN,
+        phase=Phase.RESTARTING, members=UIDS, retry_at=NOW + timedelta(seconds=6),
+        message=f"draining before gang restart ({UPDATE_CAUSE})",
+    ),
+    "outdated-drained-stops-uncounted": Case(
+        history=History(members=UIDS, restart_times=times(100)),
+        kwargs={"outdated": True, "drain": DrainFacts(reason=UPDATE_CAUSE, mark=False, done=True)},
+        action=Action.STOP, phase=Phase.RESTARTING, cause=UPDATE_CAUSE, restart_times=times(100),
+    ),
+    "update-drain-under-way-does-not-wait-for-others": Case(
+        kwargs={"outdated": True, "others_ready": False,
+                "drain": DrainFacts(reason=UPDATE_CAUSE, mark=False, retry_after=2)},
+        action=Action.DRAIN, phase=Phase.RESTARTING, members=UIDS,
+        retry_at=NOW + timedelta(seconds=2),
+    ),
+    "crash-during-a-drain-restarts-at-once-counted": Case(
+        state=replica(rank(1, running=False, failure=OOM)),
+        kwargs={"outdated": True, "drain": DrainFacts(reason=UPDATE_CAUSE, mark=False)},
+        action=Action.STOP, phase=Phase.RESTARTING, cause=OOM, restart_times=(NOW,),
+    ),
+    "drained-replica-that-lost-rank-0-readiness-stops-at-once": Case(
+        state=replica(rank(0, ready=False)),
+        kwargs={"outdated": True, "drain": DrainFacts(reason=UPDATE_CAUSE, mark=False)},
+        action=Action.STOP, phase=Phase.RESTARTING, cause=UPDATE_CAUSE,
+    ),
+    # --- hung pipelines: rank 0 alive, NotReady after it served (hang.unready_since) ------
+    "rank-0-unready-after-serving-is-degraded-until-hung-after": Case(
+        state=replica(rank(0, ready=False)), kwargs={"unready_since": ago(59)},
+        phase=Phase.DEGRADED, members=UIDS, retry_at=ago(59) + timedelta(seconds=60),
+        message="rank 0 not Ready since 11:59:01",
+    ),
+    "rank-0-unready-for-hung-after-is-a-counted-gang-restart": Case(
+        state=replica(rank(0, ready=False)), kwargs={"unready_since": ago(60)},
+        history=History(members=UIDS, restart_times=times(500)),
+        action=Action.STOP, phase=Phase.RESTARTING, cause=hung_cause(ago(60)),
+        restart_times=(*times(500), NOW),
+    ),
+    "hung-past-the-budget-holds": Case(
+        state=replica(rank(0, ready=False)), kwargs={"unready_since": ago(600)},
+        history=History(members=UIDS, restart_times=times(3000, 2500, 2000, 1500, 1000, 500)),
+        action=Action.HOLD, phase=Phase.DEGRADED, exhausted=True,
+        message="pipeline hung: rank 0 alive but not Ready since 11:50:00",
+    ),
+    "hung-outranks-a-waiting-update": Case(
+        state=replica(rank(0, ready=False)),
+        kwargs={"unready_since": ago(90), "outdated": True, "others_ready": True},
+        action=Action.STOP, phase=Phase.RESTARTING, cause=hung_cause(ago(90)),
+        restart_times=(NOW,),
     ),
     "outdated-without-others-ready-keeps-serving": Case(
         kwargs={"outdated": True, "others_ready": False}, action=Action.RUN, phase=Phase.READY,

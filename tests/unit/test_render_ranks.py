@@ -41,6 +41,7 @@ from sparkllm.render.placement import NodeFacts, assign_groups, discover_groups
 from sparkllm.render.ranks import (
     CHECKSUMS_MOUNT,
     NODE_FAILURE_TOLERATION_SECONDS,
+    SGLANG_HEALTH_WINDOW_SECONDS,
     VERIFY_CONTAINER,
     pod_template_hash,
     render_rank_statefulset,
@@ -280,7 +281,8 @@ def test_only_rank_zero_has_probes_and_the_api_key() -> None:
         probes = {k for k in container if k.endswith("Probe")}
         key_env = [e for e in container["env"] if e["name"] == ENGINE_API_KEY_ENV]
         if rank == 0:
-            assert probes == {"startupProbe", "readinessProbe", "livenessProbe"}
+            # No liveness probe (issue 16): a hung pipeline is the operator's to restart whole.
+            assert probes == {"startupProbe", "readinessProbe"}
             for probe in probes:
                 assert container[probe]["httpGet"] == {
                     "path": "/health",
@@ -296,6 +298,18 @@ def test_only_rank_zero_has_probes_and_the_api_key() -> None:
             assert probes == set()
             assert key_env == []
             assert not [arg for arg in container["args"] if arg.startswith("--api-key")]
+
+
+def test_readiness_outlasts_a_long_prefill_but_not_a_hang() -> None:
+    """NotReady needs 6 failed 20 s /health windows in a row: 120 s without one token.
+    The documents' 8K prompt (44 s to its first token) fails at most 2 of them."""
+    container = engine_container(statefulsets(sample())[0])
+    readiness = container["readinessProbe"]
+    assert readiness["timeoutSeconds"] > SGLANG_HEALTH_WINDOW_SECONDS  # 503 beats the timeout
+    no_output_to_unready = readiness["failureThreshold"] * SGLANG_HEALTH_WINDOW_SECONDS
+    documented_8k_ttft = 44.37
+    assert int(documented_8k_ttft // SGLANG_HEALTH_WINDOW_SECONDS) < readiness["failureThreshold"]
+    assert no_output_to_unready >= 2 * documented_8k_ttft
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,7 @@ def _act(
         engine_key=key_seen.ref,
         gateway_image=gateway_image,
         now=now,
+        running=observation.running_requests,
     )
     assignment, problems = place(ic, observed)
     replicas = decide_replicas(ic, observed, assignment, facts)
@@ -109,7 +110,7 @@ def _act(
         secrets=() if secret is None else (secret,),
         delete_jobs=benchmark.delete_jobs + acceptance.delete_jobs,
         create_jobs=benchmark.create_jobs + acceptance.create_jobs,
-        pod_patches=drain.patches,
+        pod_patches=(*replicas.pod_patches, *drain.patches),
         apply=owned.to_apply(replicas.desired, observed),
         prune=owned.to_prune(
             replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed

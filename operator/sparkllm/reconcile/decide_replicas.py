@@ -16,8 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from sparkllm.api import LABEL_REPLICA, InferenceCluster, Phase
-from sparkllm.reconcile.actions import JSON, earliest
+from sparkllm.reconcile.actions import JSON, PodPatch, earliest
+from sparkllm.reconcile.drain import mark_patch, restart_drain
 from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.observe import pods_by_rank
 from sparkllm.reconcile.replicas import (
     Observed,
     ReplicaInputs,
@@ -41,6 +43,7 @@ class ReplicasDecision:
     keep: set[str] = field(default_factory=set)
     events: list[PendingEvent] = field(default_factory=list)
     gang_restarts: list[str] = field(default_factory=list)
+    pod_patches: list[PodPatch] = field(default_factory=list)  # rank 0s leaving routing
     nodes: set[str] = field(default_factory=set)
     retry_after: float | None = None
 
@@ -56,6 +59,7 @@ class PassFacts:
     engine_key: EngineKeyRef
     gateway_image: str
     now: datetime
+    running: Mapping[int, int | None] = field(default_factory=dict)  # requests per replica
 
 
 def place(ic: InferenceCluster, observed: Observed) -> tuple[Assignment, tuple[str, ...]]:
@@ -91,6 +95,8 @@ def decide_replicas(
         others_ready = all(
             phases.get(i) == Phase.READY.value for i in range(replicas) if i != index
         )
+        rank0 = pods_by_rank(observed.by_replica(observed.pods, index)).get(0)
+        running = facts.running.get(index)
         inputs = ReplicaInputs(
             index=index,
             group_key=group.key,
@@ -103,8 +109,11 @@ def decide_replicas(
             engine_key=facts.engine_key,
             tools_image=facts.gateway_image,
             now=facts.now,
+            drain=restart_drain(rank0, running=running, now=facts.now),
         )
         result = plan_replica(ic, observed, inputs)
+        if result.drain_mark is not None and rank0 is not None:
+            out.pod_patches.append(mark_patch(rank0, now=facts.now, reason=result.drain_mark))
         out.events.extend(result.events)
         if result.restart_cause is not None:
             out.gang_restarts.append(cause_class(result.restart_cause))

@@ -8,7 +8,13 @@ deadline passes, and only then deletes the replica's objects. The drain's start 
 annotation on that pod, so an operator restart mid-drain resumes it.
 
 The observe step reads the running-request counts (``RunningRequests``) of the replicas
-being removed; ``plan_drain`` decides from them (pure); ``execute`` patches the pods.
+being removed or drained; ``plan_drain`` decides from them (pure); ``execute`` patches the
+pods.
+
+Planned gang restarts (a rolling update, ``sparkllm.io/restart=now``) drain the same way
+before they stop a replica (``restarts.Action.DRAIN``): the same label, the same start
+stamp, plus ``sparkllm.io/drain-reason`` naming the restart, so a pass after the restart
+annotation was consumed (or after an operator restart) still knows why it drains.
 """
 
 from __future__ import annotations
@@ -25,11 +31,13 @@ from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, Reason
 from sparkllm.reconcile.actions import PodPatch, earliest
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.replicas import Observed, label, timestamp
+from sparkllm.reconcile.restarts import DrainFacts
 from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
 ROUTER_LET_GO: Final = timedelta(seconds=6)  # smg drains a vanished worker for 5 s
 DRAIN_DEADLINE: Final = timedelta(seconds=300)  # the documents' long requests take minutes
 RUNNING_METRIC: Final = "sglang:num_running_reqs"
+ANNOTATION_DRAIN_REASON: Final = "sparkllm.io/drain-reason"  # a planned restart's cause
 JSON = dict[str, Any]
 
 
@@ -87,6 +95,46 @@ class RunningRequests:
         return int(total)
 
 
+def mark_patch(rank0: Mapping[str, Any], *, now: datetime, reason: str | None = None) -> PodPatch:
+    """Rank 0 out of routing (``serving=false``), the drain's start stamped (and its reason)."""
+    annotations = {ANNOTATION_DRAIN_STARTED: timestamp(now)}
+    if reason is not None:
+        annotations[ANNOTATION_DRAIN_REASON] = reason
+    patch = {"metadata": {"labels": {LABEL_SERVING: "false"}, "annotations": annotations}}
+    meta = rank0["metadata"]
+    return PodPatch(name=meta["name"], namespace=meta["namespace"], patch=patch)
+
+
+def restart_drain(
+    rank0: Mapping[str, Any] | None, *, running: int | None, now: datetime
+) -> DrainFacts:
+    """Pure: a serving replica's drain before a planned restart, as its rank-0 pod shows it."""
+    if rank0 is None:
+        return DrainFacts()
+    reason = (rank0["metadata"].get("annotations") or {}).get(ANNOTATION_DRAIN_REASON)
+    step = drain_step(rank0, running=running, now=now)
+    return DrainFacts(
+        reason=None if reason is None else str(reason),
+        mark=step.mark,
+        done=step.done,
+        retry_after=step.retry_after,
+        running=running,
+    )
+
+
+def draining_replicas(observed: Observed, replicas: int) -> list[int]:
+    """Replicas whose running requests a pass reads: removed ones and restart drains."""
+    stamped = {
+        int(r)
+        for p in observed.pods
+        if ANNOTATION_DRAIN_STARTED in (p["metadata"].get("annotations") or {})
+        and label(p, LABEL_RANK) == "0"
+        and (r := label(p, LABEL_REPLICA)) is not None
+        and r.isdigit()
+    }
+    return sorted(stamped | set(removed_replicas(observed, replicas)))
+
+
 def removed_replicas(observed: Observed, replicas: int) -> list[int]:
     """Indexes of replicas with live StatefulSets beyond ``spec.replicas`` (being removed)."""
     return sorted(
@@ -128,14 +176,7 @@ def plan_drain(
         rank0 = rank0_pod(observed.by_replica(observed.pods, index))
         step = drain_step(rank0, running=running.get(index), now=now)
         if step.mark and rank0 is not None:
-            patch = {
-                "metadata": {
-                    "labels": {LABEL_SERVING: "false"},
-                    "annotations": {ANNOTATION_DRAIN_STARTED: timestamp(now)},
-                }
-            }
-            meta = rank0["metadata"]
-            patches.append(PodPatch(name=meta["name"], namespace=meta["namespace"], patch=patch))
+            patches.append(mark_patch(rank0, now=now))
             message = f"replica {index}: out of routing; removed once its requests finish"
             events.append(PendingEvent(False, Reason.SCALING_DOWN, message))
         if not step.done:

@@ -25,7 +25,7 @@ from sparkllm.errors import SpecError
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import read_acceptance
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
-from sparkllm.reconcile.drain import RunningRequests, rank0_address, removed_replicas
+from sparkllm.reconcile.drain import RunningRequests, draining_replicas, rank0_address
 from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.observe import pod_ready, pods_by_rank
 from sparkllm.reconcile.proofs import ConfigProbe
@@ -92,7 +92,7 @@ async def observe(
     acceptance = await read_acceptance(api, ic, obj)
     running = {
         index: await engines.running_requests.count(address)
-        for index in removed_replicas(observed, ic.spec.replicas)
+        for index in draining_replicas(observed, ic.spec.replicas)
         if (address := rank0_address(observed, index)) is not None
     }
     server_info = await _server_info(

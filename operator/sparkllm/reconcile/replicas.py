@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,9 +24,17 @@ from sparkllm.api import (
     Reason,
 )
 from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.observe import ReplicaState, observe_replica
+from sparkllm.reconcile.hang import unready_since
+from sparkllm.reconcile.observe import ReplicaState, observe_replica, pods_by_rank
 from sparkllm.reconcile.proofs import model_condition, network_condition
-from sparkllm.reconcile.restarts import Action, Decision, History, decide
+from sparkllm.reconcile.restarts import (
+    FORCE_CAUSE,
+    Action,
+    Decision,
+    DrainFacts,
+    History,
+    decide,
+)
 from sparkllm.reconcile.status import ReplicaReport
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.names import ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
@@ -76,6 +84,7 @@ class ReplicaInputs:
     engine_key: EngineKeyRef
     tools_image: str
     now: datetime
+    drain: DrainFacts = field(default_factory=DrainFacts)  # the drain before a planned restart
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class ReplicaResult:
     retry_after: float | None
     events: tuple[PendingEvent, ...]
     restart_cause: str | None  # set when this pass began a gang restart
+    drain_mark: str | None = None  # take rank 0 out of routing now, for this planned restart
 
 
 def _template_generation(sts: Mapping[str, Any]) -> int:
@@ -173,6 +183,8 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     pods = observed.by_replica(observed.pods, index)
     state = observe_replica(index=index, nodes=nodes, pods=pods, node_facts=observed.nodes)
     history = history_from_status(previous, reset_budget=inputs.reset_budget)
+    rank0_pod = pods_by_rank(pods).get(0)
+    current = rank0_pod is not None and label(rank0_pod, LABEL_GENERATION) == str(generation)
     rank0 = observed.nodes.get(nodes[0])
     rank0_ip = rank0.internal_ip if rank0 is not None else None
     render = None if rank0_ip is None else _renderer(ic, inputs, rank0_ip)
@@ -191,6 +203,8 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         outdated=outdated(pods, generation, want),
         others_ready=inputs.others_ready,
         blocked=inputs.blocked,
+        unready_since=unready_since(rank0_pod) if current else None,
+        drain=inputs.drain,
     )
     if decision.action is Action.STOP:
         generation += 1
@@ -202,7 +216,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         restarts=history.restarts + unrecorded,
         rank0_ip=rank0_ip,
     )
-    running = decision.action is Action.RUN
+    running = decision.action in (Action.RUN, Action.DRAIN)  # a drain keeps serving
     retry = decision.retry_at - inputs.now if decision.retry_at else None
     return ReplicaResult(
         report=report,
@@ -210,6 +224,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         retry_after=None if retry is None else retry.total_seconds(),
         events=_events(index, previous, decision),
         restart_cause=decision.cause if decision.action is Action.STOP else None,
+        drain_mark=decision.drain_reason if decision.drain_mark else None,
     )
 
 
@@ -247,8 +262,14 @@ def _report(
 def _events(
     index: int, previous: Mapping[str, Any] | None, decision: Decision
 ) -> tuple[PendingEvent, ...]:
-    """A gang restart's Event first, then the phase transition's."""
+    """A gang restart's (or its drain's) Event first, then the phase transition's."""
     events = transition_events(index, previous, decision)
+    if decision.drain_mark and decision.drain_reason is not None:
+        kind = (
+            Reason.GANG_RESTART if decision.drain_reason == FORCE_CAUSE else Reason.ROLLING_UPDATE
+        )
+        message = f"replica {index}: out of routing; restarts once its requests finish"
+        return (PendingEvent(False, kind, f"{message} ({decision.drain_reason})"), *events)
     if decision.action is not Action.STOP:
         return events
     restart = PendingEvent(
@@ -354,6 +375,7 @@ def model_verdict(
 def cause_class(cause: str) -> str:
     """A bounded metric label from a free-text restart cause."""
     for word, name in (
+        ("pipeline hung", "pipeline_hung"),
         ("model copies", "model_mismatch"),
         ("network preflight", "network_preflight"),
         ("container exited", "container_exit"),

@@ -21,19 +21,33 @@ node is not restarted around — the ranks are pinned by cable: the replica is s
 once (its survivors would only hang), marked Degraded, and started again when the node is
 back. A spec change that needs new pods rolls replica by replica: a replica restarts for
 an update only while every other replica serves.
+
+A hung pipeline — rank 0 alive but NotReady after it had served (``hang.py``) — is a
+dropped rank too, past ``HUNG_AFTER``: cause "pipeline hung", counted like a crash.
+
+Planned restarts drain first (``Action.DRAIN``), crash restarts never wait: a rolling
+update or ``sparkllm.io/restart=now`` takes a serving replica out of routing, waits for
+its in-flight requests up to the drain deadline (``drain.py``, as for a scale-down), and
+only then stops it. The drain lives on rank 0's pod (``DrainFacts``: the annotations
+``sparkllm.io/drain-started`` and ``sparkllm.io/drain-reason``), so a consumed restart
+annotation or an operator restart mid-drain loses nothing.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
 from sparkllm.api import Phase, RestartPolicySpec
+from sparkllm.reconcile.hang import HUNG_AFTER, hung_cause
 from sparkllm.reconcile.observe import ReplicaState
 
 HOUR = timedelta(hours=1)
+FORCE_CAUSE = "restart requested (annotation sparkllm.io/restart)"
+UPDATE_CAUSE = "spec changed (rolling update)"
 
 
 class Action(Enum):
@@ -41,6 +55,7 @@ class Action(Enum):
     STOP = "stop"  # begin a gang restart: stop all ranks, bump the generation
     WAIT = "wait"  # stopped; start when old pods are gone and backoff passed
     HOLD = "hold"  # stopped and left stopped (budget exhausted or node down)
+    DRAIN = "drain"  # planned restart: out of routing, running, until its requests finish
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,19 @@ class Decision:
     restart_times: tuple[datetime, ...] = ()
     exhausted: bool = False
     node_down: bool = False
+    drain_reason: str | None = None  # DRAIN: the planned restart's cause
+    drain_mark: bool = False  # DRAIN: take rank 0 out of routing (and stamp it) now
+
+
+@dataclass(frozen=True)
+class DrainFacts:
+    """Rank 0's drain before a planned restart, as its pod shows it."""
+
+    reason: str | None = None  # a planned restart's drain under way, and its cause
+    mark: bool = True  # rank 0 still serves: take it out of routing first
+    done: bool = False  # drained (no request left after the router let go, or deadline)
+    retry_after: float | None = None  # when to look again
+    running: int | None = None  # requests rank 0 still runs (None: not read)
 
 
 def recent(times: Sequence[datetime], now: datetime) -> tuple[datetime, ...]:
@@ -119,27 +147,43 @@ def decide(
     outdated: bool = False,
     others_ready: bool = True,
     blocked: str | None = None,
+    unready_since: datetime | None = None,
+    drain: DrainFacts = DrainFacts(),
 ) -> Decision:
     """What to do with one replica this pass, the first rule that applies winning.
 
     ``blocked`` is a reason the replica must not run (the ranks' model copies disagree):
     it is stopped and held, uncounted, until the spec changes or a restart is requested.
+    ``unready_since``: rank 0 lost readiness after serving, container alive (``hang.py``).
     """
     times = recent(history.restart_times, now)
     if state.nodes_not_ready or state.nodes_missing:
         return _node_down(state, stopped=stopped, history=history, times=times, now=now)
-    if force_restart:
-        return _stop(cause="restart requested (annotation sparkllm.io/restart)", times=(), now=now)
+    members = current_members(state, generation, history.members)
+    crashed = None if stopped else dropped_rank(state, generation, members)
+    if crashed is None and not stopped and unready_since is not None:
+        crashed = hung_cause(unready_since) if now - unready_since >= HUNG_AFTER else None
+    planned = functools.partial(
+        _planned,
+        state=state,
+        generation=generation,
+        drain=drain,
+        members=members,
+        times=times,
+        now=now,
+    )
+    if force_restart or (drain.reason == FORCE_CAUSE and not stopped):
+        if stopped or crashed is not None:
+            return _stop(cause=FORCE_CAUSE, times=(), now=now)
+        return planned(FORCE_CAUSE)
     if blocked is not None:
         return _blocked(blocked, stopped=stopped, times=times, now=now)
     if stopped:
         if history.exhausted:
             return _exhausted(policy, times)
         return _start(state, generation=generation, policy=policy, times=times, now=now)
-    members = current_members(state, generation, history.members)
-    crashed = dropped_rank(state, generation, members)
-    if outdated and crashed is None:
-        if not others_ready:
+    if crashed is None and (drain.reason is not None or outdated):
+        if drain.reason is None and not others_ready:
             return Decision(
                 action=Action.RUN,
                 phase=Phase.READY if state.serving(generation) else Phase.STARTING,
@@ -147,11 +191,37 @@ def decide(
                 members=history.members,
                 restart_times=times,
             )
-        return _stop(cause="spec changed (rolling update)", times=times, now=now, counted=False)
+        cause = drain.reason or UPDATE_CAUSE
+        return planned(cause)
     if history.exhausted:
         return _exhausted(policy, times)
     if crashed is not None:
         return _crashed(crashed, policy=policy, times=times, now=now)
+    return _running(
+        state, generation=generation, members=members, times=times, unready_since=unready_since
+    )
+
+
+def _running(
+    state: ReplicaState,
+    *,
+    generation: int,
+    members: tuple[str, ...],
+    times: tuple[datetime, ...],
+    unready_since: datetime | None,
+) -> Decision:
+    """Nothing to restart: serving, starting, or rank 0 unready for less than HUNG_AFTER."""
+    if unready_since is not None:
+        due = unready_since + HUNG_AFTER
+        return Decision(
+            action=Action.RUN,
+            phase=Phase.DEGRADED,
+            message=f"rank 0 not Ready since {unready_since:%H:%M:%S} (/health: no output); "
+            f"restarted as a hung pipeline at {due:%H:%M:%S} unless it recovers",
+            retry_at=due,
+            members=members,
+            restart_times=times,
+        )
     ready = state.serving(generation)
     return Decision(
         action=Action.RUN,
@@ -159,6 +229,35 @@ def decide(
         message="serving" if ready else "ranks starting",
         members=members,
         restart_times=times,
+    )
+
+
+def _planned(
+    cause: str,
+    *,
+    state: ReplicaState,
+    generation: int,
+    drain: DrainFacts,
+    members: tuple[str, ...],
+    times: tuple[datetime, ...],
+    now: datetime,
+) -> Decision:
+    """A planned restart: drain a serving replica first; stop at once what serves nothing."""
+    if drain.done or not state.serving(generation):
+        if cause == FORCE_CAUSE:  # the user's request also opens a fresh budget window
+            return _stop(cause=cause, times=(), now=now)
+        return _stop(cause=cause, times=times, now=now, counted=False)
+    waiting = "" if drain.running is None else f", {drain.running} request(s) in flight"
+    retry = drain.retry_after if drain.retry_after is not None else 2.0
+    return Decision(
+        action=Action.DRAIN,
+        phase=Phase.RESTARTING,
+        message=f"draining before gang restart ({cause}): out of routing{waiting}",
+        retry_at=now + timedelta(seconds=retry),
+        members=members,
+        restart_times=times,
+        drain_reason=cause,
+        drain_mark=drain.mark,
     )
 
 

@@ -41,9 +41,15 @@ SHM_SIZE: Final = "16Gi"
 # operator's environment overrides it (reconcile passes it in; render stays pure).
 DEFAULT_TOOLS_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 HEALTH_PATH: Final = "/health"
-# SGLang's /health runs a one-token generation and waits up to 20 s for it.
+# SGLang's /health runs a one-token generation and answers 503 when no output at all
+# (any request's) arrived within 20 s (SGLANG_HEALTH_CHECK_TIMEOUT); the probe waits 25 s.
+SGLANG_HEALTH_WINDOW_SECONDS: Final = 20
 HEALTH_TIMEOUT_SECONDS: Final = 25
 PROBE_PERIOD_SECONDS: Final = 10
+# A failing probe takes the whole 20 s window and the next starts at once, so NotReady
+# means 6 x 20 = 120 s without one token. The documents' 8K prompt (44 s to its first
+# token, p95) fails at most 2 in a row: rank 0 stays Ready and routed through it.
+READINESS_FAILURE_THRESHOLD: Final = 6
 
 
 @dataclass(frozen=True)
@@ -76,19 +82,15 @@ def _probes(ic: InferenceCluster) -> dict[str, Any]:
             "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
             "failureThreshold": max(1, math.ceil(grace / PROBE_PERIOD_SECONDS)),
         },
+        # A hung pipeline (every rank alive, no output) shows as rank 0 NotReady; the
+        # operator restarts the whole replica 60 s later (reconcile/hang.py). No liveness
+        # probe: a kubelet kill would restart rank 0 alone (its peers stay stuck) and
+        # read as "container exited" (docs/operator.md, "Probes and hung pipelines").
         "readiness": {
             "httpGet": http,
             "periodSeconds": PROBE_PERIOD_SECONDS,
             "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
-            "failureThreshold": 3,
-        },
-        # A hung downstream rank shows as rank 0 failing /health; after ~3 min the
-        # kubelet restarts rank 0, which the operator turns into a gang restart.
-        "liveness": {
-            "httpGet": http,
-            "periodSeconds": 30,
-            "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
-            "failureThreshold": 6,
+            "failureThreshold": READINESS_FAILURE_THRESHOLD,
         },
     }
 
