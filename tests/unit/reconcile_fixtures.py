@@ -99,6 +99,7 @@ def replica_objects(
         rank0_ip=IPS[members[0]],
         generation=generation,
         running=running,
+        node_ips=tuple(IPS[m] for m in members),
     )
     rendered = render_replica(
         ic, plan=plan, engine_key=engine_key_ref(ic), tools_image=GATEWAY_IMAGE

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from sparkllm.preflight import Check, Finding, Severity
+from sparkllm.preflight.bandwidth import MIB, BandwidthResult
 from sparkllm.preflight.findings import to_json
 from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.proofs import network_condition
-from sparkllm.render.ranks import NETWORK_CONTAINER
+from sparkllm.reconcile.network_proof import network_condition, network_status
+from sparkllm.render.network_preflight import BANDWIDTH_CONTAINER, NETWORK_CONTAINER
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,
     cluster,
@@ -82,7 +83,9 @@ def test_an_unreadable_result_fails() -> None:
     broken["status"]["initContainerStatuses"][0]["state"]["terminated"]["message"] = "boom"
     cond = network_condition([broken], generation=1, expected=1)
     assert cond["status"] == "False"
-    assert cond["message"].startswith("a: Preflight (error): unreadable result (exit code 0)")
+    assert cond["message"].startswith(
+        "a: Preflight (error): verify-network: unreadable result (exit code 0): boom"
+    )
 
 
 def _conditions(mode: str) -> dict[str, JSON]:
@@ -146,6 +149,11 @@ def test_gate_stops_the_replica_until_a_restart_is_requested() -> None:
     assert obs.obj is not None
     assert [c["status"] for c in obs.obj["status"]["conditions"]
             if c["type"] == "NetworkVerified"] == ["False"]  # fmt: skip
+    network = obs.obj["status"]["network"]  # the findings outlive the pods too
+    assert network["findings"] == [
+        {"node": "a1", "check": "CMA", "severity": "error",
+         "message": "CmaTotal is 0 in /proc/meminfo"}
+    ]  # fmt: skip
     # sparkllm.io/restart=now runs the checks again: the ranks start.
     obs.obj["metadata"]["annotations"]["sparkllm.io/restart"] = "now"
     started: list[int] = []
@@ -154,3 +162,85 @@ def test_gate_stops_the_replica_until_a_restart_is_requested() -> None:
         started += _sts_replicas(plan.apply)
         obs = advance(obs, plan, seconds=600, pods=False)
     assert started[-3:] == [1, 1, 1]
+
+
+def _result(rank: int, gbps: float | None, *, threshold: float = 150) -> str:
+    findings: tuple[Finding, ...] = ()
+    if rank == 0 and gbps is not None:
+        severity = Severity.ERROR if gbps < threshold else Severity.INFO
+        text = f"all_reduce bus bandwidth {gbps:.1f} Gb/s at 128 MiB across 3 ranks"
+        if gbps < threshold:
+            text += f", below the threshold {threshold:g} Gb/s"
+        findings = (Finding("x", Check.BANDWIDTH, severity, text),)
+    return BandwidthResult(
+        rank=rank, op="all_reduce", ranks=3, nbytes=128 * MIB, busbw_gbps=gbps,
+        threshold_gbps=threshold, findings=findings,
+    ).to_json()  # fmt: skip
+
+
+def measured(node: str, rank: int, message: str | None, *, code: int = 0) -> JSON:
+    """A rank pod whose verify-network passed and whose verify-bandwidth ran (or runs)."""
+    found = pod(node, [])
+    found["metadata"]["labels"] = {"sparkllm.io/replica": "0"}
+    found["spec"]["initContainers"] = [{"name": NETWORK_CONTAINER}, {"name": BANDWIDTH_CONTAINER}]
+    state: JSON = {"running": {}}
+    if message is not None:
+        state = {"terminated": {"exitCode": code, "message": message}}
+    found["status"]["initContainerStatuses"].append({"name": BANDWIDTH_CONTAINER, "state": state})
+    return found
+
+
+def test_the_collective_is_waited_for_then_reported() -> None:
+    running = [measured("a", 0, None), measured("b", 1, None), measured("c", 2, None)]
+    cond = network_condition(running, generation=2, expected=3)
+    assert (cond["status"], cond["message"]) == (
+        "Unknown", "0 of 3 ranks reported their network check"
+    )  # fmt: skip
+    done = [measured("a", 0, _result(0, 183.4)), measured("b", 1, _result(1, 183.4)),
+            measured("c", 2, _result(2, 183.4))]  # fmt: skip
+    cond = network_condition(done, generation=2, expected=3)
+    assert (cond["status"], cond["reason"]) == ("True", "NetworkChecksPassed")
+    assert cond["message"] == (
+        "3 ranks passed the network checks; all network checks passed; "
+        "replica 0: all_reduce bus bandwidth 183.4 Gb/s (threshold 150)"
+    )
+    status = network_status(done)
+    assert status["bandwidth"] == [
+        {"replica": 0, "node": "a", "op": "all_reduce", "ranks": 3, "sizeMiB": 128,
+         "busBandwidthGbps": 183.4, "thresholdGbps": 150.0}
+    ]  # fmt: skip
+    assert status["findings"] == [
+        {"node": "a", "check": "Bandwidth", "severity": "info",
+         "message": "all_reduce bus bandwidth 183.4 Gb/s at 128 MiB across 3 ranks"}
+    ]  # fmt: skip
+
+
+def test_below_the_threshold_names_the_measurement() -> None:
+    pods = [measured("a", 0, _result(0, 24.0, threshold=150), code=1), measured("b", 1, None)]
+    cond = network_condition(pods, generation=1, expected=3)
+    assert (cond["status"], cond["reason"]) == ("False", "NetworkCheckFailed")
+    assert cond["message"] == (
+        "a: Bandwidth (error): all_reduce bus bandwidth 24.0 Gb/s at 128 MiB across 3 ranks, "
+        "below the threshold 150 Gb/s"
+    )
+
+
+def test_a_collective_that_left_no_result_is_an_error() -> None:
+    # e.g. an engine image without python3 (FallbackToLogsOnError gives its log instead).
+    cond = network_condition(
+        [measured("a", 0, "python3: not found", code=127)], generation=1, expected=1
+    )
+    assert cond["status"] == "False"
+    assert cond["message"] == (
+        "a: Preflight (error): verify-bandwidth: unreadable result (exit code 127): "
+        "python3: not found"
+    )
+
+
+def test_status_findings_are_ordered_and_bounded() -> None:
+    many = [Finding("x", Check.NCCL_CONF, Severity.WARNING, f"w{i}") for i in range(40)]
+    status = network_status([pod("a", [*many, CMA])])
+    assert len(status["findings"]) == 32
+    assert status["omittedFindings"] == 9
+    assert status["findings"][0]["check"] == "CMA"  # errors first
+    assert {f["node"] for f in status["findings"]} == {"a"}  # the pod's node

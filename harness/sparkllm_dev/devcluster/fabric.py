@@ -124,6 +124,9 @@ def write_spark_tree(root: Path, spec: SparkFabric | None = None) -> Path:
         f"Max locked memory         {memlock}            bytes\n",
     )
     (root / "etc").mkdir(parents=True, exist_ok=True)  # the hostPath must exist
+    # The RDMA character devices verify-bandwidth (and the engine) mount: one per device.
+    for number in range(len(SPARK_HCAS)):
+        _write(root / "dev/infiniband" / f"uverbs{number}", "")
     if Fault.NCCL_CONF in spec.faults:
         _write(root / "etc/nccl.conf", "# left over from a test\nNCCL_IB_USE_INLINE=1\n")
     return root

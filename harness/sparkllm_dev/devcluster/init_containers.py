@@ -7,10 +7,10 @@ Completed without running them and without a message, so on the dev cluster noth
 would ever be verified. The engine harness therefore runs them like a kubelet, before it
 starts the engine's simulator.
 
-What runs: an init container whose command is our own CLI (``sparkllm ARGS`` or
-``python -m sparkllm.cli ARGS``), as ``<python> -m sparkllm.cli ARGS`` on this machine,
-with ``$(VAR)`` expanded (``kubelet``) and container paths translated to the simulated
-node's files (``hostpaths``). The harness has no images, so another image's init
+What runs: an init container whose command is our own CLI (``sparkllm ARGS`` or ``python
+-m sparkllm.cli ARGS``, run as ``<python> -m sparkllm.cli ARGS``) or the bandwidth module
+(``bandwidth_step``), ``$(VAR)`` expanded (``kubelet``), container paths translated to the
+simulated node's files (``hostpaths``). The harness has no images, so another image's init
 container, or one whose volumes it cannot provide (the hostPath is absent on the
 simulated node), is not run: it keeps kwok's status (Completed, no message), logged once.
 This module owns the status rules (pure, first) and ``InitSequence``, the runner the
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sparkllm_dev.devcluster import engine_io, hostpaths, kubelet
+from sparkllm_dev.devcluster.bandwidth_step import is_bandwidth, plan_init_step
 from sparkllm_dev.devcluster.kubelet import JSON
 from sparkllm_dev.errors import DevClusterError
 
@@ -332,8 +333,8 @@ def build_sequence(
     try:
         for container in containers:
             as_written = [*(container.get("command") or []), *(container.get("args") or [])]
-            step, why = None, "its command is not the sparkllm CLI"
-            if hostpaths.sparkllm_cli_args(as_written) is not None:
+            step, why = None, "its command is not the sparkllm CLI nor the bandwidth module"
+            if hostpaths.sparkllm_cli_args(as_written) is not None or is_bandwidth(as_written):
                 log_path = log_dir / f"{prefix}.{container['name']}.log"
                 step, why = _plan(pod, container, kube=kube, hosts_root=hosts_root,
                                   scratch=scratch, python=python, base_env=base_env,
@@ -384,11 +385,10 @@ def _plan(
         hostpaths.materialize(mounts)
     except hostpaths.VolumeUnavailableError as exc:
         return None, str(exc)
-    step = hostpaths.plan_step(
+    return plan_init_step(  # our CLI, or the bandwidth module (bandwidth_step)
         pod, container, env={**base_env, **env}, mounts=mounts, scratch=scratch,
         python=python, log_path=log_path,
     )  # fmt: skip
-    return step, ""
 
 
 def _restarts(pod: Mapping[str, Any], name: str) -> int:

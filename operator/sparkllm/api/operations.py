@@ -40,10 +40,23 @@ class NetworkPreflightSpec(ApiModel):
         default="off",
         description="mode is what the network preflight does. gate: each rank's init "
         "container verify-network checks its node (interfaces, MTU, HCAs, GID, routes, "
-        "locked memory, CMA, /etc/nccl.conf, SGLang's address) and fails on an error, so "
-        "the engine does not start; warn: the same checks, reported in condition "
+        "locked memory, CMA, /etc/nccl.conf, SGLang's address), then verify-bandwidth "
+        "measures the bus bandwidth across the ranks; an error fails the rank's init "
+        "container, so the engine does not start; warn: the same checks, reported in condition "
         "NetworkVerified, the engine starts anyway; off: no check, no condition. Default "
         "off (existing replicas keep their pods unchanged; warn is recommended).",
+    )
+    min_bus_bandwidth_gbps: float = Field(
+        default=150,
+        ge=0,
+        le=100_000,
+        description="minBusBandwidthGbps is the lowest all_reduce bus bandwidth (Gb/s, as "
+        "nccl-tests computes it, at 128 MiB) the replica's ranks must reach in the "
+        "collective init container verify-bandwidth runs across them with the engine "
+        "image's NCCL before the engine starts; below it NetworkVerified is False (and in "
+        "gate mode no engine starts). Default 150: the documents' slowest link, 183.5 Gb/s, "
+        "less 18 %, and 6x the ~24 Gb/s of a missing PCIe half (docs/network.md); 0 skips "
+        "the collective.",
     )
 
 

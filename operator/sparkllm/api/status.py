@@ -28,6 +28,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
+from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
 
 # metav1.Condition's reason format: CamelCase, starting with a letter.
@@ -178,6 +179,11 @@ class InferenceClusterStatus(ApiModel):
     )
     replica_statuses: tuple[ReplicaStatus, ...] = Field(
         default=(), description="replicaStatuses is one entry per existing replica, by index."
+    )
+    network: NetworkStatus | None = Field(
+        default=None,
+        description="network is what the network preflight found (spec.network.preflight "
+        "not off): every node's findings and each replica's measured bus bandwidth.",
     )
     benchmark: dict[str, Any] | None = Field(
         default=None,

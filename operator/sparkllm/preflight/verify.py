@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from sparkllm.integrity.verify import DEFAULT_TERMINATION_LOG, write_termination_message
 from sparkllm.preflight.checks import NodeExpectations, check_node
-from sparkllm.preflight.findings import failed, to_json
+from sparkllm.preflight.findings import Check, Finding, Severity, failed, to_json
 from sparkllm.preflight.host import HostView
 
 
@@ -33,7 +34,35 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--roce-mtu", type=int, default=None, help="expected MTU of RoCE ports")
     parser.add_argument("--socket-mtu", type=int, default=None, help="expected socket MTU")
     parser.add_argument("--gate", action="store_true", help="exit 1 when a check fails")
+    parser.add_argument(
+        "--copy-bandwidth-module",
+        type=Path,
+        default=None,
+        help="copy sparkllm.preflight (stdlib only) here for verify-bandwidth's PYTHONPATH",
+    )
     parser.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG)
+
+
+# What ``python -m sparkllm.preflight.bandwidth`` imports: the package and its
+# stdlib-only modules (verify.py, this CLI, needs more and is left out).
+SHIPPED: tuple[str, ...] = (
+    "sparkllm/__init__.py",
+    "sparkllm/preflight/__init__.py",
+    "sparkllm/preflight/bandwidth.py",
+    "sparkllm/preflight/checks.py",
+    "sparkllm/preflight/findings.py",
+    "sparkllm/preflight/host.py",
+)
+
+
+def copy_bandwidth_module(dest: Path) -> None:
+    """Copy the bandwidth module's files under ``dest`` (an emptyDir the engine image's
+    init container puts on its PYTHONPATH)."""
+    root = Path(__file__).resolve().parents[2]
+    for relative in SHIPPED:
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / relative, target)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,6 +82,12 @@ def run(args: argparse.Namespace) -> int:
         etc=args.etc_dir or args.root / "etc",
     )
     findings = check_node(host, node=node, expect=expect, addresses=host.ipv4_addresses)
+    if args.copy_bandwidth_module is not None:
+        try:
+            copy_bandwidth_module(args.copy_bandwidth_module)
+        except OSError as exc:
+            text = f"cannot copy the bandwidth module to {args.copy_bandwidth_module}: {exc}"
+            findings.append(Finding(node, Check.PREFLIGHT, Severity.ERROR, text))
     write_termination_message(args.termination_log, to_json(findings))
     for finding in findings:
         print(f"[verify-network] {finding.line()}", flush=True)

@@ -31,9 +31,10 @@ from sparkllm.reconcile.decide_replicas import (
 )
 from sparkllm.reconcile.drain import plan_drain
 from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.network_proof import network_report, network_verdict
 from sparkllm.reconcile.observation import ConfigResult, Observation
 from sparkllm.reconcile.proofs import capacity_condition, config_condition
-from sparkllm.reconcile.replicas import model_verdict, network_verdict
+from sparkllm.reconcile.replicas import model_verdict
 from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
 from sparkllm.reconcile.status import ClusterReport, cluster_phase, derive_status
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
@@ -72,6 +73,7 @@ def _act(
     force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
     model = model_verdict(observed, previous, generation=generation, force=force)
     network = network_verdict(ic, observed, previous, generation=generation, force=force)
+    net_status = None if network is None else network_report(ic, observed, previous, network)
     facts = PassFacts(
         previous_status=previous,
         generation=generation,
@@ -115,7 +117,7 @@ def _act(
         prune=owned.to_prune(
             replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed
         ),
-        status=_status(proven, previous, now, runs=runs),
+        status=_status(proven, previous, now, network=net_status, runs=runs),
         events=tuple(events),
         annotations=_consumed(obj, runs),
         replica_phases=tuple(r.phase for r in report.replicas),
@@ -180,10 +182,13 @@ def _status(
     previous: Mapping[str, Any],
     now: datetime,
     *,
+    network: JSON | None = None,
     runs: tuple[BenchmarkOutcome, ...],
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write)."""
     status = derive_status(report, previous, now)
+    if network is not None:
+        status["network"] = network  # the network preflight's findings and measurements
     # status.benchmark and status.acceptance are written by their steps; every status
     # write carries them (server-side apply drops a field our manager stops sending).
     for run in runs:

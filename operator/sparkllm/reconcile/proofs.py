@@ -1,4 +1,4 @@
-"""Proof-of-service conditions: CapacityPlanned, ModelVerified, ConfigApplied, NetworkVerified.
+"""Proof-of-service conditions: CapacityPlanned, ModelVerified, ConfigApplied.
 
 "Not just HTTP 200" (SEEDS.md, acceptance): a replica that answers may still run with a
 setting SGLang silently ignored, or with a model copy that differs from its peers'.
@@ -11,7 +11,7 @@ the ``api_key`` it returns anywhere. ``decide`` turns the results into condition
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -21,11 +21,8 @@ from sparkllm.configcheck import Mismatch, compare_server_info, describe_mismatc
 from sparkllm.integrity import ModelSummary, compare_rank_summaries
 from sparkllm.integrity.summary import SummaryError
 from sparkllm.plan import plan_capacity
-from sparkllm.preflight.findings import Check, Finding, Severity, summarize
-from sparkllm.preflight.findings import failed as failed_findings
-from sparkllm.preflight.findings import from_json as findings_from_json
 from sparkllm.reconcile.status import condition
-from sparkllm.render.ranks import NETWORK_CONTAINER, VERIFY_CONTAINER
+from sparkllm.render.ranks import VERIFY_CONTAINER
 
 JSON = dict[str, Any]
 
@@ -113,53 +110,6 @@ def model_condition(
         reason=Reason.MODEL_FILES_VERIFIED,
         message=f"{len(summaries)} ranks agree: {first.files} files, "
         f"{first.total_bytes / 1e9:.2f} GB, {first.shards} shards ({first.mode})",
-        generation=generation,
-    )
-
-
-def _network_findings(pod: Mapping[str, Any]) -> list[Finding] | None:
-    """The verify-network findings of one rank pod; None while its check has not ended."""
-    node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
-    message, code = _verify_message(pod, NETWORK_CONTAINER)
-    if not message:
-        return None
-    try:
-        return [replace(f, node=node) for f in findings_from_json(message)]
-    except (ValueError, KeyError, TypeError):
-        text = f"unreadable result (exit code {code}): {message[:200]}"
-        return [Finding(node, Check.PREFLIGHT, Severity.ERROR, text)]
-
-
-def network_condition(
-    pods: Sequence[Mapping[str, Any]], *, generation: int, expected: int = 0
-) -> JSON:
-    """NetworkVerified from every rank pod's verify-network findings (docs/network.md).
-
-    A node's error is final at once (it names the node and the check); otherwise the
-    condition waits, like ModelVerified, for every rank the StatefulSets ask for.
-    """
-    findings: list[Finding] = []
-    reported = 0
-    for pod in pods:
-        found = _network_findings(pod)
-        if found is not None:
-            reported += 1
-            findings.extend(found)
-    total = max(expected, len(pods))
-    if failed_findings(findings):
-        status, reason = False, Reason.NETWORK_CHECK_FAILED
-        message = summarize(findings)
-    elif reported < total or not reported:
-        status, reason = None, Reason.VERIFICATION_PENDING
-        message = f"{reported} of {total} ranks reported their network check"
-    else:
-        status, reason = True, Reason.NETWORK_CHECKS_PASSED
-        message = f"{reported} ranks passed the network checks; {summarize(findings)}"
-    return condition(
-        ConditionType.NETWORK_VERIFIED,
-        status=status,
-        reason=reason,
-        message=message,
         generation=generation,
     )
 

@@ -26,7 +26,7 @@ from sparkllm.api import (
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.hang import unready_since
 from sparkllm.reconcile.observe import ReplicaState, observe_replica, pods_by_rank
-from sparkllm.reconcile.proofs import model_condition, network_condition
+from sparkllm.reconcile.proofs import model_condition
 from sparkllm.reconcile.restarts import (
     FORCE_CAUSE,
     Action,
@@ -145,7 +145,9 @@ def precise_timestamp(moment: datetime) -> str:
 Render = Callable[..., list[JSON]]
 
 
-def _renderer(ic: InferenceCluster, inputs: ReplicaInputs, rank0_ip: str) -> Render:
+def _renderer(
+    ic: InferenceCluster, inputs: ReplicaInputs, rank0_ip: str, node_ips: tuple[str, ...]
+) -> Render:
     """The replica's objects at a generation, rendered once per (generation, running)."""
 
     @functools.cache  # the hash render is, in the common case, the one applied
@@ -157,12 +159,20 @@ def _renderer(ic: InferenceCluster, inputs: ReplicaInputs, rank0_ip: str) -> Ren
             rank0_ip=rank0_ip,
             generation=generation,
             running=running,
+            node_ips=node_ips,
         )
         return render_replica(
             ic, plan=plan, engine_key=inputs.engine_key, tools_image=inputs.tools_image
         )
 
     return render
+
+
+def _ips(observed: Observed, nodes: Sequence[str]) -> tuple[str, ...]:
+    """Every rank's node address, in rank order; empty while one is unknown."""
+    facts = [observed.nodes.get(node) for node in nodes]
+    ips = tuple(f.internal_ip for f in facts if f is not None and f.internal_ip)
+    return ips if len(ips) == len(nodes) else ()
 
 
 def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs) -> ReplicaResult:
@@ -187,7 +197,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     current = rank0_pod is not None and label(rank0_pod, LABEL_GENERATION) == str(generation)
     rank0 = observed.nodes.get(nodes[0])
     rank0_ip = rank0.internal_ip if rank0 is not None else None
-    render = None if rank0_ip is None else _renderer(ic, inputs, rank0_ip)
+    render = None if rank0_ip is None else _renderer(ic, inputs, rank0_ip, _ips(observed, nodes))
     want: dict[int, str | None] = {}
     for rank, sts in enumerate(render(generation, running=True) if render else []):
         if sts["kind"] == "StatefulSet":
@@ -303,32 +313,6 @@ def _rank_pods(observed: Observed) -> tuple[list[JSON], int]:
         if label(s, LABEL_RANK) is not None
     )
     return engine_pods, expected
-
-
-def network_verdict(
-    ic: InferenceCluster,
-    observed: Observed,
-    previous_status: Mapping[str, Any],
-    *,
-    generation: int,
-    force: bool,
-) -> JSON | None:
-    """NetworkVerified, or None when spec.network.preflight.mode is off (no condition).
-
-    In gate mode a failure stops the replica (its pods and their messages go), so, like
-    a model mismatch, it is kept until the spec changes or a restart is requested, which
-    runs the check again.
-    """
-    mode = ic.spec.network.preflight.mode
-    if mode == "off":
-        return None
-    engine_pods, expected = _rank_pods(observed)
-    network = network_condition(engine_pods, generation=generation, expected=expected)
-    if mode != "gate":
-        return network
-    return _keep_failed(
-        network, previous_status, ConditionType.NETWORK_VERIFIED, generation=generation, force=force
-    )
 
 
 def _keep_failed(

@@ -29,6 +29,7 @@ from sparkllm.render.names import (
     replica_labels,
     replica_service_name,
 )
+from sparkllm.render.network_preflight import network_preflight
 from sparkllm.render.objects import JSON, render_template, stamp_hash, template_hash
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
@@ -62,6 +63,14 @@ class ReplicaPlan:
     rank0_ip: str
     generation: int
     running: bool = True
+    node_ips: tuple[str, ...] = ()  # every rank's node address, in rank order
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The ranks' node addresses (rank 0's first); node names where none is known."""
+        if len(self.node_ips) == len(self.nodes):
+            return self.node_ips
+        return (self.rank0_ip, *self.nodes[1:])
 
 
 @dataclass(frozen=True)
@@ -161,71 +170,6 @@ def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSO
     }
 
 
-NETWORK_CONTAINER: Final = "verify-network"
-# The host's /sys, /proc and /etc, read-only, where verify-network reads them.
-HOST_DIRS: Final = ("sys", "proc", "etc")
-# What SGLang advertises (utils.get_ip); the node's InternalIP, which --dist-init-addr uses.
-HOST_IP_ENV: Final[JSON] = {
-    "name": "SGLANG_HOST_IP",
-    "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}},
-}
-
-
-def _network_init_container(ic: InferenceCluster, *, image: str, env: list[JSON]) -> JSON:
-    """The network preflight before SGLang on every rank (condition NetworkVerified).
-
-    It sees the node's network (hostNetwork) and the engine's environment, and writes its
-    findings to its termination message; in gate mode an error fails it, so the engine
-    does not start (docs/network.md).
-    """
-    net = ic.spec.network
-    args = ["verify-network", "--socket-interface", net.socket_interface]
-    args += ["--gid-index", str(net.ib_gid_index), "--roce-mtu", str(net.roce_mtu)]
-    for hca in net.ib_hcas:
-        args += ["--ib-hca", hca]
-    if net.socket_mtu is not None:
-        args += ["--socket-mtu", str(net.socket_mtu)]
-    for part in HOST_DIRS:
-        args += [f"--{part}-dir", f"/host/{part}"]
-    if net.preflight.mode == "gate":
-        args.append("--gate")
-    node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    return {
-        "name": NETWORK_CONTAINER,
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sparkllm"],
-        "args": args,
-        "env": [*env, node_name],
-        "terminationMessagePolicy": "File",
-        "volumeMounts": [
-            {"name": f"host-{part}", "mountPath": f"/host/{part}", "readOnly": True}
-            for part in HOST_DIRS
-        ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-    }
-
-
-def _network_preflight(
-    ic: InferenceCluster, *, image: str, env: list[JSON], volumes: list[JSON]
-) -> list[JSON]:
-    """The init containers the preflight adds (none when off); ``env`` and ``volumes`` grow."""
-    if ic.spec.network.preflight.mode == "off":
-        return []
-    env.append(HOST_IP_ENV)
-    volumes.extend(
-        {"name": f"host-{part}", "hostPath": {"path": f"/{part}", "type": "Directory"}}
-        for part in HOST_DIRS
-    )
-    # The engine's environment without the API key, which the check has no use for.
-    check_env = [*engine_env(ic.spec), HOST_IP_ENV]
-    return [_network_init_container(ic, image=image, env=check_env)]
-
-
 # A failed node's pods are evicted soon (a gang restart follows); Spark nodes may carry
 # the GPU taint.
 RANK_TOLERATIONS: Final[list[JSON]] = [
@@ -265,7 +209,9 @@ def render_rank_statefulset(
     serves_api = rank == 0
     env = _rank_env(ic, engine_key=engine_key, serves_api=serves_api)
     volumes, mounts = _volumes(ic)
-    init_containers = _network_preflight(ic, image=tools_image, env=env, volumes=volumes)
+    init_containers = network_preflight(
+        ic, rank=rank, addresses=plan.addresses, image=tools_image, env=env, volumes=volumes
+    )
     init_containers.append(_verify_init_container(ic, image=tools_image, mounts=mounts))
     if ic.spec.model.checksums is not None:
         volumes.append(
