@@ -237,6 +237,14 @@ def test_a_collective_that_left_no_result_is_an_error() -> None:
     )
 
 
+def test_a_collective_that_ended_silently_is_an_error() -> None:
+    # e.g. the dev cluster without the torch venv: kwok marks it Completed, no message.
+    cond = network_condition([measured("a", 0, "")], generation=1, expected=1)
+    assert (cond["status"], cond["message"]) == (
+        "False", "a: Preflight (error): verify-bandwidth: ended without a result (exit code 0)"
+    )  # fmt: skip
+
+
 def test_status_findings_are_ordered_and_bounded() -> None:
     many = [Finding("x", Check.NCCL_CONF, Severity.WARNING, f"w{i}") for i in range(40)]
     status = network_status([pod("a", [*many, CMA])])

@@ -34,6 +34,8 @@ def _node(pod: Mapping[str, Any]) -> str:
 
 def _unreadable(node: str, container: str, code: int | None, message: str) -> Finding:
     text = f"{container}: unreadable result (exit code {code}): {message[:200]}"
+    if not message.strip():
+        text = f"{container}: ended without a result (exit code {code})"
     return Finding(node, Check.PREFLIGHT, Severity.ERROR, text)
 
 
