@@ -8,6 +8,9 @@ Benchmarks (in this order; ``--only`` picks some, ``--list`` shows them):
                  subprocess; no cluster.
 * ``front_door`` simulator alone vs smg vs admission + smg (bench_front_door.py), a
                  subprocess running its own local servers; no cluster.
+* ``governance`` per-user governance's cost on the admission path at concurrency 1, and
+                 a heavy and a light user's queue waits behind 8 slots
+                 (bench_governance.py), a subprocess; no cluster.
 * ``reconcile``  create -> StatefulSets -> Ready -> garbage collected, and the
                  operator's memory with many InferenceClusters (bench_reconcile.py).
 * ``faults``     gang restart after a container exit or a pod deletion
@@ -117,6 +120,25 @@ def run_front_door(options: Options) -> list[Row]:
     return rows + decisions
 
 
+GOVERNANCE_ADDS = re.compile(r"^\s*governance adds \((.+)\): ([+-][\d.]+) ms p50")
+GOVERNANCE_WAIT = re.compile(r"^(heavy|light)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+
+
+def run_governance(options: Options) -> list[Row]:
+    runs, seconds = ("300", "3") if options.quick else ("2000", "6")
+    print("\n== governance: its cost per request, and fair queuing between two users")
+    lines = _subprocess("tests.bench.bench_governance", "--runs", runs, "--seconds", seconds)
+    rows: list[Row] = []
+    for line in lines:
+        if match := GOVERNANCE_ADDS.match(line):
+            figure = f"c=1 admission path, {match[1]}: governance adds"
+            rows.append(["governance", figure, f"{match[2]} ms p50", "goal <= 0.2 ms"])
+        elif match := GOVERNANCE_WAIT.match(line):
+            figure = f"{match[1]} user's mean queue wait ({match[2]} requests)"
+            rows.append(["governance", figure, f"{match[3]} ms", "one slot turnover 250 ms"])
+    return rows
+
+
 def _ms(samples: Sequence[float]) -> str:
     if not samples:
         return "-"
@@ -173,6 +195,7 @@ def run_faults(options: Options) -> list[Row]:
 BENCHMARKS: dict[str, Callable[[Options], list[Row]]] = {
     "admission": run_admission,
     "front_door": run_front_door,
+    "governance": run_governance,
     "reconcile": run_reconcile,
     "faults": run_faults,
 }

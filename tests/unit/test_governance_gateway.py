@@ -7,9 +7,11 @@ ledger charges can be checked against what the engine "used".
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.cli import main
+from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import build_gateway_app
+from sparkllm.gateway.governance.gate import Pass
 from sparkllm.gateway.governance.meter import UsageMeter
 from sparkllm.gateway.tokens import TokenCounter
 from tests.unit.gateway_fixtures import (
     MODEL,
+    TOKENIZER_CORPUS_WORD,
     gateway_config,
     read_request_body,
     running,
@@ -246,3 +251,62 @@ def test_the_meter_charges_in_full_what_it_cannot_read() -> None:
     asyncio.run(cut_off())
     used = meter.used(input_tokens=5, reserved_output=9, answered=True, count=None)
     assert (used.input_tokens, used.output_tokens, used.measured) == (5, 9, False)
+
+
+def _governor_case(
+    model_dir: Path, tmp_path: Path, *, tokens_per_hour: int | None
+) -> tuple[Any, Admitted, Admitted]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    policy = tmp_path / "policy.yaml"
+    hour = "" if tokens_per_hour is None else f"tokensPerHour: {tokens_per_hour}"
+    policy.write_text(f"minOutputTokens: 1\ndefaults: {{{hour}}}\n")
+    app = _gateway(model_dir, tmp_path, "http://127.0.0.1:9", policy)
+    body = json.dumps(_chat(max_tokens=20) | {"messages": [
+        {"role": "user", "content": TOKENIZER_CORPUS_WORD * 50}]}).encode()  # fmt: skip
+    bounded = app.admission.decide(Route.CHAT, body, user="alice")
+    exact = app.admission.decide(Route.CHAT, body, user="alice", exact=True)
+    assert isinstance(bounded, Admitted)
+    assert isinstance(exact, Admitted)
+    assert not bounded.input_tokens_exact
+    assert bounded.input_tokens > exact.input_tokens + 20  # the bound over-counts
+    return app, bounded, exact
+
+
+@pytest.mark.parametrize(
+    ("room", "granted"),
+    [(None, 20), (25, 20), (10, 10)],
+    ids=["roomy: the bound is reserved", "bound short: counted, full grant", "lowered exactly"],
+)
+def test_the_byte_bound_is_reserved_only_when_counting_would_not_change_the_grant(
+    model_dir: Path, tmp_path: Path, room: int | None, granted: int
+) -> None:
+    _probe, _bounded, exact = _governor_case(model_dir, tmp_path / "probe", tokens_per_hour=None)
+    limit = 10**9 if room is None else exact.input_tokens + room
+    app, bounded, exact = _governor_case(model_dir, tmp_path, tokens_per_hour=limit)
+    recount = functools.partial(
+        app.admission.decide, Route.CHAT, bounded.body, user="alice", exact=True
+    )
+
+    async def scenario() -> tuple[Pass, int]:
+        policy = app.governor.policy()
+        passed = await app.governor.admit("alice", bounded, policy=policy, recount=recount)
+        assert isinstance(passed, Pass)
+        meter = UsageMeter(_sink)
+        await meter.send({"type": "http.response.start", "status": 200, "headers": []})
+        answer = {"choices": [], "usage": {"completion_tokens": 5}}  # no prompt count
+        await meter.send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+        used = await app.governor.measure(meter, passed, answered=True)
+        await app.governor.finish(passed, used=used, outcome="ok")
+        rows = await app.governor.store.usage(day_from=date(2000, 1, 1), day_to=date(2100, 1, 1))
+        return passed, rows[0].input_tokens
+
+    passed, charged_input = asyncio.run(scenario())
+    assert json.loads(passed.body)["max_tokens"] == granted
+    expected_reserved_input = bounded.input_tokens if room is None else exact.input_tokens
+    assert passed.input_tokens == expected_reserved_input
+    assert passed.input_tokens + passed.reserved_output <= limit
+    assert charged_input == exact.input_tokens  # the ledger always has the exact count
+
+
+async def _sink(_message: Any) -> None:
+    return None

@@ -201,8 +201,7 @@ class GatewayApp:
         if isinstance(policy, ErrorReply):
             await self._refuse(route, send, policy, user_id=user)
             return
-        exact = policy.for_user(user).budgeted
-        decision, deciding = await self._admit(route, scope, receive, user=user, exact=exact)
+        decision, deciding = await self._admit(route, scope, receive, user=user)
         if isinstance(decision, ErrorReply):
             if deciding is not None:
                 self.metrics.admission_seconds.observe(deciding)
@@ -233,7 +232,10 @@ class GatewayApp:
         arrived: float,
     ) -> None:
         """Reserve the user's budget, take a fair slot (or answer 429), relay, settle."""
-        granted = await self.governor.admit(user, decision, policy=policy)
+        recount = functools.partial(
+            self.admission.decide, route, decision.body, user=user, exact=True
+        )
+        granted = await self.governor.admit(user, decision, policy=policy, recount=recount)
         if isinstance(granted, ErrorReply):
             await self._refuse(route, send, granted, user_id=user)
             return
@@ -261,22 +263,16 @@ class GatewayApp:
                 )
             finally:
                 await self.governor.release(holder)
-            outcome = _relay_outcome(result)
+            outcome = self._done(route, decision, result, user=user, arrived=arrived)
             used = await self.governor.measure(meter, granted, answered=result.upstream_answered)
-            self._done(route, decision, result, outcome=outcome, user=user, arrived=arrived)
         finally:
             await self.governor.finish(granted, used=used, outcome=outcome.value)
 
     def _done(
-        self,
-        route: Route,
-        decision: Admitted,
-        result: RelayResult,
-        *,
-        outcome: Outcome,
-        user: str,
-        arrived: float,
-    ) -> None:
+        self, route: Route, decision: Admitted, result: RelayResult, *, user: str, arrived: float
+    ) -> Outcome:
+        """Count and log a relayed request; its outcome."""
+        outcome = _relay_outcome(result)
         finished = time.perf_counter()
         self.metrics.count_request(route.value, outcome)
         first_byte = None if result.first_byte_at is None else result.first_byte_at - arrived
@@ -295,9 +291,10 @@ class GatewayApp:
             finished - arrived,
             result.worker,
         )
+        return outcome
 
     async def _admit(
-        self, route: Route, scope: Scope, receive: Receive, *, user: str, exact: bool
+        self, route: Route, scope: Scope, receive: Receive, *, user: str
     ) -> tuple[Admitted | ErrorReply, float | None]:
         """The decision, and how long deciding took (None when refused by size alone)."""
         limit = self.config.max_body_bytes
@@ -309,10 +306,9 @@ class GatewayApp:
             return replies.request_too_large(limit), None
         started = time.perf_counter()
         if len(body) > OFFLOAD_BODY_BYTES:
-            decide = functools.partial(self.admission.decide, user=user, exact=exact)
-            decision = await asyncio.to_thread(decide, route, body)
+            decision = await asyncio.to_thread(self.admission.decide, route, body, user=user)
         else:
-            decision = self.admission.decide(route, body, user=user, exact=exact)
+            decision = self.admission.decide(route, body, user=user)
         return decision, time.perf_counter() - started
 
     async def _serve_usage(self, scope: Scope, send: Send, *, user: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
@@ -40,6 +41,7 @@ from sparkllm.gateway.governance.store import (
     GovernanceStore,
     Limit,
     MemoryStore,
+    Refusal,
 )
 from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
 from sparkllm.gateway.metrics import UserMetrics
@@ -48,6 +50,7 @@ from sparkllm.gateway.replies import ErrorReply
 OFFLOAD_METER_BYTES = 16 * 1024  # answers longer than this are metered on a worker thread
 GLOBAL_SLOT_POLL_SECONDS = 0.05  # how often a request holding a local slot retries the global
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
+_BUDGET_LIMITS = (Limit.TOKENS, Limit.MIN_OUTPUT)
 _QUEUE_LIMITS = {
     SlotResult.QUEUE_FULL: Limit.QUEUE_FULL,
     SlotResult.USER_QUEUE_FULL: Limit.USER_QUEUE,
@@ -65,6 +68,8 @@ class Pass:
     input_tokens: int
     reserved_output: int  # every sequence's output together
     governed: Governed
+    # The exact prompt count, when input_tokens is the byte bound (settle corrects it).
+    recount: Callable[[], Admitted | ErrorReply] | None = None
 
     @property
     def reserved(self) -> Used:
@@ -130,24 +135,47 @@ class Governor:
         current = self._policy.current()
         return replies.policy_unavailable(current) if isinstance(current, str) else current
 
-    async def admit(self, user: str, decision: Admitted, *, policy: Policy) -> Pass | ErrorReply:
-        """Reserve the request's tokens under the user's limits, or the 429 to send."""
+    async def admit(
+        self,
+        user: str,
+        decision: Admitted,
+        *,
+        policy: Policy,
+        recount: Callable[[], Admitted | ErrorReply] | None = None,
+    ) -> Pass | ErrorReply:
+        """Reserve the request's tokens under the user's limits, or the 429 to send.
+
+        ``decision.input_tokens`` may be the byte bound (admission counts exactly only
+        when the bound cannot settle its own decision). The bound is reserved as it is
+        when every window still holds it plus the requested output — an exact count
+        would not change the grant, and settling charges the exact count. Otherwise
+        ``recount`` (the decision with an exact count) is taken, so the grant and any
+        refusal come from the exact prompt; a reservation already made for the bound
+        is kept whole, and the grant grows by what the bound over-counted.
+        """
         governed = policy.for_user(user)
-        sequences = decision.sequences
-        admitted = await self.store.admit(
-            AdmitRequest(
-                user=user,
-                input_tokens=decision.input_tokens,
-                requested_output_tokens=decision.max_output_tokens * sequences,
-                min_output_tokens=policy.min_output_tokens * sequences,
-                limits=governed.limits,
-                now=self._clock(),
-            )
-        )
-        if not isinstance(admitted, Admit):
+        admitted = await self._reserve(user, decision, policy=policy, governed=governed)
+        exact = decision.input_tokens_exact or recount is None
+        requested = decision.max_output_tokens * decision.sequences
+        if not exact and isinstance(admitted, Refusal) and admitted.limit in _BUDGET_LIMITS:
+            counted = recount() if recount is not None else decision  # a refusal reserved nothing
+            if isinstance(counted, ErrorReply):
+                return counted
+            decision, exact = counted, True
+            admitted = await self._reserve(user, decision, policy=policy, governed=governed)
+        if isinstance(admitted, ErrorReply):
+            return admitted
+        if isinstance(admitted, Refusal):
             self.metrics.refused(user, reason=replies.reason(admitted))
             return replies.refused(admitted, min_output_tokens=policy.min_output_tokens)
-        per_sequence = admitted.granted_output_tokens // sequences
+        reservation = decision.input_tokens + admitted.granted_output_tokens
+        granted = admitted.granted_output_tokens
+        if not exact and granted < requested and recount is not None:
+            counted = recount()
+            if isinstance(counted, Admitted):  # the same body: it was admitted before
+                granted = min(requested, reservation - counted.input_tokens)
+                decision, exact = counted, True
+        per_sequence = granted // decision.sequences
         body = decision.body
         if per_sequence < decision.max_output_tokens:
             body = _lower_max_tokens(body, per_sequence)
@@ -156,9 +184,23 @@ class Governor:
             ticket=admitted.ticket,
             body=body,
             input_tokens=decision.input_tokens,
-            reserved_output=admitted.granted_output_tokens,
+            reserved_output=reservation - decision.input_tokens,
             governed=governed,
+            recount=None if exact else recount,
         )
+
+    async def _reserve(
+        self, user: str, decision: Admitted, *, policy: Policy, governed: Governed
+    ) -> Admit | Refusal | ErrorReply:
+        request = AdmitRequest(
+            user=user,
+            input_tokens=decision.input_tokens,
+            requested_output_tokens=decision.max_output_tokens * decision.sequences,
+            min_output_tokens=policy.min_output_tokens * decision.sequences,
+            limits=governed.limits,
+            now=self._clock(),
+        )
+        return await self.store.admit(request)
 
     async def slot(self, granted: Pass) -> str | ErrorReply:
         """Wait for a local slot (fairly), then the global one: the holder id, or the 429.
@@ -219,9 +261,15 @@ class Governor:
             answered=answered,
             count=self.count_output,
         )
-        if meter.size > OFFLOAD_METER_BYTES:
-            return await asyncio.to_thread(measure)
-        return measure()
+        used = await asyncio.to_thread(measure) if meter.size > OFFLOAD_METER_BYTES else measure()
+        recount = granted.recount
+        if recount is not None and not used.input_from_usage and used.input_tokens:
+            # The bound was reserved and the answer said no prompt count: count it now.
+            large = len(granted.body) > OFFLOAD_METER_BYTES
+            counted = await asyncio.to_thread(recount) if large else recount()
+            if isinstance(counted, Admitted):
+                used = dataclasses.replace(used, input_tokens=counted.input_tokens)
+        return used
 
     async def release(self, holder: str) -> None:
         self.limiter.release()

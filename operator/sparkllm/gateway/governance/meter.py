@@ -37,6 +37,7 @@ class Used:
     input_tokens: int
     output_tokens: int
     measured: bool
+    input_from_usage: bool = False  # the prompt count is the engine's own (``usage``)
 
 
 NOTHING_USED = Used(0, 0, measured=True)
@@ -91,7 +92,10 @@ class UsageMeter:
         usage = _stream_usage(data) if self._sse else _json_usage(data)
         if usage is not None:
             prompt, completion = usage
-            return Used(prompt or input_tokens, min(completion, reserved_output), measured=True)
+            output = min(completion, reserved_output)
+            if prompt:
+                return Used(prompt, output, measured=True, input_from_usage=True)
+            return Used(input_tokens, output, measured=True)
         if self._sse and count is not None:
             counted = count(_stream_text(data))
             return Used(input_tokens, min(counted, reserved_output), measured=True)
