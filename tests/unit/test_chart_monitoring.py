@@ -22,6 +22,7 @@ import pytest
 import yaml
 from prometheus_client import Counter, Gauge, Histogram
 
+from sparkllm.gateway.metrics import GatewayMetrics
 from sparkllm.offline import render_file
 from sparkllm.reconcile import metrics as operator_metrics
 from sparkllm_dev.devcluster.paths import cache_root
@@ -81,7 +82,16 @@ def node_exporter_series() -> set[str]:
     return {re.split(r"[{ ]", line)[0] for line in lines if line and not line.startswith("#")}
 
 
-KNOWN = operator_series() | engine_series() | {"up"}
+def gateway_series() -> set[str]:
+    """The front door's series, the per-user ones included (one user's worth)."""
+    gateway = GatewayMetrics()
+    gateway.users.finished("u", outcome="ok", input_tokens=1, output_tokens=1)
+    gateway.users.refused("u", reason="queue_full")
+    gateway.users.waited("u", 0.1)
+    return {s.name for family in gateway.registry.collect() for s in family.samples}
+
+
+KNOWN = operator_series() | engine_series() | gateway_series() | {"up"}
 RESOURCE_ALERTS = {
     "SparkLLMReplicaRestarted": "sparkllm_gang_restarts_total",
     "SparkLLMNodeMemoryPressure": "node_pressure_memory_waiting_seconds_total",
