@@ -40,7 +40,7 @@ from sparkllm_dev.devcluster.gateway_io import (
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
 from sparkllm_dev.errors import DevClusterError
 from sparkllm_dev.testing import OperatorProcess
-from tests.e2e.serving import DEADLINE, USERS_SECRET, serve
+from tests.e2e.serving import DEADLINE, USERS_SECRET, Serving, serve
 from tests.unit.gateway_fixtures import MODEL, TOKENIZER_CORPUS_WORD
 
 NAME = "front"
@@ -127,14 +127,14 @@ def _chat(content: str, *, stream: bool = False, max_tokens: int = 8) -> dict[st
 
 
 @pytest.fixture
-def front_door(
+def served(
     devcluster: DevCluster,
     namespace: str,
     operator: OperatorProcess,
     model_dir: Path,
     tmp_path: Path,
-) -> Iterator[tuple[GatewayInfo, str]]:
-    """Two ready replicas and their running gateway: (gateway, alice's key).
+) -> Iterator[Serving]:
+    """Two ready replicas and their running gateway pods.
 
     The operator fixture runs the engine harness (a simulator per engine pod).
     """
@@ -146,7 +146,13 @@ def front_door(
         groups=GROUPS,
         log_dir=tmp_path / "gw",
     ) as serving:
-        yield serving.gateway, serving.alice
+        yield serving
+
+
+@pytest.fixture
+def front_door(served: Serving) -> tuple[GatewayInfo, str]:
+    """The running gateway and alice's key."""
+    return served.gateway, served.alice
 
 
 @pytest.mark.cluster
@@ -392,3 +398,148 @@ def _survives_an_engine_kill(door: Door, ips: dict[int, str], *, victim: int) ->
     assert taken_over >= 1
     after_switch = [door.post(_chat(f"question {i}")).status_code for i in range(AFTER_SWITCH)]
     assert after_switch == [200] * AFTER_SWITCH
+
+
+# --- issue 16: the gateway pod's truth, and a 503 that says why nothing serves ----------
+
+
+def _gateway_pod(cluster: DevCluster, namespace: str) -> dict[str, Any]:
+    pods = cluster.kubectl_json(
+        "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=gateway"
+    )["items"]
+    assert len(pods) == 1
+    pod: dict[str, Any] = pods[0]
+    return pod
+
+
+def _ready_containers(cluster: DevCluster, namespace: str) -> tuple[dict[str, bool], str]:
+    """Each gateway container's readiness, and the pod's Ready condition."""
+    status = _gateway_pod(cluster, namespace).get("status") or {}
+    ready = {s["name"]: bool(s.get("ready")) for s in status.get("containerStatuses") or []}
+    condition: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c["type"] == "Ready"), {}
+    )
+    return ready, str(condition.get("status"))
+
+
+@pytest.mark.cluster
+def test_gateway_pod_is_2_of_2_ready_and_nothing_serving_is_a_503_saying_why(
+    devcluster: DevCluster, namespace: str, served: Serving
+) -> None:
+    gateway, alice = served.gateway, served.alice
+    both = {"admission": True, "router": True}
+    wait_until(
+        lambda: _ready_containers(devcluster, namespace) == (both, "True"),
+        timeout=DEADLINE,
+        what="the gateway pod 2/2 Ready",
+    )
+    print("gateway pod:", _ready_containers(devcluster, namespace))
+    # An admission layer that stops answering its probe is not Ready (and comes back).
+    url = httpx.URL(gateway.admission_url)
+    admission = _listener_pid(str(url.host), int(url.port or 80))
+    os.kill(admission, signal.SIGSTOP)
+    try:
+        unready = ({"admission": False, "router": True}, "False")
+        wait_until(
+            lambda: _ready_containers(devcluster, namespace) == unready,
+            timeout=60,
+            what="the stopped admission container unready",
+        )
+        print("admission stopped:", _ready_containers(devcluster, namespace))
+    finally:
+        os.kill(admission, signal.SIGCONT)
+    wait_until(
+        lambda: _ready_containers(devcluster, namespace) == (both, "True"),
+        timeout=60,
+        what="the gateway pod 2/2 Ready again",
+    )
+    door = Door(url=f"{gateway.admission_url}/v1/chat/completions", key=alice)
+    _scaled_to_zero_is_a_503_saying_why(devcluster, namespace, door)
+
+
+def _scaled_to_zero_is_a_503_saying_why(cluster: DevCluster, namespace: str, door: Door) -> None:
+    """``kubectl scale --replicas=0``: every answer is 200 (still draining) or the 503,
+    never the router's 404 model_not_found; then 503 with Retry-After and the why."""
+    assert door.post(_chat("hello")).status_code == 200
+    cluster.kubectl("scale", f"icl/{NAME}", "-n", namespace, "--replicas=0")
+    statuses: list[int] = []
+
+    def refused() -> bool:
+        statuses.append(door.post(_chat("hello")).status_code)
+        return statuses[-1] == 503
+
+    wait_until(refused, timeout=DEADLINE, interval=0.2, what="the front door's 503")
+    assert set(statuses) <= {200, 503}, statuses
+    answer = door.post(_chat("hello"))
+    print(f"at replicas 0: {answer.status_code} Retry-After: {answer.headers.get('retry-after')}")
+    print(answer.text)
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "60"
+    error = answer.json()["error"]
+    assert error["code"] == "model_scaled_to_zero"
+    assert f"InferenceCluster {namespace}/{NAME} is scaled to 0 replicas" in error["message"]
+    assert "No worker available" not in answer.text
+
+
+def _engine_key(cluster: DevCluster, namespace: str) -> str | None:
+    secret = cluster.kubectl_json(
+        "get", "secret", f"{NAME}-engine-key", "-n", namespace, "--ignore-not-found"
+    )
+    token = (secret or {}).get("data", {}).get("token")
+    return None if token is None else base64.b64decode(token).decode()
+
+
+def _rank0_answers(ip: str, key: str) -> int:
+    """Rank 0's status for an authenticated request with ``key`` (0: not listening)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        return httpx.get(f"http://{ip}:30000/v1/models", headers=headers, timeout=10).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+@pytest.mark.cluster
+def test_after_the_documented_key_rotation_the_old_key_opens_no_rank_0(
+    devcluster: DevCluster, namespace: str, served: Serving
+) -> None:
+    """docs/gateway.md, "Engine key": delete the generated Secret, restart the replicas
+    and the gateway; the old key (as read from a log) then opens nothing, and the front
+    door serves with the new one."""
+    old = _engine_key(devcluster, namespace)
+    assert old is not None
+    ips = _rank0_ips(devcluster, namespace)
+    assert {_rank0_answers(ip, old) for ip in ips.values()} == {200}
+    devcluster.kubectl("delete", "secret", f"{NAME}-engine-key", "-n", namespace)
+    generated = wait_until(
+        lambda: (key := _engine_key(devcluster, namespace)) != old and key,
+        timeout=DEADLINE,
+        what="the operator to generate a new engine key",
+    )
+    assert isinstance(generated, str)
+    new = generated
+    devcluster.kubectl("annotate", "icl", NAME, "-n", namespace, "sparkllm.io/restart=now")
+    devcluster.kubectl("rollout", "restart", f"deploy/{NAME}", "-n", namespace)
+    wait_until(
+        lambda: (
+            [_rank0_answers(ip, new) for ip in _rank0_ips(devcluster, namespace).values()]
+            == [200, 200]
+        ),
+        timeout=DEADLINE,
+        what="every rank 0 to run with the new key",
+    )
+    assert [_rank0_answers(ip, old) for ip in ips.values()] == [401, 401]
+    first = served.gateway.uid
+    gateway = wait_until(
+        lambda: next((g for g in served.gateways.gateways() if g.uid != first), None),
+        timeout=DEADLINE,
+        what="the new gateway pod",
+    )
+    assert gateway is not None
+    door = Door(url=f"{gateway.admission_url}/v1/chat/completions", key=served.alice)
+    wait_until(
+        lambda: door.post(_chat("hello")).status_code == 200,
+        timeout=DEADLINE,
+        interval=0.5,
+        what="the front door to serve with the new key",
+    )
+    print(f"engine key rotated: old key -> rank 0 401 on {sorted(ips.values())}; front door 200")
