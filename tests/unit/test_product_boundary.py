@@ -24,7 +24,7 @@ PRODUCT = ROOT / "operator" / "sparkllm"
 HARNESS_PACKAGE = "sparkllm_dev"
 # What must never be in the product, as path parts of the wheel's files.
 HARNESS_PARTS = ("sim", "devcluster", "demo.py", "flag_extract.py", "source_literals.py")
-PRODUCT_COMMANDS = {"run", "render", "plan", "verify-model", "verify-network", "bench"}
+PRODUCT_COMMANDS = {"run", "render", "plan", "verify-model", "verify-network", "bench", "usage"}
 
 
 def imported_modules(path: Path) -> set[str]:
