@@ -241,6 +241,9 @@ def test_the_meter_charges_in_full_what_it_cannot_read() -> None:
     meter = UsageMeter(send)
     used = meter.used(input_tokens=5, reserved_output=9, answered=True, count=None)
     assert (used.input_tokens, used.output_tokens) == (0, 0)  # no answer at all
+    gone = meter.used(input_tokens=5, reserved_output=9, answered=False, count=None,
+                      client_closed=True)  # fmt: skip
+    assert (gone.input_tokens, gone.output_tokens) == (5, 0)  # the engine had the prompt
 
     async def cut_off() -> None:
         await meter.send({"type": "http.response.start", "status": 200, "headers": []})

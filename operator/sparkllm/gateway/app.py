@@ -264,7 +264,10 @@ class GatewayApp:
             finally:
                 await self.governor.release(holder)
             outcome = self._done(route, decision, result, user=user, arrived=arrived)
-            used = await self.governor.measure(meter, granted, answered=result.upstream_answered)
+            closed, answered = result.client_closed, result.upstream_answered
+            used = await self.governor.measure(
+                meter, granted, answered=answered, client_closed=closed
+            )
         finally:
             await self.governor.finish(granted, used=used, outcome=outcome.value)
 

@@ -252,13 +252,16 @@ class Governor:
         # A client gone just as a slot came is seen by the relay at once.
         return None if waiting.cancelled() else waiting.result()
 
-    async def measure(self, meter: UsageMeter, granted: Pass, *, answered: bool) -> Used:
+    async def measure(
+        self, meter: UsageMeter, granted: Pass, *, answered: bool, client_closed: bool = False
+    ) -> Used:
         """What the answer used; a long answer is read on a worker thread."""
         measure = functools.partial(
             meter.used,
             input_tokens=granted.input_tokens,
             reserved_output=granted.reserved_output,
             answered=answered,
+            client_closed=client_closed,
             count=self.count_output,
         )
         used = await asyncio.to_thread(measure) if meter.size > OFFLOAD_METER_BYTES else measure()

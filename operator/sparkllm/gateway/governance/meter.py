@@ -11,10 +11,11 @@ chunk, nothing parsed while tokens flow); when the exchange is over the meter re
   ``text``) counted with the model's tokenizer — also for a stream the client left:
   the engine aborted when the connection closed, so what it streamed is what it made.
 
-When nothing can be read (a JSON answer cut off by a disconnect, more than
-``MAX_METERED_BYTES`` of answer), the reservation is charged in full: the budget can be
-undercharged never, overcharged only then. Either way it is never exceeded: the engine
-cannot produce more than the ``max_tokens`` the reservation covers.
+When nothing can be read (a JSON answer cut off mid-body, more than
+``MAX_METERED_BYTES`` of answer), the reservation is charged in full; a client gone
+before any answer byte is charged its prompt and no output (the engine aborted). The
+budget is never exceeded either way: the engine cannot produce more than the
+``max_tokens`` the reservation covers.
 """
 
 from __future__ import annotations
@@ -82,8 +83,15 @@ class UsageMeter:
         reserved_output: int,
         answered: bool,
         count: Callable[[str], int] | None,
+        client_closed: bool = False,
     ) -> Used:
-        """What to charge; ``answered``: the upstream sent an answer (not a gateway error)."""
+        """What to charge; ``answered``: the upstream sent an answer (not a gateway error).
+
+        A client gone before any answer byte is charged the prompt (the engine had it)
+        and no output (the disconnect aborted it before any was sent).
+        """
+        if not self._chunks and client_closed:
+            return Used(input_tokens, 0, measured=False)
         if not answered or not self._chunks or self._status >= 400:
             return NOTHING_USED  # nothing reached an engine, or it refused
         if self._overflow:
