@@ -65,10 +65,21 @@ def _waits(exposition: str) -> dict[str, dict[str, float]]:
     return found
 
 
-def _load(url: str, *, heavy_key: str, light_key: str) -> tuple[list[float], list[int]]:
+def _light(client: httpx.Client, url: str, key: str) -> float:
+    """One light request's end-to-end seconds."""
+    started = time.perf_counter()
+    response = client.post(url, json=_chat(8), headers={"authorization": f"Bearer {key}"})
+    assert response.status_code == 200, response.text
+    return time.perf_counter() - started
+
+
+def _load(
+    url: str, *, heavy_key: str, light_key: str
+) -> tuple[list[float], list[int], list[float]]:
     """16 heavy requests in flight while the light user sends one at a time.
 
-    Returns the heavy requests' latencies and any heavy failure statuses.
+    Returns the heavy requests' latencies, any heavy failure statuses, and the light
+    requests' latencies.
     """
     stop = threading.Event()
     heavy_seconds: list[float] = []
@@ -89,18 +100,18 @@ def _load(url: str, *, heavy_key: str, light_key: str) -> tuple[list[float], lis
     workers = [threading.Thread(target=heavy_worker) for _ in range(HEAVY_CONCURRENCY)]
     for worker in workers:
         worker.start()
+    light: list[float] = []
     try:
         time.sleep(3)  # the heavy backlog builds: 8 running, 8 waiting
         with httpx.Client(timeout=120) as client:
             for _ in range(LIGHT_REQUESTS):
-                headers = {"authorization": f"Bearer {light_key}"}
-                assert client.post(url, json=_chat(8), headers=headers).status_code == 200
+                light.append(_light(client, url, light_key))
                 time.sleep(0.2)
     finally:
         stop.set()
         for worker in workers:
             worker.join(timeout=180)
-    return heavy_seconds, heavy_failures
+    return heavy_seconds, heavy_failures, light
 
 
 @pytest.mark.cluster
@@ -123,7 +134,11 @@ def test_a_light_user_waits_at_most_one_slot_turnover_behind_a_heavy_one(
             timeout=60,
             what="the light user's key to be accepted",
         )
-        heavy_seconds, heavy_failures = _load(url, heavy_key=serving.alice, light_key=light)
+        with httpx.Client(timeout=120) as client:  # the light request's own service time
+            alone = statistics.median(_light(client, url, light) for _ in range(5))
+        heavy_seconds, heavy_failures, light_seconds = _load(
+            url, heavy_key=serving.alice, light_key=light
+        )
         metrics = httpx.get(f"{base}/metrics", timeout=30).text
         report = "\n".join(
             table(fetch_usage(base, key=key, day_from=None, day_to=None))
@@ -135,15 +150,18 @@ def test_a_light_user_waits_at_most_one_slot_turnover_behind_a_heavy_one(
     light_mean = light_waits["sum"] / light_waits["count"]
     # One slot turnover: the time a slot is held by one heavy request (its service time).
     turnover = statistics.median(heavy_seconds) - heavy_mean
-    light_max = light_waits["max_at_most"]
+    # The light user's waits, client side: each request's latency beyond its own alone.
+    light_max = max(light_seconds) - alone
     print(
         f"heavy: {len(heavy_seconds)} requests, mean queue wait {heavy_mean * 1000:.0f} ms; "
-        f"light: {LIGHT_REQUESTS} requests, mean queue wait {light_mean * 1000:.0f} ms, "
-        f"max <= {light_max * 1000:.0f} ms; slot turnover ~{turnover * 1000:.0f} ms\n{report}"
+        f"light: {LIGHT_REQUESTS} requests, mean queue wait {light_mean * 1000:.0f} ms "
+        f"(gateway), max wait {light_max * 1000:.0f} ms (client: latency - {alone * 1000:.0f} "
+        f"ms alone); slot turnover ~{turnover * 1000:.0f} ms\n{report}"
     )
     assert heavy_failures == []  # the heavy user's 16 fit: 8 slots + 8 in the queue
     assert heavy_mean > 0.4 * turnover  # the heavy user did queue
-    assert light_max <= max(turnover, 0.25)  # within one slot turnover
+    assert light_max <= turnover  # within one slot turnover
+    assert light_waits["max_at_most"] <= 1.0  # the gateway's own histogram agrees
     assert light_mean < heavy_mean / 3
     assert "alice" in report
     assert "light" in report
