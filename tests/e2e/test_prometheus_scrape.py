@@ -123,13 +123,17 @@ def scrape_config(
     def local(name: str) -> list[dict[str, Any]]:
         return [{"targets": [f"127.0.0.1:{ports[name]}"]}]
 
+    # namespace: the target label a ServiceMonitor/PodMonitor gives every target
+    admission = host_port(serving.gateway.admission_url)
+    gateway = [{"targets": [admission], "labels": {"namespace": serving.gateway.namespace}}]
+
     return {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": ["rules.yaml"],
         "scrape_configs": [
             job("operator", local("operator"), honor_labels=True),
             job("engines", engines),
-            job("gateway", [{"targets": [host_port(serving.gateway.admission_url)]}]),
+            job("gateway", gateway),
             job("router", [{"targets": [host_port(serving.gateway.router_metrics_url)]}]),
             job("node-exporter", local("node")),
             job("node-exporter-infiniband-fixture", local("node_ib")),
