@@ -1,6 +1,10 @@
 # sparkllm — the two commands a newcomer runs: `make demo` and `make test`.
 # Both do their own set-up: a pinned virtualenv (.venv) and the Kubernetes binaries
 # built from the Go module proxy into ~/.cache/sparkllm (cached; a warm run skips them).
+# Each runs on a dev cluster of its own (SPARKLLM_DEVCLUSTER=demo|test: name, ports,
+# node addresses, state directory), so `make test` passes while the demo runs. The tests
+# run their files in a random order (seed printed; PYTEST_ARGS="--shuffle-seed N" repeats
+# one), so that no test relies on another having run first.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -8,6 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+CLUSTER ?= demo
 
 .PHONY: demo demo-down test lint unit bench binaries tools image devcluster-up devcluster-down crds clean venv
 
@@ -36,7 +41,7 @@ image:
 	bash hack/build-image.sh
 
 demo: $(STAMP) binaries
-	$(BIN)/sparkllm-dev demo
+	$(BIN)/sparkllm-dev --cluster demo demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator harness tests conftest.py
@@ -44,22 +49,23 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit harness/tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit harness/tests/unit --shuffle-files $(PYTEST_ARGS)
 
 test: $(STAMP) binaries tools lint
-	$(BIN)/pytest tests harness/tests $(PYTEST_ARGS)
+	$(BIN)/pytest tests harness/tests --shuffle-files $(PYTEST_ARGS)
 
+# The benchmarks start their own operator and engines: on the tests' cluster, never the demo's.
 bench: $(STAMP) binaries
-	$(BIN)/python -m tests.bench $(BENCH_ARGS)
+	SPARKLLM_DEVCLUSTER=test $(BIN)/python -m tests.bench $(BENCH_ARGS)
 
 devcluster-up: $(STAMP) binaries
-	$(BIN)/sparkllm-dev up
+	$(BIN)/sparkllm-dev --cluster $(CLUSTER) up
 
 devcluster-down: $(STAMP)
-	$(BIN)/sparkllm-dev down
+	$(BIN)/sparkllm-dev --cluster $(CLUSTER) down
 
 demo-down: $(STAMP)
-	$(BIN)/sparkllm-dev demo down
+	$(BIN)/sparkllm-dev --cluster demo demo down
 
 crds: $(STAMP)
 	bash hack/gen-crd.sh

@@ -4,9 +4,11 @@ Why a command apart from ``sparkllm``: these subcommands drive the local control
 the SGLang simulator, which exist only in the dev virtualenv; the product CLI in the image
 offers only what an operator of a real cluster runs. Like ``sparkllm``, each subcommand
 parses its arguments here and calls one function elsewhere; harness errors are printed as
-one line and exit 1.
+one line and exit 1. ``--cluster demo|test`` (default ``$SPARKLLM_DEVCLUSTER``, else
+``demo``) chooses which dev cluster every subcommand acts on: the demo's, or the tests' own
+(``devcluster/paths.py``); it is exported to the processes a subcommand starts.
 
-    sparkllm-dev up | down | status          the local control plane
+    sparkllm-dev [--cluster demo|test] up | down | status   the local control plane
     sparkllm-dev engines [-n NS] [--sim-arg=...]      one SGLang simulator per engine pod
     sparkllm-dev gateways --tokenizer-dir DIR [-n NS] [--state-file F]   gateway pods
     sparkllm-dev demo [down]                 what `make demo` runs
@@ -15,17 +17,32 @@ one line and exit 1.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from sparkllm.cli import dispatch
 from sparkllm_dev.devcluster import DevCluster
+from sparkllm_dev.devcluster.paths import (
+    PROFILE_ENV,
+    PROFILES,
+    DevPaths,
+    active_profile,
+    cache_root,
+)
 from sparkllm_dev.errors import DevClusterError
 
 
-def _up(_: argparse.Namespace) -> int:
-    cluster = DevCluster()
+def _cluster(args: argparse.Namespace) -> DevCluster:
+    """The chosen dev cluster; its profile is exported for the processes a command starts."""
+    profile = PROFILES[args.cluster] if args.cluster else active_profile()
+    os.environ[PROFILE_ENV] = profile.name
+    return DevCluster(DevPaths(root=cache_root(), profile=profile))
+
+
+def _up(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
     if not cluster.up():
         print("[devcluster] already running")
     print(f"kubeconfig: {cluster.paths.kubeconfig}")
@@ -36,14 +53,18 @@ def _up(_: argparse.Namespace) -> int:
     return 0
 
 
-def _down(_: argparse.Namespace) -> int:
-    DevCluster().down()
-    print("[devcluster] down; no control-plane process left")
+def _down(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    cluster.down()
+    print(f"[devcluster] {cluster.paths.profile.name} cluster down; no process of it left")
     return 0
 
 
-def _status(_: argparse.Namespace) -> int:
-    status = DevCluster().status()
+def _status(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    status = cluster.status()
+    profile = cluster.paths.profile
+    print(f"cluster:     {profile.name} (kwokctl {profile.cluster_name})")
     print(f"running:     {status.running}")
     print(f"kubeconfig:  {status.kubeconfig}")
     print(f"server:      {status.server or '-'}")
@@ -55,7 +76,7 @@ def _status(_: argparse.Namespace) -> int:
 def _engines(args: argparse.Namespace) -> int:
     from sparkllm_dev.devcluster.engines import run_engine_harness
 
-    return run_engine_harness(DevCluster(), sim_args=args.sim_args, namespace=args.namespace)
+    return run_engine_harness(_cluster(args), sim_args=args.sim_args, namespace=args.namespace)
 
 
 def _gateways(args: argparse.Namespace) -> int:
@@ -63,7 +84,7 @@ def _gateways(args: argparse.Namespace) -> int:
 
     if args.tokenizer_dir is None:
         raise DevClusterError("sparkllm-dev gateways needs --tokenizer-dir")
-    cluster = DevCluster()
+    cluster = _cluster(args)
     state = args.state_file or cluster.paths.state_dir / "gateways.json"
     return run_gateway_pods(
         cluster, tokenizer_dir=args.tokenizer_dir, namespace=args.namespace, state_file=state
@@ -73,12 +94,18 @@ def _gateways(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sparkllm_dev.demo import demo_down, demo_up
 
-    return demo_down() if args.action == "down" else demo_up()
+    cluster = _cluster(args)
+    return demo_down(cluster) if args.action == "down" else demo_up(cluster)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm-dev", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument(
+        "--cluster",
+        choices=sorted(PROFILES),
+        help=f"which dev cluster (default ${PROFILE_ENV}, else demo): the demo's or the tests'",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, handler, help_text in (

@@ -7,7 +7,9 @@ the documents' sample InferenceCluster and waits until it is Ready, then sends o
 request through the front door (admission layer -> smg router -> simulated rank 0). A
 tiny but real model directory stands in for the weights on the group's nodes, so the
 integrity check (ModelVerified) runs. ``demo down`` stops the processes and the cluster.
-Process ids and logs live under the cache directory.
+Process ids and logs live in the cluster's state directory. The demo runs on the ``demo``
+dev cluster (``devcluster/paths.py``), so `make test`, on the ``test`` one, can run beside
+it; the background processes are told which cluster through ``SPARKLLM_DEVCLUSTER``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import yaml
 
 from sparkllm.api.crd import render_crd_yaml
 from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.paths import PROFILE_ENV
 from sparkllm_dev.devcluster.toymodel import write_toy_model
 from sparkllm_dev.errors import DevClusterError
 
@@ -42,8 +45,9 @@ def _processes(cluster: DevCluster) -> dict[str, list[str]]:
     """Each background process as ``python -m MODULE ARGS``: the product CLI runs the
     operator, the harness CLI (``sparkllm-dev``) the engines and the gateway pods."""
     tokenizer_dir = _host_model_dir(cluster, GROUP_A[0])
+    metrics_port = str(cluster.paths.profile.operator_metrics_port)
     return {
-        "operator": ["sparkllm.cli", "run", "-n", NAMESPACE, "--metrics-port", "18080"],
+        "operator": ["sparkllm.cli", "run", "-n", NAMESPACE, "--metrics-port", metrics_port],
         "engines": ["sparkllm_dev.cli", "engines", "-n", NAMESPACE],
         "gateways": [
             "sparkllm_dev.cli",
@@ -82,7 +86,11 @@ def _start_background(cluster: DevCluster, name: str, args: list[str]) -> Path:
     log = cluster.paths.state_dir / f"demo-{name}.log"
     if pid_file.exists() and _alive(int(pid_file.read_text())):
         return log
-    env = {**os.environ, "KUBECONFIG": str(cluster.paths.kubeconfig)}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.paths.kubeconfig),
+        PROFILE_ENV: cluster.paths.profile.name,
+    }
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", *args],
@@ -173,7 +181,10 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     _front_door(cluster, key)
     print(f"export KUBECONFIG={cluster.paths.kubeconfig}")
     print("kubectl -n llm get icl deepseek-v4-flash -o yaml   # status, conditions, replicas")
-    print("sparkllm-dev demo down                              # stop everything")
+    down = "sparkllm-dev demo down"
+    if cluster.paths.profile.name != "demo":
+        down = f"sparkllm-dev --cluster {cluster.paths.profile.name} demo down"
+    print(f"{down:<51} # stop everything")
     return 0
 
 

@@ -5,10 +5,16 @@ Why a plugin module in the harness rather than a conftest.py: both test trees (t
 tests/ and the harness's own harness/tests/) need the same fixtures; the repository's root
 conftest.py loads this module with ``pytest_plugins = ["sparkllm_dev.testing"]``.
 
+The tests run on a dev cluster of their own, the ``test`` profile (its own kwokctl name,
+ports, node addresses and state directory; ``devcluster/paths.py``), so `make test` passes
+while `make demo` runs on the ``demo`` profile. Loading this plugin sets
+``SPARKLLM_DEVCLUSTER=test`` in the test process, so every ``DevCluster()`` and every
+``sparkllm-dev`` child a test starts acts on the tests' cluster too.
+
 The dev cluster is session-scoped and reused when it is already up (a developer's
-`sparkllm-dev up`); a cluster this session started is stopped at the end unless
-SPARKLLM_KEEP_CLUSTER=1. Under CI=true a missing binary or a cluster that fails to start
-FAILS the run: cluster tests never skip silently in CI.
+`sparkllm-dev --cluster test up`); a cluster this session started is stopped at the end
+unless SPARKLLM_KEEP_CLUSTER=1. Under CI=true a missing binary or a cluster that fails to
+start FAILS the run: cluster tests never skip silently in CI.
 """
 
 from __future__ import annotations
@@ -25,10 +31,12 @@ import pytest
 
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm_dev.devcluster.engines import EngineHarness
+from sparkllm_dev.devcluster.paths import PROFILE_ENV, TEST
 from sparkllm_dev.errors import DevClusterError
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (editable install)
+os.environ[PROFILE_ENV] = TEST.name  # never the demo's cluster (issue #16 item 8)
 
 
 def source_pythonpath() -> str:
@@ -84,8 +92,9 @@ def faults(devcluster: DevCluster) -> Iterator[FaultInjector]:
     injector = FaultInjector(devcluster)
     yield injector
     injector.restore_nodes()
+    count = len(devcluster.nodes())
     wait_until(
-        lambda: devcluster.nodes_ready() == 6, timeout=60, what="all Spark nodes Ready again"
+        lambda: devcluster.nodes_ready() == count, timeout=60, what="all Spark nodes Ready again"
     )
 
 

@@ -92,7 +92,7 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
     replica = obj["status"]["replicaStatuses"][0]
     assert replica["nodes"] == nodes
     assert replica["readyRanks"] == 3
-    assert replica["endpoint"] == "http://127.0.0.11:30000"
+    assert replica["endpoint"] == f"http://{devcluster.node_ip(nodes[0])}:30000"
 
     statefulsets = devcluster.kubectl_json("get", "sts", "-n", namespace)["items"]
     assert sorted(s["metadata"]["name"] for s in statefulsets) == [
@@ -121,7 +121,7 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
         container = spec["containers"][0]
         assert container["command"] == ["python3", "-m", "sglang.launch_server"]
         assert container["args"] == engine_args(
-            ic.spec, rank=rank, rank0_ip="127.0.0.11", api_key=rank == 0
+            ic.spec, rank=rank, rank0_ip=devcluster.node_ip(nodes[0]), api_key=rank == 0
         )
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["SGLANG_PP_LAYER_PARTITION"] == "14,14,15"
@@ -131,7 +131,7 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
         assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
         assert ("readinessProbe" in container) == (rank == 0)
-        assert pod["status"]["hostIP"] == f"127.0.0.1{rank + 1}"
+        assert pod["status"]["hostIP"] == devcluster.node_ip(nodes[rank])
     # The engine key is a secretKeyRef, never a literal in the pod spec.
     key_env = next(
         e

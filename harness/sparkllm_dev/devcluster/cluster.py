@@ -8,7 +8,8 @@ downloaded — plus our kwok Stages (``stages.yaml``) and an audit policy that r
 writes (tests use it to prove that an idle reconcile writes nothing).
 
 ``up`` on a running cluster does nothing; ``down`` deletes the cluster and then checks
-that no process of ours is left behind.
+that no process of ours is left behind. Each ``DevCluster`` is one profile's cluster
+(``paths.py``): ``down`` of the tests' cluster leaves the demo's running, and back.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -26,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from sparkllm_dev.devcluster.nodes import node_manifest, spark_nodes
-from sparkllm_dev.devcluster.paths import CLUSTER_NAME, K8S_VERSION, DevPaths, default_paths
+from sparkllm_dev.devcluster.nodes import SimNode, node_manifest, spark_nodes
+from sparkllm_dev.devcluster.paths import K8S_VERSION, DevPaths, default_paths
 from sparkllm_dev.devcluster.wait import wait_until
 from sparkllm_dev.errors import DevClusterError
 
@@ -84,7 +86,8 @@ class DevCluster:
         self, *args: str, check: bool = True, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
         """Run kwokctl for our cluster; raise DevClusterError with its output on failure."""
-        cmd = [str(self.paths.binary("kwokctl")), "--name", CLUSTER_NAME, *args]
+        name = self.paths.profile.cluster_name
+        cmd = [str(self.paths.binary("kwokctl")), "--name", name, *args]
         return _run(cmd, env=self._env(), check=check, timeout=timeout)
 
     def kubectl(
@@ -119,6 +122,7 @@ class DevCluster:
             return False
         started = time.monotonic()
         self._delete_leftovers()
+        self._require_free_ports()
         self._write_config()
         _say(log, "starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
         self.kwokctl(
@@ -135,7 +139,7 @@ class DevCluster:
         wait_until(self.is_running, timeout=60, interval=0.2, what="kube-apiserver /readyz")
         self.register_nodes()
         wait_until(
-            lambda: self.nodes_ready() == len(spark_nodes()),
+            lambda: self.nodes_ready() == len(self.nodes()),
             timeout=60,
             interval=0.2,
             what="six simulated Spark nodes Ready",
@@ -183,9 +187,20 @@ class DevCluster:
 
     # --- nodes ----------------------------------------------------------------------
 
+    def nodes(self) -> list[SimNode]:
+        """This cluster's simulated Sparks (their addresses are its profile's)."""
+        return spark_nodes(address_base=self.paths.profile.node_address_base)
+
+    def node_ip(self, name: str) -> str:
+        """The InternalIP of simulated node ``name`` in this cluster."""
+        found = [node.ip for node in self.nodes() if node.name == name]
+        if not found:
+            raise DevClusterError(f"no simulated node {name!r} in the dev cluster")
+        return found[0]
+
     def register_nodes(self) -> None:
         """Create (or re-create) the six simulated Spark nodes."""
-        docs = [node_manifest(n) for n in spark_nodes()]
+        docs = [node_manifest(n) for n in self.nodes()]
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
 
     def nodes_ready(self) -> int:
@@ -198,7 +213,7 @@ class DevCluster:
     # --- internals ------------------------------------------------------------------
 
     def _cluster_dir(self) -> Path:
-        return self.paths.kwok_workdir / "clusters" / CLUSTER_NAME
+        return self.paths.cluster_dir
 
     def _write_config(self) -> None:
         self.paths.state_dir.mkdir(parents=True, exist_ok=True)
@@ -218,6 +233,7 @@ class DevCluster:
                 "kwokControllerBinary": str(b("kwok")),
                 "kubeAuditPolicy": str(self.paths.audit_policy),
                 "nodeLeaseDurationSeconds": 40,
+                **self.paths.profile.ports(),
             },
             "componentsPatches": [
                 # etcd's fsync dominates write latency on a shared disk; this cluster is
@@ -230,24 +246,47 @@ class DevCluster:
             yaml.safe_dump(kwokctl_config, sort_keys=False) + "---\n" + stages
         )
 
+    def _require_free_ports(self) -> None:
+        """A clear error when another process holds one of this cluster's ports."""
+        profile = self.paths.profile
+        for option, port in profile.ports().items():
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind(("0.0.0.0", port))
+                except OSError as exc:
+                    raise DevClusterError(
+                        f"port {port} ({option} of the {profile.name} dev cluster) is in use: "
+                        f"{exc.strerror}; stop what holds it (`ss -ltnp sport = :{port}`)"
+                    ) from None
+
     def _delete_leftovers(self) -> None:
         if self._cluster_dir().exists():
             self.kwokctl("delete", "cluster", check=False, timeout=120)
         self._kill_leftover_processes()
 
     def _our_processes(self) -> list[tuple[str, int]]:
-        """(binary name, pid) of control-plane processes run from our cache directory."""
+        """(binary name, pid) of this cluster's control-plane processes.
+
+        kwokctl copies the binaries into its cluster directory and runs them from there; a
+        process run from the shared bin directory is ours only when its command line names
+        our cluster directory. Another profile's cluster (the demo's beside the tests') is
+        never matched.
+        """
         found = []
-        # kwokctl copies the binaries into its cluster directory and runs them from there.
-        roots = (str(self.paths.bin_dir), str(self.paths.kwok_workdir))
+        ours = f"{self.paths.cluster_dir}{os.sep}"
+        shared = f"{self.paths.bin_dir}{os.sep}"
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
             try:
                 exe = os.readlink(proc / "exe").removesuffix(" (deleted)")  # rebuilt binary
+                if Path(exe).name not in _CONTROL_PLANE:
+                    continue
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if exe.startswith(roots) and Path(exe).name in _CONTROL_PLANE:
+            if exe.startswith(ours) or (exe.startswith(shared) and ours in cmdline):
                 found.append((Path(exe).name, int(proc.name)))
         return found
 

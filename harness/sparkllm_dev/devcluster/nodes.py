@@ -4,7 +4,10 @@ Six nodes in two node groups of three, shaped like the documents' hardware: one 
 GPU (``nvidia.com/gpu: 1``), 128 GB of unified memory, 20 Arm cores. Each gets an
 InternalIP on loopback (127.0.0.11-13 for group ``a``, 127.0.0.21-23 for group ``b``)
 so that a simulated SGLang engine can listen on "its node's" address, exactly where the
-operator's ``--dist-init-addr`` and the router's discovery will look for it.
+operator's ``--dist-init-addr`` and the router's discovery will look for it. A second
+dev cluster beside the first (the tests' beside the demo's) shifts every address by its
+profile's ``node_address_base`` (127.0.0.111-113, 127.0.0.121-123): the engines of two
+clusters then never compete for one address and port.
 """
 
 from __future__ import annotations
@@ -29,10 +32,21 @@ class SimNode:
     ip: str
 
 
-def spark_nodes(groups: tuple[str, ...] = ("a", "b"), ranks: int = 3) -> list[SimNode]:
-    """The simulated Sparks: group ``a`` on 127.0.0.1x, group ``b`` on 127.0.0.2x, ..."""
+def spark_nodes(
+    *, address_base: int = 0, groups: tuple[str, ...] = ("a", "b"), ranks: int = 3
+) -> list[SimNode]:
+    """The simulated Sparks: group ``a`` on 127.0.0.1x, group ``b`` on 127.0.0.2x, ...
+    (plus ``address_base``)."""
+    last = address_base + 10 * len(groups) + ranks
+    if ranks > 9 or address_base < 0 or last > 254:
+        raise ValueError(f"no loopback addresses for {len(groups)}x{ranks} nodes at {address_base}")
     return [
-        SimNode(name=f"spark-{g}{k}", group=g, rank=k, ip=f"127.0.0.{10 * (gi + 1) + k + 1}")
+        SimNode(
+            name=f"spark-{g}{k}",
+            group=g,
+            rank=k,
+            ip=f"127.0.0.{address_base + 10 * (gi + 1) + k + 1}",
+        )
         for gi, g in enumerate(groups)
         for k in range(ranks)
     ]

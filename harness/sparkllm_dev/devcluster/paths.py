@@ -1,9 +1,19 @@
-"""Where the local control plane's binaries, state and kubeconfig live.
+"""Where the local control plane's binaries, state and kubeconfig live, per dev cluster.
 
 Everything the dev cluster needs is cached under one directory (default
 ``~/.cache/sparkllm``, overridable with ``SPARKLLM_CACHE``) so that a warm machine
 starts in seconds and nothing touches ``~/.kube/config`` unless asked. The versions
 are pinned here and in ``hack/build-binaries.sh``; a test checks the two agree.
+
+Two dev clusters can run side by side, so that `make test` passes while `make demo`
+runs: a profile (``SPARKLLM_DEVCLUSTER=demo|test``, default ``demo``) names everything
+the two must not share — the kwokctl cluster name, the state and kwok directories
+(kubeconfig, certificates, etcd data, logs, engine locks, the simulated nodes' files),
+the simulated nodes' loopback addresses (where the engines listen, so their fixed
+ports cannot collide), the control plane's ports (etcd, kube-apiserver, the controller
+manager, the scheduler, kwok: left alone, kwokctl counts down from 32766 on every
+cluster it creates, so two clusters would take the same ones) and the demo operator's
+metrics port. The binaries are shared.
 """
 
 from __future__ import annotations
@@ -31,6 +41,66 @@ BINARIES = (
 )
 
 
+PROFILE_ENV = "SPARKLLM_DEVCLUSTER"
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    """What one dev cluster owns alone; see the module docstring."""
+
+    name: str
+    cluster_name: str  # kwokctl's --name
+    state_dir_name: str  # under the cache root
+    kwok_dir_name: str  # under the cache root
+    node_address_base: int  # group g, rank k: 127.0.0.{base + 10 * (g + 1) + k + 1}
+    port_base: int  # the control plane's six ports: port_base .. port_base + 5
+    operator_metrics_port: int  # the demo's operator process
+
+    def ports(self) -> dict[str, int]:
+        """kwokctl's port options (what it would pick on an idle machine for the demo)."""
+        names = (
+            "kubeSchedulerPort",
+            "kubeControllerManagerPort",
+            "kwokControllerPort",
+            "kubeApiserverPort",
+            "etcdPort",
+            "etcdPeerPort",
+        )
+        return {name: self.port_base + offset for offset, name in enumerate(names)}
+
+
+DEMO = ClusterProfile(
+    name="demo",
+    cluster_name=CLUSTER_NAME,
+    state_dir_name="devcluster",
+    kwok_dir_name="kwok",
+    node_address_base=0,
+    port_base=32761,
+    operator_metrics_port=18080,
+)
+TEST = ClusterProfile(
+    name="test",
+    cluster_name=f"{CLUSTER_NAME}-test",
+    state_dir_name="devcluster-test",
+    kwok_dir_name="kwok-test",
+    node_address_base=100,
+    port_base=32751,
+    operator_metrics_port=18180,
+)
+PROFILES = {profile.name: profile for profile in (DEMO, TEST)}
+
+
+def active_profile() -> ClusterProfile:
+    """The profile ``$SPARKLLM_DEVCLUSTER`` names (default ``demo``)."""
+    name = os.environ.get(PROFILE_ENV) or DEMO.name
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise DevClusterError(
+            f"{PROFILE_ENV}={name!r} is not a dev cluster; choose one of {', '.join(PROFILES)}"
+        ) from None
+
+
 def cache_root() -> Path:
     """The cache directory: ``$SPARKLLM_CACHE`` or ``~/.cache/sparkllm``."""
     override = os.environ.get("SPARKLLM_CACHE")
@@ -39,9 +109,10 @@ def cache_root() -> Path:
 
 @dataclass(frozen=True)
 class DevPaths:
-    """The files of one dev cluster, all under the cache root."""
+    """The files of one dev cluster (its profile's), all under the cache root."""
 
     root: Path
+    profile: ClusterProfile = DEMO
 
     @property
     def bin_dir(self) -> Path:
@@ -50,12 +121,17 @@ class DevPaths:
     @property
     def state_dir(self) -> Path:
         """Our own state: kubeconfig, generated kwokctl config, simulator logs."""
-        return self.root / "devcluster"
+        return self.root / self.profile.state_dir_name
 
     @property
     def kwok_workdir(self) -> Path:
         """kwokctl's working directory (certificates, etcd data, component logs)."""
-        return self.root / "kwok"
+        return self.root / self.profile.kwok_dir_name
+
+    @property
+    def cluster_dir(self) -> Path:
+        """kwokctl's directory of this cluster (its config, pids, logs, copied binaries)."""
+        return self.kwok_workdir / "clusters" / self.profile.cluster_name
 
     @property
     def kubeconfig(self) -> Path:
@@ -88,4 +164,5 @@ class DevPaths:
 
 
 def default_paths() -> DevPaths:
-    return DevPaths(root=cache_root())
+    """The paths of the active profile's cluster (``$SPARKLLM_DEVCLUSTER``)."""
+    return DevPaths(root=cache_root(), profile=active_profile())

@@ -11,7 +11,6 @@ from sparkllm_dev.devcluster import (
     ContainerFault,
     DevCluster,
     FaultInjector,
-    spark_nodes,
     wait_until,
 )
 
@@ -78,7 +77,7 @@ def _condition(obj: dict[str, Any], kind: str) -> str | None:
 
 def test_six_spark_nodes_registered(devcluster: DevCluster) -> None:
     nodes = {n["metadata"]["name"]: n for n in devcluster.kubectl_json("get", "nodes")["items"]}
-    expected = spark_nodes()
+    expected = devcluster.nodes()
     assert sorted(nodes) == sorted(n.name for n in expected)
     for sim in expected:
         node = nodes[sim.name]
@@ -110,8 +109,10 @@ def test_statefulset_pod_scheduled_by_affinity_and_made_ready(
     )
     assert pod["spec"]["nodeName"] == "spark-a1"
     assert pod["status"]["phase"] == "Running"
-    assert pod["status"]["hostIP"] == "127.0.0.12"
-    assert pod["status"]["podIP"] == "127.0.0.12"  # hostNetwork: the pod has its node's IP
+    assert pod["status"]["hostIP"] == devcluster.node_ip("spark-a1")
+    assert pod["status"]["podIP"] == devcluster.node_ip(
+        "spark-a1"
+    )  # hostNetwork: the pod has its node's IP
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("StatefulSet", "rank")
     events = devcluster.kubectl_json(

@@ -36,8 +36,9 @@ from sparkllm_dev.devcluster import init_containers as ic
 from sparkllm_dev.devcluster.engines import EngineHarness, EngineInfo
 from sparkllm_dev.errors import DevClusterError
 
-RANK0_NODE, RANK0_IP = "spark-b0", "127.0.0.21"
-WORKER_NODE, WORKER_IP = "spark-b1", "127.0.0.22"
+# The tests' dev cluster's addresses (the plugin chose its profile before this import).
+RANK0_NODE, RANK0_IP = "spark-b0", DevCluster().node_ip("spark-b0")
+WORKER_NODE, WORKER_IP = "spark-b1", DevCluster().node_ip("spark-b1")
 KEY_ENV = "SPARKLLM_ENGINE_API_KEY"
 STARTUP_SECONDS = 4  # the simulator's /health answers 503 this long: the not-Ready window
 DEADLINE = 90  # seconds; generous, the machine is busy
@@ -396,7 +397,7 @@ def _rendered_rank_pod(*, checksums: bool) -> dict[str, Any]:
     cluster = validate_inference_cluster({**doc, "metadata": {"name": "m", "namespace": "ns"}})
     plan = ReplicaPlan(
         index=0, group_key="g", nodes=("spark-a0", "spark-a1", "spark-a2"),
-        rank0_ip="127.0.0.11", generation=1,
+        rank0_ip=DevCluster().node_ip("spark-a0"), generation=1,
     )  # fmt: skip
     sts = render_rank_statefulset(cluster, plan=plan, rank=1, engine_key=EngineKeyRef("k", "t"))
     spec = {**sts["spec"]["template"]["spec"], "nodeName": "spark-a1"}

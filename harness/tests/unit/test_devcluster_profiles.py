@@ -1,0 +1,184 @@
+"""Two dev clusters side by side (issue #16 item 8): the demo's and the tests' share nothing
+that would let one disturb the other, the demo keeps what it had, and `down` of one never
+touches the other's processes. Also the file-order plugin `make test` runs with."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from sparkllm_dev import cli
+from sparkllm_dev.devcluster import DevCluster
+from sparkllm_dev.devcluster.nodes import spark_nodes
+from sparkllm_dev.devcluster.paths import (
+    DEMO,
+    PROFILE_ENV,
+    PROFILES,
+    TEST,
+    ClusterProfile,
+    DevPaths,
+    active_profile,
+)
+from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.file_order import shuffled_by_file
+
+
+def _cluster(root: Path, profile: ClusterProfile) -> DevCluster:
+    return DevCluster(DevPaths(root=root, profile=profile))
+
+
+def test_the_demo_keeps_its_cluster() -> None:
+    paths = DevPaths(root=Path("/c"), profile=DEMO)
+    assert (DEMO.cluster_name, paths.state_dir, paths.cluster_dir) == (
+        "sparkllm",
+        Path("/c/devcluster"),
+        Path("/c/kwok/clusters/sparkllm"),
+    )
+    assert paths.kubeconfig == Path("/c/devcluster/kubeconfig")
+    assert DEMO.operator_metrics_port == 18080
+    # What kwokctl picks by itself on an idle machine, written down.
+    assert DEMO.ports() == {
+        "kubeSchedulerPort": 32761,
+        "kubeControllerManagerPort": 32762,
+        "kwokControllerPort": 32763,
+        "kubeApiserverPort": 32764,
+        "etcdPort": 32765,
+        "etcdPeerPort": 32766,
+    }
+    nodes = _cluster(Path("/c"), DEMO).nodes()
+    assert [n.ip for n in nodes] == [n.ip for n in spark_nodes()]
+    assert nodes[0].ip == "127.0.0.11"
+
+
+def test_the_tests_cluster_shares_nothing_with_the_demos() -> None:
+    demo, test = DevPaths(Path("/c"), DEMO), DevPaths(Path("/c"), TEST)
+    assert demo.bin_dir == test.bin_dir  # only the binaries are shared
+    assert TEST.cluster_name != DEMO.cluster_name
+    for where in ("state_dir", "kwok_workdir", "cluster_dir", "kubeconfig"):
+        mine, theirs = str(getattr(test, where)), str(getattr(demo, where))
+        assert not (mine + "/").startswith(theirs + "/"), where
+        assert not (theirs + "/").startswith(mine + "/"), where
+    assert not set(TEST.ports().values()) & set(DEMO.ports().values())
+    assert TEST.operator_metrics_port != DEMO.operator_metrics_port
+    demo_ips = {n.ip for n in _cluster(Path("/c"), DEMO).nodes()}
+    test_nodes = _cluster(Path("/c"), TEST).nodes()
+    assert [n.name for n in test_nodes] == [n.name for n in spark_nodes()]  # same shapes
+    assert {n.ip for n in test_nodes}.isdisjoint(demo_ips)
+    assert _cluster(Path("/c"), TEST).node_ip("spark-b1") == "127.0.0.122"
+
+
+def test_node_addresses_stay_in_loopback() -> None:
+    assert spark_nodes(address_base=100)[-1].ip == "127.0.0.123"
+    with pytest.raises(ValueError, match="no loopback addresses"):
+        spark_nodes(address_base=240)
+    with pytest.raises(DevClusterError, match="no simulated node 'spark-c0'"):
+        _cluster(Path("/c"), TEST).node_ip("spark-c0")
+
+
+def test_profile_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PROFILE_ENV)
+    assert active_profile() is DEMO
+    monkeypatch.setenv(PROFILE_ENV, "test")
+    assert active_profile() is TEST
+    monkeypatch.setenv(PROFILE_ENV, "staging")
+    with pytest.raises(DevClusterError, match="'staging' is not a dev cluster; choose one of"):
+        active_profile()
+
+
+def test_the_plugin_puts_the_tests_on_their_own_cluster() -> None:
+    assert os.environ[PROFILE_ENV] == "test"  # inherited by every child a test starts
+    assert DevCluster().paths.profile is TEST
+
+
+@pytest.fixture
+def fake_processes(tmp_path: Path) -> Iterator[dict[str, int]]:
+    """An 'etcd' run from the demo's cluster directory and a 'kube-apiserver' run from the
+    shared bin directory naming the tests' cluster directory (both really sleep)."""
+    demo_etcd = DevPaths(tmp_path, DEMO).cluster_dir / "bin" / "etcd"
+    shared = DevPaths(tmp_path, TEST).binary("kube-apiserver")
+    for exe in (demo_etcd, shared):
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy("/bin/sh", exe)
+    test_dir = f"--data-dir={DevPaths(tmp_path, TEST).cluster_dir}/etcd"
+    procs = {
+        "demo": subprocess.Popen([demo_etcd, "-c", "sleep 60; :"]),
+        "test": subprocess.Popen([shared, "-c", "sleep 60; :", "sh", test_dir]),
+    }
+    yield {name: proc.pid for name, proc in procs.items()}
+    for proc in procs.values():
+        proc.kill()
+        proc.wait()
+
+
+def test_each_cluster_finds_only_its_own_processes(
+    tmp_path: Path, fake_processes: dict[str, int]
+) -> None:
+    assert _cluster(tmp_path, DEMO)._our_processes() == [("etcd", fake_processes["demo"])]
+    assert _cluster(tmp_path, TEST)._our_processes() == [("kube-apiserver", fake_processes["test"])]
+
+
+def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        profile = replace(TEST, name="busy", port_base=busy)
+        with pytest.raises(DevClusterError, match=rf"port {busy} \(kubeSchedulerPort of the busy"):
+            _cluster(tmp_path, profile)._require_free_ports()
+
+
+def test_cli_acts_on_the_chosen_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SPARKLLM_CACHE", str(tmp_path))
+    monkeypatch.setenv(PROFILE_ENV, "test")
+    assert cli.main(["--cluster", "demo", "status"]) == 3  # nothing runs under tmp_path
+    out = capsys.readouterr().out
+    assert "cluster:     demo (kwokctl sparkllm)" in out
+    assert f"kubeconfig:  {tmp_path}/devcluster/kubeconfig" in out
+    assert os.environ[PROFILE_ENV] == "demo"  # for the processes a command starts
+    assert cli.main(["status"]) == 3  # no --cluster: the environment's
+    assert f"{tmp_path}/devcluster/kubeconfig" in capsys.readouterr().out
+    monkeypatch.setenv(PROFILE_ENV, "test")
+    assert cli.main(["status"]) == 3
+    assert f"{tmp_path}/devcluster-test/kubeconfig" in capsys.readouterr().out
+    assert sorted(PROFILES) == ["demo", "test"]
+
+
+def test_files_move_whole_and_keep_their_inner_order() -> None:
+    class Item:
+        def __init__(self, path: str, name: str) -> None:
+            self.path, self.name = Path(path), name
+
+    items = cast(
+        list[pytest.Item], [Item(f"t{f}.py", f"t{f}::{k}") for f in range(8) for k in range(3)]
+    )
+    orders = {tuple(i.name for i in shuffled_by_file(items, seed)) for seed in range(5)}
+    assert len(orders) > 1  # the seed changes the order
+    for order in orders:
+        assert sorted(order) == sorted(i.name for i in items)
+        files = [name.split("::")[0] for name in order]
+        assert len({f for f in files}) == 8
+        runs = [f for k, f in enumerate(files) if k == 0 or files[k - 1] != f]
+        assert len(runs) == 8  # each file's tests stay together ...
+        for f in set(files):
+            inner = [name for name in order if name.startswith(f + "::")]
+            assert inner == sorted(inner)  # ... in their written order
+    same = [i.name for i in shuffled_by_file(items, 7)]
+    assert same == [i.name for i in shuffled_by_file(items, 7)]
+
+
+def test_make_test_and_make_unit_shuffle_the_files() -> None:
+    makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
+    for target in ("unit", "test"):
+        recipe = makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+        assert "pytest" in recipe
+        assert "--shuffle-files" in recipe, target
