@@ -99,12 +99,9 @@ def test_warn_mode_serves_with_network_verified_false(
     assert network["status"] == "False"
     # status.network: the structured findings, errors first, and the measurement.
     findings = obj["status"]["network"]["findings"]
-    assert findings[0] == {
-        "node": BAD_NODE,
-        "check": "CMA",
-        "severity": "error",
-        "message": "CmaTotal is 0 in /proc/meminfo",
-    }
+    first = findings[0]
+    assert (first["node"], first["check"], first["severity"]) == (BAD_NODE, "CMA", "error")
+    assert first["message"].startswith("CmaTotal is 0 in /proc/meminfo")
     [measured] = obj["status"]["network"]["bandwidth"]
     assert (measured["node"], measured["ranks"], measured["sizeMiB"]) == ("spark-b0", 3, 128)
     assert measured["busBandwidthGbps"] > LOW
