@@ -23,7 +23,7 @@ from sparkllm.api import (
     validate_inference_cluster,
 )
 from sparkllm.api.crd import build_crd
-from sparkllm.api.status import REASON_PATTERN, PhaseName
+from sparkllm.api.status import REASON_PATTERN, ClusterPhaseName, PhaseName
 from tests.fixtures.invalid import REPO_ROOT
 
 MINIMAL: dict[str, Any] = {
@@ -229,10 +229,13 @@ def test_condition_types_are_the_documented_seven() -> None:
 
 
 def test_phase_enum_and_literal_agree() -> None:
-    assert [p.value for p in Phase] == list(get_args(PhaseName))
+    # Stopped (spec.replicas 0, issue 16) is the object's phase only: a replica that
+    # exists is never stopped.
+    assert [p.value for p in Phase] == list(get_args(ClusterPhaseName))
     assert [p.value for p in Phase] == [
-        "Pending", "Starting", "Ready", "Degraded", "Restarting", "Failed",
+        "Pending", "Starting", "Ready", "Degraded", "Restarting", "Failed", "Stopped",
     ]  # fmt: skip
+    assert list(get_args(PhaseName)) == [p.value for p in Phase if p is not Phase.STOPPED]
 
 
 def test_reasons_are_unique_camel_case_words() -> None:

@@ -27,6 +27,7 @@ from sparkllm.sglang_contract.fields import (
     ReasoningParser,
     ToolCallParser,
 )
+from sparkllm.sglang_contract.flags import SGLANG_VERSION, known_flags
 
 MAX_PIPELINE_PARALLEL: Final = 8
 
@@ -49,6 +50,21 @@ def _sets_flag(arg: str, flags: tuple[str, ...]) -> bool:
         return False
     name = arg.split("=", 1)[0]
     return any(flag.startswith(name) for flag in flags)
+
+
+# Every spelling of every flag of the pinned SGLang (canonical, aliases, --no- negations),
+# as a CEL list literal: the API server refuses an extraArgs flag outside it.
+KNOWN_FLAGS_CEL: Final = repr(sorted(known_flags()))
+# An extraArgs word that is an unknown flag: starts with "--" and its name (before any
+# "=") is no spelling of the pinned SGLang. Abbreviations count as unknown: a later SGLang
+# may make them ambiguous (flags.validate_extra_args refuses them too).
+_UNKNOWN_FLAG_CEL: Final = f"arg.startsWith('--') && !(arg.split('=')[0] in {KNOWN_FLAGS_CEL})"
+
+
+def unknown_flags(args: tuple[str, ...]) -> list[str]:
+    """The flag names in ``args`` the pinned SGLang does not know (the CEL rule's twin)."""
+    names = (arg.split("=", 1)[0] for arg in args if arg.startswith("--"))
+    return [name for name in names if name not in known_flags()]
 
 
 # Environment the operator sets from spec.network and spec.engine.layerPartition.
@@ -93,6 +109,16 @@ ExtraArgs = Annotated[
         message="extraArgs must not set " + ", ".join(REFUSED_FLAGS) + " (or an abbreviation): "
         "it would let any user run code on the engine",
         check=lambda args: not any(_sets_flag(arg, REFUSED_FLAGS) for arg in args),
+    ),
+    Rule(
+        cel=f"!self.exists(arg, {_UNKNOWN_FLAG_CEL})",
+        message=f"extraArgs must use only flags of SGLang {SGLANG_VERSION}, spelled out in "
+        "full; unknown",
+        check=lambda args: not unknown_flags(args),
+        # The first unknown flag: CEL's join has no cost bound the API server can estimate
+        # (a messageExpression listing all of them is refused as over budget).
+        detail=lambda args: unknown_flags(args)[0],
+        detail_cel=f"self.filter(arg, {_UNKNOWN_FLAG_CEL})[0].split('=')[0]",
     ),
 ]
 

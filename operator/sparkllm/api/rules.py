@@ -51,7 +51,10 @@ class Rule:
     ``check`` receives the same value (already validated field by field) and returns
     True when it is acceptable. ``message`` is what both report; it names the field.
     ``field_path`` (a CEL field path relative to ``self``, e.g. ``.engine.layerPartition``)
-    moves the error from the object to the field the user must change. ``reason`` picks
+    moves the error from the object to the field the user must change. ``detail`` (Python)
+    and ``detail_cel`` (a CEL string expression over ``self``) name what is wrong in this
+    value — e.g. the unknown flags — appended to ``message`` after ": " by both halves (the
+    API server through ``messageExpression``). ``reason`` picks
     the error type kubectl prints. ``FieldValueDuplicate`` is deliberately not offered: for
     it the API server prints "Duplicate value" and drops the message.
     """
@@ -61,11 +64,15 @@ class Rule:
     check: Callable[[Any], bool] | None
     field_path: str | None = None
     reason: FieldReason = "FieldValueInvalid"
+    detail: Callable[[Any], str] | None = None
+    detail_cel: str | None = None
 
     def __post_init__(self) -> None:
         if "{" in self.message or "}" in self.message:
             # PydanticCustomError treats braces as format fields.
             raise ValueError(f"rule message must not contain braces: {self.message!r}")
+        if (self.detail is None) != (self.detail_cel is None):
+            raise ValueError("a rule's detail needs both halves: detail and detail_cel")
 
     @property
     def is_transition_rule(self) -> bool:
@@ -75,6 +82,8 @@ class Rule:
     def to_cel(self) -> dict[str, str]:
         """The rule as one entry of ``x-kubernetes-validations``."""
         entry = {"rule": self.cel, "message": self.message}
+        if self.detail_cel is not None:
+            entry["messageExpression"] = f"{self.message!r} + ': ' + {self.detail_cel}"
         if self.field_path is not None:
             entry["fieldPath"] = self.field_path
         entry["reason"] = self.reason
@@ -83,8 +92,11 @@ class Rule:
     def enforce(self, value: Any) -> None:
         """Raise the rule's pydantic error when ``value`` breaks it."""
         if self.check is not None and not self.check(value):
+            message = self.message
+            if self.detail is not None:  # braces would read as format fields
+                message += ": " + self.detail(value).replace("{", "(").replace("}", ")")
             raise PydanticCustomError(
-                RULE_ERROR_TYPE, self.message, {"field_path": self.field_path or ""}
+                RULE_ERROR_TYPE, message, {"field_path": self.field_path or ""}
             )
 
     # --- use as ``Annotated[T, Rule(...)]`` ------------------------------------------

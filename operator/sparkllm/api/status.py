@@ -53,7 +53,8 @@ class Phase(StrEnum):
     Pending: nothing started (waiting for nodes or checks). Starting: ranks are loading.
     Ready: serving. Degraded: serving below the desired level, or a replica gave up
     restarting. Restarting: a gang restart is in progress. Failed: cannot progress
-    without a spec or cluster change (e.g. invalid spec, no node groups).
+    without a spec or cluster change (e.g. invalid spec, no node groups). Stopped:
+    ``spec.replicas`` is 0 — nothing runs and nothing serves, on purpose (objects only).
     """
 
     PENDING = "Pending"
@@ -62,9 +63,13 @@ class Phase(StrEnum):
     DEGRADED = "Degraded"
     RESTARTING = "Restarting"
     FAILED = "Failed"
+    STOPPED = "Stopped"
 
 
 PhaseName = Literal["Pending", "Starting", "Ready", "Degraded", "Restarting", "Failed"]
+ClusterPhaseName = Literal[
+    "Pending", "Starting", "Ready", "Degraded", "Restarting", "Failed", "Stopped"
+]
 
 
 class Condition(ApiModel):
@@ -156,10 +161,10 @@ class InferenceClusterStatus(ApiModel):
     observed_generation: int | None = Field(
         default=None, ge=0, description="observedGeneration is the spec generation acted on."
     )
-    phase: PhaseName | None = Field(
+    phase: ClusterPhaseName | None = Field(
         default=None,
         description="phase summarises the object: Pending, Starting, Ready, Degraded, "
-        "Restarting or Failed.",
+        "Restarting, Failed, or Stopped (spec.replicas is 0: nothing runs, on purpose).",
     )
     replicas: int | None = Field(
         default=None, ge=0, description="replicas is how many replicas exist (scale subresource)."
