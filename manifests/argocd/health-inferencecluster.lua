@@ -5,9 +5,13 @@
 -- Healthy:     Ready=True and status.observedGeneration == metadata.generation.
 -- Progressing: the operator has not observed the current spec yet, or the model is
 --              pending, starting or restarting.
+-- Suspended:   phase Stopped (spec.replicas is 0): nothing runs and nothing serves, on
+--              purpose. Not Healthy (no model answers), not Degraded (nothing is wrong):
+--              Argo CD's word for a resource paused on purpose (a paused Deployment, a
+--              suspended CronJob).
 -- Degraded:    phase Failed (e.g. an invalid spec) or Degraded (a replica gave up
 --              restarting), or Progressing=False (the operator cannot progress, e.g.
---              InsufficientNodeGroups).
+--              InsufficientNodeGroups, NodeGroupInUse, Unschedulable).
 local hs = {}
 
 local function condition(status, kind)
@@ -46,6 +50,11 @@ if ready ~= nil and ready.status == "True" then
   hs.status = "Healthy"
   hs.message = says(ready, tostring(status.readyReplicas or 0) .. " of " ..
     tostring(status.replicas or 0) .. " replicas ready")
+  return hs
+end
+if phase == "Stopped" then
+  hs.status = "Suspended"
+  hs.message = "Stopped: " .. says(ready, "spec.replicas is 0")
   return hs
 end
 if phase == "Failed" or phase == "Degraded" then

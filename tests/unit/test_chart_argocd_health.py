@@ -155,6 +155,37 @@ CASES = [
         "InsufficientNodeGroups: no free group",
     ),
     ("status without conditions", cluster(status={"observedGeneration": 2}), "Progressing", ""),
+    (
+        "scaled to zero: stopped on purpose, neither healthy nor degraded",
+        cluster(
+            status=observed(
+                "Stopped",
+                cond("Ready", "False", "ScaledToZero", "spec.replicas is 0"),
+                cond("Progressing", "False", "Reconciled", "desired state reached"),
+            )
+        ),
+        "Suspended",
+        "Stopped: spec.replicas is 0",
+    ),
+    (
+        "stopped but the spec changed since: waiting for the operator",
+        cluster(status=observed("Stopped", cond("Ready", "False"), generation=1)),
+        "Progressing",
+        "generation 2",
+    ),
+    (
+        "node group held by another object",
+        cluster(
+            status=observed(
+                "Degraded",
+                cond("Ready", "False"),
+                cond("Progressing", "False", "NodeGroupInUse", "in use by llm/other"),
+                cond("Degraded", "True", "NodeGroupInUse", "in use by llm/other"),
+            )
+        ),
+        "Degraded",
+        "in use by llm/other",
+    ),
 ]
 
 

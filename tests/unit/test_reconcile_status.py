@@ -179,8 +179,9 @@ R, S, D, X, P = Phase.READY, Phase.STARTING, Phase.DEGRADED, Phase.RESTARTING, P
         pytest.param([R], 2, {"unplaced": (1,)}, D, id="unplaced-is-degraded"),
         pytest.param([], 1, {}, P, id="nothing-reported"),
         pytest.param([P, P], 2, {}, P, id="pending"),
-        pytest.param([], 0, {}, R, id="scaled-to-zero"),
-        pytest.param([D], 0, {}, R, id="scaled-to-zero-while-one-is-removed"),
+        # replicas 0: Stopped, not Ready (issue 16: nothing serves, on purpose)
+        pytest.param([], 0, {}, Phase.STOPPED, id="scaled-to-zero"),
+        pytest.param([D], 0, {}, Phase.STOPPED, id="scaled-to-zero-while-one-is-removed"),
         pytest.param([R, R, S], 2, {}, R, id="scaling-down-extra-replica-starting"),
         pytest.param([R], 1, {"spec_error": "bad"}, Phase.FAILED, id="spec-error"),
         pytest.param([], 0, {"spec_error": "bad"}, Phase.FAILED, id="spec-error-beats-zero"),

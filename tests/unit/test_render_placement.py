@@ -23,9 +23,11 @@ from sparkllm.render.placement import (
     GroupDiscovery,
     NodeFacts,
     NodeGroup,
+    NodeHolder,
     assign_groups,
     discover_groups,
     node_facts,
+    node_holders,
 )
 
 GROUP_LABEL = "sparkllm.io/node-group"
@@ -351,3 +353,80 @@ def test_assignment_is_sticky_distinct_and_complete(
     if any(i not in current for i in result.unplaced):  # a new replica waits only if full
         in_use = {k for i, k in current.items() if i < replicas}
         assert existing <= in_use | set(assigned)
+
+
+# --- node groups other InferenceClusters hold (issue 16) ----------------------------------
+
+
+def holder(owner: str, *nodes: str, older: bool = True) -> NodeHolder:
+    return NodeHolder(owner=owner, nodes=frozenset(nodes), older=older)
+
+
+def test_label_discovery_skips_a_group_another_object_holds() -> None:
+    result = assign_groups(replicas=1, groups=[A, B], current={}, holders=[holder("llm/x", "a1")])
+    assert result == Assignment(replicas={0: B}, unplaced=())
+
+
+def test_no_free_group_names_the_holders() -> None:
+    holders = [holder("llm/x", "a0"), holder("team/y", "b2", older=False)]
+    result = assign_groups(replicas=2, groups=[A, B], current={}, holders=holders)
+    assert result.replicas == {}
+    assert result.unplaced == (0, 1)
+    assert result.in_use == (
+        f"node group 'a' ({', '.join(A.nodes)}) is in use by InferenceCluster llm/x",
+        f"node group 'b' ({', '.join(B.nodes)}) is in use by InferenceCluster team/y",
+    )
+
+
+def test_a_held_group_is_named_only_when_a_replica_waits() -> None:
+    result = assign_groups(replicas=1, groups=[A, B], current={}, holders=[holder("llm/x", "b0")])
+    assert result == Assignment(replicas={0: A}, unplaced=())
+
+
+@pytest.mark.parametrize(("older", "keeps"), [(False, True), (True, False)])
+def test_a_running_replica_yields_its_group_only_to_an_older_claim(
+    older: bool, keeps: bool
+) -> None:
+    result = assign_groups(
+        replicas=1, groups=[A], current={0: "a"}, holders=[holder("llm/x", "a0", older=older)]
+    )
+    assert (result.replicas == {0: A}) is keeps
+    assert (result.unplaced == (0,)) is not keeps
+
+
+def test_node_holders_read_the_other_objects_status() -> None:
+    me = {
+        "metadata": {"name": "m", "namespace": "llm", "creationTimestamp": "2026-11-30T10:00:00Z"}
+    }
+    others = [
+        {
+            "metadata": {
+                "name": "old",
+                "namespace": "llm",
+                "creationTimestamp": "2026-11-29T10:00:00Z",
+            },
+            "status": {"replicaStatuses": [{"index": 0, "nodes": ["a0", "a1"]}, {"index": 1}]},
+        },
+        {
+            "metadata": {
+                "name": "new",
+                "namespace": "b",
+                "creationTimestamp": "2026-12-01T10:00:00Z",
+            },
+            "status": {"replicaStatuses": [{"index": 0, "nodes": ["b0"]}]},
+        },
+        {"metadata": {"name": "none", "namespace": "llm"}, "status": {"phase": "Stopped"}},
+        {"metadata": {"name": "fresh", "namespace": "llm"}},
+        {
+            "metadata": {
+                "name": "leaving",
+                "namespace": "x",
+                "deletionTimestamp": "2026-12-01T10:00:00Z",
+            },
+            "status": {"replicaStatuses": [{"index": 0, "nodes": ["c0"]}]},
+        },
+    ]
+    assert node_holders(me, others) == [
+        NodeHolder(owner="llm/old", nodes=frozenset({"a0", "a1"}), older=True),
+        NodeHolder(owner="b/new", nodes=frozenset({"b0"}), older=False),
+    ]

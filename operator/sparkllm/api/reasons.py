@@ -21,6 +21,8 @@ class Reason(StrEnum):
     # --- placement and scaling ----------------------------------------------------------
     INSUFFICIENT_NODE_GROUPS = "InsufficientNodeGroups"  # no free group for a replica
     NODE_GROUP_INVALID = "NodeGroupInvalid"  # a group's nodes are missing or mislabelled
+    NODE_GROUP_IN_USE = "NodeGroupInUse"  # another InferenceCluster holds the group's nodes
+    UNSCHEDULABLE = "Unschedulable"  # a rank pod stayed Pending: the scheduler's message
     SCALING_UP = "ScalingUp"  # a replica is being added
     SCALING_DOWN = "ScalingDown"  # the highest replica is drained and removed
     ROLLING_UPDATE = "RollingUpdate"  # a spec change is applied replica by replica

@@ -4,7 +4,12 @@ One KubeAPI client, one reconciler, one coalescer, and the small index that turn
 node event into the InferenceClusters it concerns (those whose replicas run on the
 node, and those waiting for nodes to place a replica). Node events come with every
 heartbeat; only a change in what the operator reads (readiness, address, labels)
-triggers passes.
+triggers passes. Nodes are shared: when an InferenceCluster releases nodes (scaled down,
+deleted), the ones waiting for a node group get a pass at once.
+
+A pass never crash-loops on a bad spec: decide turns a ``SpecError`` into an InvalidSpec
+status and Event, and should one escape anyway it is logged as one line (no traceback)
+and not retried on a timer — the object's next change brings the next pass.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from sparkllm.errors import SpecError
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.kube import KubeAPI, load_configuration
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
@@ -79,20 +85,36 @@ class OperatorContext:
         except Exception as exc:
             metrics.RECONCILE_SECONDS.labels(result="error").observe(time.monotonic() - started)
             metrics.RECONCILE_ERRORS.labels(error=type(exc).__name__).inc()
+            if isinstance(exc, SpecError):  # the user's to fix: retried when it changes
+                logger.warning("reconcile of %s/%s refused: %s", *key, exc)
+                return
             raise
         elapsed = time.monotonic() - started
         metrics.RECONCILE_SECONDS.labels(result="ok").observe(elapsed)
         logger.info("reconciled %s/%s in %.3f s", *key, elapsed)
-        for users in self._node_users.values():
-            users.discard(key)
-        for node in outcome.nodes:
-            self._node_users.setdefault(node, set()).add(key)
+        self._record_nodes(key, outcome.nodes)
         if outcome.waiting_for_nodes:
             self._waiting.add(key)
         else:
             self._waiting.discard(key)
         if outcome.retry_after is not None:
             self.coalescer.trigger_later(key, max(outcome.retry_after, 0.05))
+
+    def _record_nodes(self, key: Key, nodes: set[str]) -> None:
+        """Remember the nodes ``key`` uses; nodes it released may place a waiting object."""
+        released = False
+        for node, users in self._node_users.items():
+            if key in users and node not in nodes:
+                users.discard(key)
+                released = True
+        for node in nodes:
+            self._node_users.setdefault(node, set()).add(key)
+        if released:
+            self._trigger_waiting(but=key)
+
+    def _trigger_waiting(self, *, but: Key | None = None) -> None:
+        for waiting in self._waiting - {but}:
+            self.trigger(waiting)
 
     async def reconcile_now(self, key: Key) -> None:
         await self.coalescer.run(key)
@@ -104,8 +126,7 @@ class OperatorContext:
     def forget(self, key: Key) -> None:
         self.known.discard(key)
         self._waiting.discard(key)
-        for users in self._node_users.values():
-            users.discard(key)
+        self._record_nodes(key, set())
         if "coalescer" in self._runtime:
             self.coalescer.forget(key)
 

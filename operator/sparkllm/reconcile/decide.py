@@ -17,7 +17,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sparkllm.api import InferenceCluster, Phase, Reason
+from sparkllm.api import ConditionType, InferenceCluster, Phase, Reason
+from sparkllm.errors import SpecError
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
 from sparkllm.reconcile.acceptance import acceptance_keep, decide_acceptance
@@ -33,11 +34,19 @@ from sparkllm.reconcile.drain import plan_drain
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.network_proof import network_report, network_verdict
 from sparkllm.reconcile.observation import ConfigResult, Observation
+from sparkllm.reconcile.observe import unschedulable
 from sparkllm.reconcile.proofs import capacity_condition, config_condition
 from sparkllm.reconcile.replicas import model_verdict
 from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
-from sparkllm.reconcile.status import ClusterReport, cluster_phase, derive_status
+from sparkllm.reconcile.status import (
+    ClusterReport,
+    cluster_phase,
+    condition,
+    derive_status,
+    progressing_verdict,
+)
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
+from sparkllm.render.placement import node_holders
 
 
 def decide(observation: Observation, *, gateway_image: str) -> Plan:
@@ -48,13 +57,16 @@ def decide(observation: Observation, *, gateway_image: str) -> Plan:
     generation = int(obj["metadata"].get("generation") or 0)
     if ic is None:
         return _blocked(observation, obj, observation.spec_error or "invalid spec")
-    capacity, fits = capacity_condition(ic.spec, generation=generation)
-    if not fits:
-        message = capacity["message"]
-        return _blocked(
-            observation, obj, message, reason=Reason.CAPACITY_EXCEEDED, extra=(capacity,)
-        )
-    return _act(observation, obj, ic, capacity=capacity, gateway_image=gateway_image)
+    try:
+        capacity, fits = capacity_condition(ic.spec, generation=generation)
+        if not fits:
+            message = capacity["message"]
+            return _blocked(
+                observation, obj, message, reason=Reason.CAPACITY_EXCEEDED, extra=(capacity,)
+            )
+        return _act(observation, obj, ic, capacity=capacity, gateway_image=gateway_image)
+    except SpecError as exc:  # valid, but cannot be realised (rendered, planned)
+        return _blocked(observation, obj, str(exc))
 
 
 def _act(
@@ -84,14 +96,16 @@ def _act(
         now=now,
         running=observation.running_requests,
     )
-    assignment, problems = place(ic, observed)
+    assignment, problems = place(ic, observed, holders=node_holders(obj, observation.others))
     replicas = decide_replicas(ic, observed, assignment, facts)
     events.extend(replicas.events)
     report = cluster_report(
         ic, decision=replicas, assignment=assignment, problems=problems, generation=generation
     )
+    stuck = unschedulable(observed.pods, now=now)
+    report = replace(report, in_use=assignment.in_use, unschedulable=stuck.messages)
     config = config_condition(_config_results(observation, report), generation=generation)
-    events.extend(_proof_events(previous, model, config))
+    events.extend(_proof_events(previous, model, config, *_stuck(report, generation)))
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
     benchmark = decide_benchmark(
         ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
@@ -121,10 +135,19 @@ def _act(
         events=tuple(events),
         annotations=_consumed(obj, runs),
         replica_phases=tuple(r.phase for r in report.replicas),
-        retry_after=earliest(replicas.retry_after, drain.retry_after),
+        retry_after=earliest(replicas.retry_after, drain.retry_after, stuck.retry_after),
         nodes=frozenset(replicas.nodes),
         waiting_for_nodes=bool(assignment.unplaced),
     )
+
+
+def _stuck(report: ClusterReport, generation: int) -> tuple[JSON, ...]:
+    """Progressing=False for a reason the user must act on (a Warning Event when new)."""
+    status, reason, message = progressing_verdict(report)
+    if status or reason not in {Reason.NODE_GROUP_IN_USE, Reason.UNSCHEDULABLE}:
+        return ()
+    kind = ConditionType.PROGRESSING
+    return (condition(kind, status=False, reason=reason, message=message, generation=generation),)
 
 
 def _blocking(ic: InferenceCluster, *, model: JSON, network: JSON | None) -> str | None:

@@ -10,7 +10,7 @@ rendered. Pure, like everything ``decide`` calls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,7 +31,7 @@ from sparkllm.reconcile.status import ClusterReport, ReplicaReport
 from sparkllm.render import EngineKeyRef
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.names import LABEL_NODE_GROUP, cluster_selector
-from sparkllm.render.placement import Assignment, assign_groups, discover_groups
+from sparkllm.render.placement import Assignment, NodeHolder, assign_groups, discover_groups
 
 
 @dataclass
@@ -62,8 +62,11 @@ class PassFacts:
     running: Mapping[int, int | None] = field(default_factory=dict)  # requests per replica
 
 
-def place(ic: InferenceCluster, observed: Observed) -> tuple[Assignment, tuple[str, ...]]:
-    """Replica -> node group (keeping the groups replicas hold), and placement problems."""
+def place(
+    ic: InferenceCluster, observed: Observed, *, holders: Sequence[NodeHolder] = ()
+) -> tuple[Assignment, tuple[str, ...]]:
+    """Replica -> node group (keeping the groups replicas hold, skipping those another
+    InferenceCluster holds), and placement problems."""
     current = {
         int(r): g
         for sts in observed.statefulsets
@@ -72,7 +75,9 @@ def place(ic: InferenceCluster, observed: Observed) -> tuple[Assignment, tuple[s
         and (g := label(sts, LABEL_NODE_GROUP)) is not None
     }
     discovery = discover_groups(ic.spec, list(observed.nodes.values()))
-    assignment = assign_groups(replicas=ic.spec.replicas, groups=discovery.groups, current=current)
+    assignment = assign_groups(
+        replicas=ic.spec.replicas, groups=discovery.groups, current=current, holders=holders
+    )
     return assignment, discovery.problems
 
 

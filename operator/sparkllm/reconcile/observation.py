@@ -6,12 +6,17 @@ Jobs and the users' key names, the running-request counts of replicas being remo
 rank 0's ``/get_server_info`` verdicts, and the clock's ``now``. All cluster reads go
 through ``KubeAPI``; the two engine reads (``/metrics``, ``/get_server_info``) go to the
 engines. Nothing here writes. A unit test builds an ``Observation`` by hand instead.
+
+The other InferenceClusters are read too (across namespaces when RBAC allows, else this
+one's), because nodes are shared: placement must not give a replica a group another
+object holds. A ``SpecError`` met by any read (a spec that validates but cannot be
+rendered or probed) makes the observation an invalid-spec one, like a failed validation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sparkllm.api import (
@@ -21,7 +26,7 @@ from sparkllm.api import (
     validate_inference_cluster,
 )
 from sparkllm.configcheck import Mismatch
-from sparkllm.errors import SpecError
+from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import read_acceptance
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
@@ -50,7 +55,7 @@ class Observation:
     """What one pass read. ``obj`` None: the InferenceCluster is gone or being deleted.
 
     ``ic`` is None when the spec is invalid (``spec_error`` says why); the other reads
-    are then not made.
+    are then not made. ``others`` are the other InferenceClusters (for their nodes).
     """
 
     key: Key
@@ -64,6 +69,7 @@ class Observation:
     acceptance: BenchmarkSeen = field(default_factory=BenchmarkSeen)
     running_requests: Mapping[int, int | None] = field(default_factory=dict)
     server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
+    others: tuple[JSON, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,37 @@ class Engines:
 async def observe(
     api: KubeAPI, key: Key, *, engines: Engines, clock: Callable[[], datetime]
 ) -> Observation:
-    """Read everything a pass decides from; reads only."""
+    """Read everything a pass decides from; reads only. A spec that validates but fails a
+    later read (SpecError) is observed as invalid, with the error's message."""
+    try:
+        observation = await _read(api, key, engines=engines, clock=clock)
+    except SpecError as exc:
+        obj = await api.get(owned.IC, key[1], key[0])
+        return Observation(key=key, obj=obj, now=clock(), spec_error=str(exc))
+    if observation.ic is None:
+        return observation
+    return replace(observation, others=await read_other_clusters(api, key))
+
+
+async def read_other_clusters(api: KubeAPI, key: Key) -> tuple[JSON, ...]:
+    """Every other InferenceCluster: of the whole cluster when the operator may list
+    them there, else of this namespace (a namespaced install's RBAC)."""
+    try:
+        items = await api.list(owned.IC, None)
+    except ClusterAPIError as exc:
+        if exc.status != 403:
+            raise
+        items = await api.list(owned.IC, key[0])
+    return tuple(
+        item
+        for item in items
+        if (item["metadata"].get("namespace") or "default", item["metadata"]["name"]) != key
+    )
+
+
+async def _read(
+    api: KubeAPI, key: Key, *, engines: Engines, clock: Callable[[], datetime]
+) -> Observation:
     namespace, name = key
     obj = await api.get(owned.IC, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, Final, TypeVar
 
-from sparkllm.api import LABEL_RANK
+from sparkllm.api import LABEL_RANK, LABEL_REPLICA
 from sparkllm.render.names import LABEL_GENERATION
 from sparkllm.render.placement import NodeFacts
 
 JSON = dict[str, Any]
 PodT = TypeVar("PodT", bound=Mapping[str, Any])
+# How long a rank pod may wait for the scheduler before status says it cannot be placed:
+# longer than a scheduling retry after a node or port frees up, far shorter than "forever".
+UNSCHEDULABLE_GRACE_SECONDS: Final = 60.0
 
 
 @dataclass(frozen=True)
@@ -165,3 +169,49 @@ def observe_replica(
     missing = tuple(n for n in nodes if n not in node_facts)
     not_ready = tuple(n for n in nodes if n in node_facts and not node_facts[n].ready)
     return ReplicaState(index=index, ranks=ranks, nodes_not_ready=not_ready, nodes_missing=missing)
+
+
+def _unscheduled(pod: Mapping[str, Any]) -> tuple[datetime, str] | None:
+    """Since when, and why, the scheduler could not place ``pod``; None if it could."""
+    if pod["metadata"].get("deletionTimestamp") or (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            if cond.get("reason") != "Unschedulable" or not cond.get("lastTransitionTime"):
+                return None
+            since = datetime.fromisoformat(str(cond["lastTransitionTime"]))
+            return since, str(cond.get("message") or "no message from the scheduler")
+    return None
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """Rank pods the scheduler could not place for longer than the grace, and when the
+    next one's grace ends (the pass to look again then)."""
+
+    messages: tuple[str, ...] = ()
+    retry_after: float | None = None
+
+
+def unschedulable(
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    now: datetime,
+    grace: float = UNSCHEDULABLE_GRACE_SECONDS,
+) -> Unschedulable:
+    """The scheduler's word on each rank pod Pending past ``grace``, in pod-name order."""
+    messages: list[str] = []
+    waits: list[float] = []
+    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
+        seen = _unscheduled(pod)
+        if seen is None:
+            continue
+        since, why = seen
+        waited = (now - since).total_seconds()
+        if waited < grace:
+            waits.append(grace - waited)
+            continue
+        labels = pod["metadata"].get("labels") or {}
+        where = f"replica {labels.get(LABEL_REPLICA, '?')}, rank {labels.get(LABEL_RANK, '?')}"
+        messages.append(f"pod {pod['metadata']['name']} ({where}) cannot be scheduled: {why}")
+    return Unschedulable(messages=tuple(messages), retry_after=min(waits) if waits else None)

@@ -73,6 +73,8 @@ class ClusterReport:
     replicas: tuple[ReplicaReport, ...]
     unplaced: tuple[int, ...] = ()
     placement_problems: tuple[str, ...] = ()
+    in_use: tuple[str, ...] = ()  # groups not free because another object holds them
+    unschedulable: tuple[str, ...] = ()  # rank pods Pending past the grace, and why
     spec_error: str | None = None
     spec_error_reason: Reason = Reason.INVALID_SPEC
     extra_conditions: tuple[JSON, ...] = field(default_factory=tuple)
@@ -120,7 +122,7 @@ def cluster_phase(report: ClusterReport) -> Phase:
     phases = [r.phase for r in report.replicas]
     ready = sum(1 for p in phases if p is Phase.READY)
     if report.desired_replicas == 0:
-        return Phase.READY
+        return Phase.STOPPED
     if Phase.DEGRADED in phases or report.unplaced:
         return Phase.DEGRADED
     if Phase.RESTARTING in phases:
@@ -138,7 +140,7 @@ def _conditions(report: ClusterReport) -> list[JSON]:
     gen = report.generation
     derived = (
         (ConditionType.READY, _ready(report)),
-        (ConditionType.PROGRESSING, _progressing(report)),
+        (ConditionType.PROGRESSING, progressing_verdict(report)),
         (ConditionType.DEGRADED, _degraded(report)),
     )
     return [
@@ -196,17 +198,20 @@ def _held(report: ClusterReport) -> str:
     )
 
 
-def _progressing(report: ClusterReport) -> Verdict:
+def progressing_verdict(report: ClusterReport) -> Verdict:
+    """The Progressing condition's status, reason and message for ``report``."""
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
     desired = report.desired_replicas
     degraded = any(r.phase is Phase.DEGRADED for r in report.replicas)
     status = False
     if report.unplaced:
-        problems = "; ".join(report.placement_problems)
-        reason = Reason.INSUFFICIENT_NODE_GROUPS
+        problems = "; ".join((*report.in_use, *report.placement_problems))
+        reason = Reason.NODE_GROUP_IN_USE if report.in_use else Reason.INSUFFICIENT_NODE_GROUPS
         message = f"no free node group for replica(s) {list(report.unplaced)}" + (
             f": {problems}" if problems else ""
         )
+    elif report.unschedulable:
+        reason, message = Reason.UNSCHEDULABLE, "; ".join(report.unschedulable)
     elif ready >= desired:
         reason, message = Reason.RECONCILED, "desired state reached"
     elif degraded and all(r.phase in {Phase.READY, Phase.DEGRADED} for r in report.replicas):
@@ -224,8 +229,11 @@ def _degraded(report: ClusterReport) -> Verdict:
     if any(r.phase is Phase.DEGRADED for r in report.replicas):
         status, reason, message = True, Reason.REPLICA_DEGRADED, _held(report)
     elif report.unplaced:
-        status, reason = True, Reason.INSUFFICIENT_NODE_GROUPS
-        message = f"{len(report.unplaced)} replica(s) cannot be placed"
+        status = True
+        reason = Reason.NODE_GROUP_IN_USE if report.in_use else Reason.INSUFFICIENT_NODE_GROUPS
+        message = f"{len(report.unplaced)} replica(s) cannot be placed" + (
+            ": " + "; ".join(report.in_use) if report.in_use else ""
+        )
     else:
         status, reason, message = False, Reason.NOT_DEGRADED, ""
     return status, reason, message

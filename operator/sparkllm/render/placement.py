@@ -6,6 +6,13 @@ are pinned to the nodes of one group, in rank order. Groups are explicit in the 
 discovered from node labels; assignment is sticky (a running replica keeps its group
 even if a new group would sort first) and new replicas take the first free complete
 group, so scaling never moves a running replica.
+
+Nodes are shared by every InferenceCluster of the cluster, and a group's ports and GPUs
+fit one replica: a group whose nodes another InferenceCluster holds (its
+``status.replicaStatuses[].nodes``) is never given to a new replica, so the conflict is
+reported (``NodeGroupInUse``, naming the holder) before anything is created rather than
+as rank pods Pending forever. When two objects took the same group in the same instant
+(each placed before the other's status said so), the younger one yields it.
 """
 
 from __future__ import annotations
@@ -97,31 +104,94 @@ def discover_groups(spec: InferenceClusterSpec, nodes: Sequence[NodeFacts]) -> G
 
 
 @dataclass(frozen=True)
+class NodeHolder:
+    """Another InferenceCluster and the nodes its placed replicas hold."""
+
+    owner: str  # "namespace/name"
+    nodes: frozenset[str]
+    older: bool  # created before the object being placed (it wins a simultaneous claim)
+
+
+def _created(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Creation order: timestamp (RFC 3339 sorts as text), then namespace and name."""
+    meta = obj.get("metadata") or {}
+    stamp = str(meta.get("creationTimestamp") or "")
+    return stamp, str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def node_holders(me: Mapping[str, Any], others: Sequence[Mapping[str, Any]]) -> list[NodeHolder]:
+    """The nodes each other InferenceCluster holds, from its status (placed replicas).
+
+    One being deleted holds nothing: its pods go with it, and a replica placed meanwhile
+    waits only for its ports to free, not for the next pass."""
+    holders = []
+    for other in others:
+        if (other.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        status = other.get("status") or {}
+        nodes = frozenset(
+            str(node)
+            for entry in status.get("replicaStatuses") or []
+            for node in entry.get("nodes") or []
+        )
+        if nodes:
+            _, namespace, name = _created(other)
+            holders.append(
+                NodeHolder(
+                    owner=f"{namespace}/{name}", nodes=nodes, older=_created(other) < _created(me)
+                )
+            )
+    return holders
+
+
+def describe_group(group: NodeGroup) -> str:
+    return f"node group {group.key!r} ({', '.join(group.nodes)})"
+
+
+@dataclass(frozen=True)
 class Assignment:
-    """Replica index -> its node group; replicas no group is free for."""
+    """Replica index -> its node group; replicas no group is free for, and why groups
+    were not free (another InferenceCluster holds them)."""
 
     replicas: Mapping[int, NodeGroup]
     unplaced: tuple[int, ...]
+    in_use: tuple[str, ...] = ()
+
+
+def _holder_of(group: NodeGroup, holders: Sequence[NodeHolder], *, older_only: bool) -> str | None:
+    for holder in holders:
+        if holder.nodes.intersection(group.nodes) and (holder.older or not older_only):
+            return holder.owner
+    return None
 
 
 def assign_groups(
-    *, replicas: int, groups: Sequence[NodeGroup], current: Mapping[int, str]
+    *,
+    replicas: int,
+    groups: Sequence[NodeGroup],
+    current: Mapping[int, str],
+    holders: Sequence[NodeHolder] = (),
 ) -> Assignment:
     """Give each replica 0..replicas-1 a group, keeping the groups replicas already hold.
 
     ``current`` maps replica index to the group key it runs on now (from the live
     StatefulSets). A replica whose group vanished is left unplaced rather than moved: its
-    ranks' nodes are physical and a move would be a different replica.
+    ranks' nodes are physical and a move would be a different replica. A group another
+    InferenceCluster holds (``holders``) goes to no new replica; a replica keeps its
+    group unless an older object holds it too (both placed it at the same time).
     """
     by_key = {g.key: g for g in groups}
     taken = {key for index, key in current.items() if index < replicas and key in by_key}
+    users = {g.key: _holder_of(g, holders, older_only=False) for g in groups}
+    in_use = {g.key: f"{describe_group(g)} is in use by InferenceCluster {users[g.key]}"
+              for g in groups if users[g.key] is not None}  # fmt: skip
     assigned: dict[int, NodeGroup] = {}
     unplaced: list[int] = []
-    free = [g for g in groups if g.key not in taken]
+    free = [g for g in groups if g.key not in taken and g.key not in in_use]
     for index in range(replicas):
         key = current.get(index)
         if key is not None:
-            if key in by_key:
+            if key in by_key and _holder_of(by_key[key], holders, older_only=True) is None:
                 assigned[index] = by_key[key]
             else:
                 unplaced.append(index)
@@ -130,4 +200,6 @@ def assign_groups(
             assigned[index] = free.pop(0)
         else:
             unplaced.append(index)
-    return Assignment(replicas=assigned, unplaced=tuple(unplaced))
+    held = set(in_use).difference(g.key for g in assigned.values())
+    reasons = tuple(in_use[key] for key in sorted(held)) if unplaced else ()
+    return Assignment(replicas=assigned, unplaced=tuple(unplaced), in_use=reasons)
