@@ -55,6 +55,7 @@ from tests.unit.gateway_fixtures import (
 
 SERVICE_SECONDS = 0.25
 HEAVY_CONCURRENCY = 16
+SLOTS = 8
 BUDGET_POLICY = "defaults: {tokensPerHour: 1000000000, tokensPerDay: 10000000000}\n"
 USAGE = {"prompt_tokens": 256, "completion_tokens": 128, "total_tokens": 384}
 ANSWER = json.dumps({"object": "chat.completion", "choices": [], "usage": USAGE}).encode()
@@ -71,7 +72,7 @@ def _app(workdir: Path, *, policy: str | None, upstream_url: str = "http://127.0
     if not model.exists():
         write_model_dir(model, train_tokenizer())
     keys = write_keys(workdir / "keys", {"heavy": "key-heavy", "light": "key-light"})
-    overrides: dict[str, Any] = {"max_concurrent_requests": 8, "queue_size": 32}
+    overrides: dict[str, Any] = {"max_concurrent_requests": SLOTS, "queue_size": 32}
     if policy is not None:
         path = workdir / "policy.yaml"
         path.write_text(policy)
@@ -182,13 +183,17 @@ async def _clients(url: str, *, seconds: float) -> tuple[list[float], list[float
         if response.status_code == 200:
             into.append(time.perf_counter() - started)
 
-    async def heavy_loop(client: httpx.AsyncClient) -> None:
+    async def heavy_loop(client: httpx.AsyncClient, delay: float) -> None:
+        await asyncio.sleep(delay)  # staggered, as independent clients: no lockstep batches
         while not stop.is_set():
             await one(client, "Bearer key-heavy", heavy)
 
     limits = httpx.Limits(max_connections=64)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        loops = [asyncio.ensure_future(heavy_loop(client)) for _ in range(HEAVY_CONCURRENCY)]
+        stagger = SERVICE_SECONDS / SLOTS  # the slots turn over one after another
+        loops = [
+            asyncio.ensure_future(heavy_loop(client, n * stagger)) for n in range(HEAVY_CONCURRENCY)
+        ]
         await asyncio.sleep(1.0)  # the backlog builds
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:

@@ -36,6 +36,7 @@ GROUPS = [["spark-a0", "spark-a1", "spark-a2"], ["spark-b0", "spark-b1", "spark-
 TPOT_MS = 10
 HEAVY_TOKENS = 100  # ~1 s of service at 10 ms per token (ignore_eos: exactly this long)
 HEAVY_CONCURRENCY = 16
+SLOTS = 8  # the gateway's default admission.maxConcurrentRequests
 LIGHT_REQUESTS = 10
 
 
@@ -98,10 +99,10 @@ def _load(
                 else:
                     heavy_failures.append(status)
 
-    # Staggered over about one service time, as independent clients would be: started
-    # together, the 8 slots would turn over in lockstep and the light user would wait
-    # for the next whole batch (still within one turnover, but not the next free slot).
-    stagger = HEAVY_TOKENS * TPOT_MS / 1000 / HEAVY_CONCURRENCY
+    # Staggered, as independent clients would be: the 8 slots then turn over one after
+    # another, every service time / 8. Started together, they would turn over in lockstep
+    # and the light user would wait for the next whole batch (within one turnover still).
+    stagger = HEAVY_TOKENS * TPOT_MS / 1000 / SLOTS
     workers = [
         threading.Thread(target=heavy_worker, args=(n * stagger,)) for n in range(HEAVY_CONCURRENCY)
     ]
