@@ -149,6 +149,14 @@ class GatewayConfig(BaseModel):
         le=65535,
         description="Also serve /metrics on this port (unset: main port only).",
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="Serve HTTPS with this PEM certificate chain (a mounted kubernetes.io/tls "
+        "Secret's tls.crt), re-read when it changes; unset: plain HTTP.",
+    )
+    tls_key_file: Path | None = Field(
+        None, description="The private key of tls_cert_file (PEM); set both or neither."
+    )
     cluster_name: str | None = Field(
         None,
         description="The InferenceCluster this gateway fronts: read to say why no replica "
@@ -245,6 +253,8 @@ class GatewayConfig(BaseModel):
             )
         if self.metrics_port is not None and self.metrics_port == self.listen_port:
             raise ValueError(f"metrics_port must differ from listen_port ({self.listen_port})")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file are set together or not at all")
         if self.served_model_name in self.model_aliases:
             raise ValueError("model_aliases must not repeat served_model_name")
         return self

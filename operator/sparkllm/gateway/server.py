@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import uvicorn
 from prometheus_client import start_http_server
@@ -21,6 +22,7 @@ from prometheus_client import start_http_server
 from sparkllm.errors import GatewayError
 from sparkllm.gateway.app import GatewayApp, build_gateway_app
 from sparkllm.gateway.config import GatewayConfig, load_gateway_config
+from sparkllm.gateway.tls import ReloadingCertificate
 from sparkllm.gateway.transport import GuardedHttpToolsProtocol
 
 logger = logging.getLogger(__name__)
@@ -63,13 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.context_length,
         config.max_concurrent_requests,
     )
-    server = uvicorn.Server(uvicorn_config(app, config))
+    try:
+        server = uvicorn.Server(uvicorn_config(app, config))
+    except GatewayError as exc:  # the TLS certificate cannot be loaded
+        logger.error("gateway cannot start: %s", exc)
+        return 1
     server.run()
     return 0
 
 
 def uvicorn_config(app: GatewayApp, config: GatewayConfig) -> uvicorn.Config:
-    """uvicorn serving ``app`` with the gateway's connection limits (transport.py)."""
+    """uvicorn serving ``app`` with the gateway's connection limits (transport.py), over
+    HTTPS when a certificate is configured (tls.py: re-read when the Secret changes)."""
     protocol = GuardedHttpToolsProtocol.configured(
         max_header_bytes=config.max_header_bytes,
         header_timeout=config.header_timeout_seconds,
@@ -88,4 +95,14 @@ def uvicorn_config(app: GatewayApp, config: GatewayConfig) -> uvicorn.Config:
         proxy_headers=False,  # nothing reads the client address; saves a wrapper per request
         log_level=config.log_level,
         log_config=None,
+        ssl_context_factory=_tls_factory(config),
     )
+
+
+def _tls_factory(
+    config: GatewayConfig,
+) -> Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext] | None:
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    certificate = ReloadingCertificate(cert_file=config.tls_cert_file, key_file=config.tls_key_file)
+    return lambda _config, _default: certificate.listening
