@@ -9,7 +9,7 @@ old value. Here each figure is defined once and ``api/``, ``render/`` and ``gate
 import it; nothing here imports any of them, so the renderer no longer reaches into the
 gateway's internals to learn a variable's name.
 
-Pure constants and one naming function: no I/O, no imports from the rest of sparkllm.
+Pure constants and naming functions: no I/O, no imports from the rest of sparkllm.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ ROUTER_HOST: Final = "127.0.0.1"  # smg is reachable only from inside the pod
 ROUTER_PORT: Final = 30080  # smg's client port, behind the admission layer
 DEFAULT_UPSTREAM_URL: Final = f"http://{ROUTER_HOST}:{ROUTER_PORT}"
 
+
+# --- the shared governance store (Redis) ------------------------------------------------
+def governance_key_prefix(namespace: str, name: str) -> str:
+    """The prefix of one InferenceCluster's governance keys in a shared Redis.
+
+    The hash tag (``{...}``) keeps all of them in one slot; the operator renders it into
+    the gateway's settings and ``sparkllm usage --redis`` reads the ledger under it.
+    """
+    return f"sparkllm:{{{namespace}/{name}}}"
+
+
 # --- configuration by environment --------------------------------------------------------
 ENV_PREFIX: Final = "SPARKLLM_GATEWAY_"
 
@@ -74,4 +85,5 @@ __all__ = [
     "STANDALONE_MAX_BODY_BYTES",
     "TOOL_FEATURES",
     "env_var_name",
+    "governance_key_prefix",
 ]

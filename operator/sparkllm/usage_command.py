@@ -8,12 +8,20 @@ every user, any other key its own rows. Days are UTC; the default is today.
 
     sparkllm usage --base-url http://gateway:8000 --api-key-env SPARKLLM_API_KEY \\
         --from 2026-12-01 --to 2026-12-07 [--json]
+
+With a shared store (``spec.gateway.governanceStore.redis``) the ledger outlives every
+gateway, so ``--redis`` reads it there directly — every user's rows, also when no gateway
+runs. The password comes from an environment variable too.
+
+    sparkllm usage --redis redis.governance.svc:6379 --redis-password-env REDIS_PASSWORD \\
+        --cluster llm/deepseek-v4-flash [--from ...] [--to ...] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from datetime import date
 from typing import Any
 
@@ -21,19 +29,37 @@ import httpx
 
 from sparkllm.bench.cli_io import api_key
 from sparkllm.errors import SparkllmError
+from sparkllm.gateway.governance import redis_store, usage
 from sparkllm.gateway.governance.usage import table
+from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway_settings import governance_key_prefix
 
 TIMEOUT_SECONDS = 30.0
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add ``sparkllm usage``'s options to ``parser``."""
-    parser.add_argument("--base-url", required=True, help="the gateway's URL, e.g. http://h:8000")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--base-url", help="the gateway's URL, e.g. http://h:8000")
+    source.add_argument(
+        "--redis",
+        metavar="HOST:PORT",
+        help="read the ledger from the shared governance store instead (needs --cluster)",
+    )
     parser.add_argument(
         "--api-key-env",
         metavar="VAR",
-        required=True,
-        help="environment variable holding an API key (an admin's sees every user)",
+        help="with --base-url: environment variable holding an API key (an admin's sees "
+        "every user)",
+    )
+    parser.add_argument(
+        "--cluster", metavar="NAMESPACE/NAME", help="with --redis: whose ledger to read"
+    )
+    parser.add_argument(
+        "--redis-password-env", metavar="VAR", help="with --redis: variable holding its password"
+    )
+    parser.add_argument(
+        "--redis-database", type=int, default=0, help="with --redis: the database (default 0)"
     )
     parser.add_argument("--from", dest="day_from", type=date.fromisoformat, help="first UTC day")
     parser.add_argument("--to", dest="day_to", type=date.fromisoformat, help="last UTC day")
@@ -65,12 +91,50 @@ def fetch_usage(
     return report
 
 
-def run(args: argparse.Namespace) -> int:
-    report = fetch_usage(
-        args.base_url,
-        key=api_key(args.api_key_env),
-        day_from=args.day_from,
-        day_to=args.day_to,
+def read_redis_usage(args: argparse.Namespace) -> dict[str, Any]:
+    """The same report, read from the shared store; SparkllmError saying why it failed."""
+    namespace, _, name = (args.cluster or "").partition("/")
+    if not namespace or not name:
+        raise SparkllmError("--redis needs --cluster NAMESPACE/NAME (the InferenceCluster)")
+    password = None
+    if args.redis_password_env is not None:
+        password = os.environ.get(args.redis_password_env)
+        if not password:
+            raise SparkllmError(f"environment variable {args.redis_password_env} is not set")
+    query = "&".join(
+        f"{param}={day.isoformat()}"
+        for param, day in (("from", args.day_from), ("to", args.day_to))
+        if day is not None
     )
+    days = usage.parse_range(query.encode(), today=usage.today_utc())
+    if isinstance(days, ErrorReply):
+        raise SparkllmError(days.message)
+    try:
+        rows = redis_store.read_ledger(
+            args.redis,
+            password=password,
+            key_prefix=governance_key_prefix(namespace, name),
+            database=args.redis_database,
+            day_from=days[0],
+            day_to=days[1],
+        )
+    except ValueError as exc:  # a malformed address
+        raise SparkllmError(str(exc)) from exc
+    report: dict[str, Any] = json.loads(usage.rows_json(rows, shared=True))
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.redis is not None:
+        report = read_redis_usage(args)
+    elif args.api_key_env is None:
+        raise SparkllmError("--base-url needs --api-key-env (the variable holding a key)")
+    else:
+        report = fetch_usage(
+            args.base_url,
+            key=api_key(args.api_key_env),
+            day_from=args.day_from,
+            day_to=args.day_to,
+        )
     print(json.dumps(report, indent=2) if args.json else table(report))
     return 0

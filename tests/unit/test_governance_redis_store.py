@@ -161,6 +161,12 @@ def _sequences(now: float) -> dict[str, list[Step]]:
             Step(request(window_start(now, 3600) + 3600 + 1, output=10)),
         ],
         "unlimited": [Step(request(now, limits=UserLimits(), output=5000))],
+        # A request may ask for less than the minimum: it gets it while it fits.
+        "less than the minimum": [
+            Step(request(now, input_tokens=900, output=80)),
+            Step(request(now, input_tokens=5, output=10, min_output=50)),
+            Step(request(now, input_tokens=2, output=20, min_output=50)),
+        ],
     }
 
 
@@ -196,6 +202,8 @@ def test_the_sequences_reach_every_store_limit() -> None:
     assert seen["settle frees"] == [("admit", 700), ("admit", 700), ("admit", 680)]
     assert seen["budget"][0] == ("admit", 800)
     assert seen["budget"][2] == ("admit", 50)
+    assert seen["less than the minimum"][1] == ("admit", 10)
+    assert seen["less than the minimum"][2][:2] == ("refuse", Limit.MIN_OUTPUT)
 
 
 def test_settle_charges_what_was_used_and_is_idempotent(

@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, StringConstraints
 from sparkllm.api.admission import AdmissionSpec
 from sparkllm.api.common import DNS_LABEL_PATTERN, DnsSubdomain
 from sparkllm.api.engine import EngineSpec
+from sparkllm.api.governance_store import GatewaySpec
 from sparkllm.api.meta import MAX_NAME_LENGTH
 from sparkllm.api.model_source import ModelSpec
 from sparkllm.api.operations import MonitoringSpec, NetworkSpec, RestartPolicySpec
@@ -113,6 +114,11 @@ class InferenceClusterSpec(ApiModel):
     admission: AdmissionSpec = Field(
         description="admission is what the gateway enforces before a request reaches an "
         "engine. Required (at least admission.apiKeysSecretRef)."
+    )
+    gateway: GatewaySpec = Field(
+        default=GatewaySpec(),
+        description="gateway is the front door's replicas and where their governance state "
+        "lives. Default: one replica, state in its process.",
     )
     placement: PlacementSpec = Field(
         default=DEFAULT_PLACEMENT,

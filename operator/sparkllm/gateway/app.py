@@ -117,6 +117,7 @@ class GatewayApp:
             elif message["type"] == "lifespan.shutdown":
                 await self.upstream.aclose()
                 await self.serving.aclose()
+                await self.governor.store.aclose()  # a shared store's leases stop here
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

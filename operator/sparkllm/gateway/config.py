@@ -34,6 +34,7 @@ from pydantic import (
 
 from sparkllm.errors import GatewayError
 from sparkllm.gateway.allowlist import OPTIONAL_EXTENSIONS, TOOL_FEATURES
+from sparkllm.gateway.governance.redis_store import parse_address
 from sparkllm.gateway_settings import (
     DEFAULT_CONTEXT_LENGTH,
     DEFAULT_MAX_CONCURRENT_REQUESTS,
@@ -119,6 +120,22 @@ class GatewayConfig(BaseModel):
         None,
         description="The per-user governance policy (YAML, a mounted ConfigMap key), re-read "
         "when it changes; unset: no per-user limits, equal shares of the slots.",
+    )
+    governance_redis_address: str | None = Field(
+        None,
+        description="host:port of the shared governance store (Redis): budgets, ledger and "
+        "the global in-flight bound held across gateway replicas and restarts. Unset: "
+        "state in this process (one replica; lost on restart).",
+    )
+    governance_redis_password: SecretStr | None = Field(
+        None, description="Password of that Redis (AUTH). Prefer env (a Secret's key)."
+    )
+    governance_redis_database: int = Field(0, ge=0, description="Redis database number.")
+    governance_key_prefix: str = Field(
+        "sparkllm",
+        min_length=1,
+        description="Prefix of every governance key in Redis; one per InferenceCluster "
+        "(the operator sets sparkllm:{namespace/name}).",
     )
     tokenizer_dir: Path = Field(
         description="Directory with tokenizer.json and tokenizer_config.json (chat_template)."
@@ -224,6 +241,13 @@ class GatewayConfig(BaseModel):
         if parts.query or parts.fragment:
             raise ValueError("must not carry a query or fragment")
         return value.rstrip("/")
+
+    @field_validator("governance_redis_address")
+    @classmethod
+    def _check_redis_address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_address(value)  # ValueError names the address
+        return value
 
     @field_validator("upstream_ready_path")
     @classmethod

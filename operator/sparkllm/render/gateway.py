@@ -32,6 +32,7 @@ from sparkllm.gateway_settings import (
     ROUTER_HOST,
     ROUTER_PORT,
     env_var_name,
+    governance_key_prefix,
 )
 from sparkllm.render.names import (
     COMPONENT_GATEWAY,
@@ -60,9 +61,9 @@ USER_KEYS_DIR: Final = "/etc/sparkllm/user-keys"
 GOVERNANCE_DIR: Final = "/etc/sparkllm/governance"
 GOVERNANCE_FILE: Final = "policy.yaml"
 ADMISSION_COMMAND: Final = ("python", "-m", "sparkllm.gateway")
-# One instance: spec.admission limits concurrency "across all replicas", which holds
-# only with one admission queue, and smg's cache-aware view is per process.
-GATEWAY_REPLICAS: Final = 1
+# Replicas: spec.gateway.replicas (default 1). More than one only with a shared
+# governance store (api/governance_store.py), which keeps spec.admission's limits
+# "across all replicas"; smg's cache-aware view stays per pod.
 RUN_AS_ID: Final = 65532  # the image's non-root user
 # The restricted Pod Security profile for the image's containers (gateway, benchmark Job).
 RESTRICTED_CONTAINER_SECURITY: Final[JSON] = {
@@ -131,9 +132,34 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     settings.update(_request_policy(admission))
     if admission.governance.policy_config_map_ref is not None:
         settings["governance_policy_path"] = f"{GOVERNANCE_DIR}/{GOVERNANCE_FILE}"
+    settings.update(_governance_store(ic))
     env: list[JSON] = [{"name": env_var_name(k), "value": str(v)} for k, v in settings.items()]
     env.append(_secret_env(env_var_name("upstream_api_key"), engine_key))
+    redis = spec.gateway.governance_store.redis
+    if redis is not None and redis.password_secret_ref is not None:
+        ref = redis.password_secret_ref
+        password = EngineKeyRef(secret=ref.name, key=ref.key)
+        env.append(_secret_env(env_var_name("governance_redis_password"), password))
     return env
+
+
+def _governance_store(ic: InferenceCluster) -> dict[str, object]:
+    """The shared governance store, when one is configured (default: none, in process).
+
+    The key prefix carries the cluster's namespace and name (``governance_key_prefix``),
+    so several InferenceClusters may share one Redis.
+    """
+    redis = ic.spec.gateway.governance_store.redis
+    if redis is None:
+        return {}
+    namespace = ic.metadata.namespace or "default"
+    settings: dict[str, object] = {
+        "governance_redis_address": redis.address,
+        "governance_key_prefix": governance_key_prefix(namespace, ic.metadata.name),
+    }
+    if redis.database:
+        settings["governance_redis_database"] = redis.database
+    return settings
 
 
 def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
@@ -305,7 +331,7 @@ def _deployment(
     return render_template(
         "gateway_deployment.yaml.j2",
         name=gateway_name(name),
-        replicas=GATEWAY_REPLICAS,
+        replicas=ic.spec.gateway.replicas,
         min_ready_seconds=MIN_READY_SECONDS,
         selector=gateway_selector_labels(name),
         pod_labels=common["labels"],

@@ -29,18 +29,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway.admission import Admitted
 from sparkllm.gateway.asgi import Receive, wait_for_disconnect
 from sparkllm.gateway.config import GatewayConfig
 from sparkllm.gateway.governance import replies
 from sparkllm.gateway.governance.meter import UsageMeter, Used
 from sparkllm.gateway.governance.policy import UNGOVERNED, Governed, Policy, PolicySource
+from sparkllm.gateway.governance.redis_store import open_store
 from sparkllm.gateway.governance.store import (
     Admit,
     AdmitRequest,
     GovernanceStore,
     Limit,
-    MemoryStore,
     Refusal,
 )
 from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
@@ -113,10 +114,10 @@ class Governor:
         count_output: Callable[[str], int] | None,
         store: GovernanceStore | None = None,
     ) -> Governor:
-        """The governor of a gateway run with ``config`` (default: the in-process store)."""
+        """The governor of a gateway run with ``config`` (default: the store it configures)."""
         path = config.governance_policy_path
         return cls(
-            store=MemoryStore() if store is None else store,
+            store=open_store(config) if store is None else store,
             limiter=ConcurrencyLimiter(
                 max_in_flight=config.max_concurrent_requests,
                 queue_size=config.queue_size,
@@ -200,7 +201,10 @@ class Governor:
             limits=governed.limits,
             now=self._clock(),
         )
-        return await self.store.admit(request)
+        try:
+            return await self.store.admit(request)
+        except GovernanceStoreError as exc:  # a shared store down: no budget can be checked
+            return replies.store_unavailable(str(exc))
 
     async def slot(self, granted: Pass) -> str | ErrorReply:
         """Wait for a local slot (fairly), then the global one: the holder id, or the 429.
@@ -223,6 +227,9 @@ class Governor:
         holder = f"{self._replica}:{next(self._holders)}"
         try:
             acquired = await self._global_slot(holder, deadline=started + self._queue_timeout)
+        except GovernanceStoreError as exc:
+            self.limiter.release()
+            return replies.store_unavailable(str(exc))
         except BaseException:
             self.limiter.release()
             raise

@@ -96,6 +96,7 @@ local this_minute = tonumber(redis.call('GET', rpm_key) or '0')
 local state = {{0, 0, busy, this_minute}}
 local refused = (max_busy >= 0 and busy >= max_busy) or (rpm >= 0 and this_minute >= rpm)
 local granted = requested
+local least = math.min(min_output, requested)  -- a request may ask for less than the minimum
 local keys, ends = {{}}, {{}}
 for i = 1, windows do
   local at = 11 + (i - 1) * 4
@@ -105,7 +106,7 @@ for i = 1, windows do
   local charged = tonumber(redis.call('GET', keys[i]) or '0')
   state[4 + i] = charged
   local left = tonumber(ARGV[at + 4]) - charged - input
-  if left < min_output then refused = true end
+  if left < least or left <= 0 then refused = true end
   if left < granted then granted = left end
 end
 if refused then return state end

@@ -22,12 +22,11 @@ answered, and the lease's expiry settles it at its reservation (conservative).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import defaultdict
 from datetime import date, timedelta
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
@@ -40,11 +39,16 @@ from sparkllm.gateway.governance.store import (
     MINUTE_SECONDS,
     Admit,
     AdmitRequest,
+    GovernanceStore,
+    MemoryStore,
     Refusal,
     UsageRow,
     grant,
     window_start,
 )
+
+if TYPE_CHECKING:  # config.py imports parse_address from here
+    from sparkllm.gateway.config import GatewayConfig
 
 DEFAULT_PORT: Final = 6379
 DEFAULT_LEASE_SECONDS: Final = 30.0
@@ -110,6 +114,7 @@ class RedisStore:
         # same ones, so each store's members carry an id of their own.
         self._instance = uuid.uuid4().hex[:12]
         self._refresher: asyncio.Task[None] | None = None
+        self._closing = False
 
     @classmethod
     def connect(
@@ -247,11 +252,16 @@ class RedisStore:
         return lost
 
     async def aclose(self) -> None:
-        """Stop refreshing and disconnect (what this process holds lapses with its lease)."""
+        """Stop refreshing and disconnect (what this process holds lapses with its lease).
+
+        Python 3.11's ``asyncio.timeout`` (inside redis-py) can turn a cancellation that
+        meets an expiring socket timeout into a TimeoutError, so the refresher also stops
+        on a flag, and the wait for it is bounded.
+        """
+        self._closing = True
         if self._refresher is not None:
             self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+            await asyncio.wait({self._refresher}, timeout=COMMAND_TIMEOUT_SECONDS * 2)
             self._refresher = None
         await self._client.aclose()
 
@@ -259,17 +269,61 @@ class RedisStore:
         return f"{self._instance}/{holder}"
 
     def _ensure_refresher(self) -> None:
+        if self._closing:
+            raise GovernanceStoreError("the governance store was closed")
         if self._refresher is None or self._refresher.done():
             self._refresher = asyncio.get_running_loop().create_task(self._refresh_forever())
 
     async def _refresh_forever(self) -> None:
         period = self._lease_ms / 3000
-        while True:
+        while not self._closing:
             await asyncio.sleep(period)
             try:
                 await self.refresh()
             except RedisError as exc:
                 log.warning("governance lease refresh failed", extra={"error": str(exc)})
+
+
+def open_store(config: GatewayConfig) -> GovernanceStore:
+    """Redis when an address is configured, else the in-process store (and says which)."""
+    address = config.governance_redis_address
+    if address is None:
+        log.info("governance state in process: lost on restart, not shared by replicas")
+        return MemoryStore()
+    password = config.governance_redis_password
+    log.info(
+        "governance state in Redis: shared by replicas, kept across restarts",
+        extra={"address": address, "prefix": config.governance_key_prefix},
+    )
+    return RedisStore.connect(
+        address,
+        password=None if password is None else password.get_secret_value(),
+        key_prefix=config.governance_key_prefix,
+        database=config.governance_redis_database,
+    )
+
+
+def read_ledger(
+    address: str,
+    *,
+    password: str | None,
+    key_prefix: str,
+    database: int,
+    day_from: date,
+    day_to: date,
+) -> list[UsageRow]:
+    """The ledger's rows from a shared store, without a gateway (``sparkllm usage --redis``)."""
+
+    async def read() -> list[UsageRow]:
+        store = RedisStore.connect(
+            address, password=password, key_prefix=key_prefix, database=database
+        )
+        try:
+            return await store.usage(day_from=day_from, day_to=day_to)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(read())
 
 
 def _limit(value: int | None) -> int:
@@ -292,4 +346,11 @@ def _rows(day: date, fields: dict[bytes, bytes]) -> list[UsageRow]:
     ]
 
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "RedisStore", "epoch_day", "parse_address"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "RedisStore",
+    "epoch_day",
+    "open_store",
+    "parse_address",
+    "read_ledger",
+]

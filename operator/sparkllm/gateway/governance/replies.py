@@ -15,6 +15,8 @@ from sparkllm.gateway.governance.store import Limit, Refusal
 from sparkllm.gateway.replies import CODE_RATE_LIMITED, RATE_LIMIT, SERVER_ERROR, ErrorReply
 
 CODE_POLICY_UNAVAILABLE = "governance_policy_unavailable"
+CODE_STORE_UNAVAILABLE = "governance_store_unavailable"
+STORE_RETRY_AFTER_SECONDS = 5  # a Redis failover or restart takes seconds
 
 
 def _seconds(value: float) -> int:
@@ -67,3 +69,18 @@ def policy_unavailable(problem: str) -> ErrorReply:
     """503: a governance policy is configured but none could be loaded (fail closed)."""
     message = f"The gateway's usage policy is not available: {problem}."
     return ErrorReply(503, message, SERVER_ERROR, CODE_POLICY_UNAVAILABLE)
+
+
+def store_unavailable(problem: str) -> ErrorReply:
+    """503: the shared governance store (Redis) cannot answer, so no budget can be checked."""
+    message = (
+        f"The gateway cannot check usage limits right now: {problem}. "
+        f"Retry after {STORE_RETRY_AFTER_SECONDS} s."
+    )
+    return ErrorReply(
+        503,
+        message,
+        SERVER_ERROR,
+        CODE_STORE_UNAVAILABLE,
+        retry_after_seconds=STORE_RETRY_AFTER_SECONDS,
+    )

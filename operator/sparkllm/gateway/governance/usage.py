@@ -19,6 +19,8 @@ from datetime import UTC, date, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
+from sparkllm.errors import GovernanceStoreError
+from sparkllm.gateway.governance import replies
 from sparkllm.gateway.governance.gate import Governor
 from sparkllm.gateway.governance.store import UsageRow
 from sparkllm.gateway.replies import INVALID_REQUEST, ErrorReply
@@ -113,7 +115,10 @@ async def answer(governor: Governor, *, query: object, user: str) -> bytes | Err
     days = parse_range(query if isinstance(query, bytes) else b"", today=today_utc())
     if isinstance(days, ErrorReply):
         return days
-    rows = await governor.store.usage(day_from=days[0], day_to=days[1])
+    try:
+        rows = await governor.store.usage(day_from=days[0], day_to=days[1])
+    except GovernanceStoreError as exc:
+        return replies.store_unavailable(str(exc))
     policy = governor.policy()
     if isinstance(policy, ErrorReply) or user not in policy.admins:
         rows = [row for row in rows if row.user == user]
