@@ -4,7 +4,8 @@ Pinned: the default stays one replica with state in the process (and renders as 
 no governance store setting at all); more than one replica without Redis is refused
 with a message naming the fix; a Redis spec reaches the gateway as settings its own
 config loader accepts, with the password only as a secretKeyRef and a key prefix per
-InferenceCluster; and the store the gateway then opens is the one configured.
+InferenceCluster; the store the gateway then opens is the one configured; and status
+says where the state lives.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from typing import Any
 
 import pytest
 
-from sparkllm.api import validate_inference_cluster
+from sparkllm.api import InferenceClusterStatus, validate_inference_cluster
 from sparkllm.errors import GatewayError, SpecError
 from sparkllm.gateway.config import load_gateway_config
 from sparkllm.gateway.governance.redis_store import RedisStore, open_store
 from sparkllm.gateway.governance.store import MemoryStore
 from sparkllm.gateway_settings import env_var_name
+from sparkllm.reconcile.decide import decide
 from sparkllm.render.gateway import admission_env, render_gateway
 from sparkllm.render.ranks import EngineKeyRef
+from tests.unit import reconcile_fixtures
 
 ENGINE_KEY = EngineKeyRef(secret="llm-engine-key", key="token")
 REDIS = {
@@ -143,3 +146,27 @@ def test_the_gateway_opens_the_store_it_is_configured_with(tmp_path: Path) -> No
 def test_a_malformed_address_in_the_gateway_config_is_named(tmp_path: Path) -> None:
     with pytest.raises(GatewayError, match=r"governance_redis_address: .*invalid Redis address"):
         _config(tmp_path, governance_redis_address="redis:port")
+
+
+@pytest.mark.parametrize(
+    ("gateway", "expected", "said"),
+    [
+        ({}, {"replicas": 1, "governanceStore": "InProcess"}, "lost when the gateway restarts"),
+        (
+            {"replicas": 2, "governanceStore": {"redis": REDIS}},
+            {"replicas": 2, "governanceStore": "Redis"},
+            "shared by the 2 gateway replica(s) and survive restarts",
+        ),
+    ],
+)
+def test_status_says_where_governance_state_lives(
+    gateway: dict[str, Any], expected: dict[str, Any], said: str
+) -> None:
+    """Through decide, as the operator writes it: status.gateway, valid against the API."""
+    obj = reconcile_fixtures.cluster(gateway=gateway)
+    plan = decide(reconcile_fixtures.observation(obj), gateway_image="img:1")
+    assert plan.status is not None
+    status = plan.status["gateway"]
+    assert {k: status[k] for k in expected} == expected
+    assert said in status["message"]
+    InferenceClusterStatus.model_validate(plan.status)  # the CRD's status schema's source

@@ -14,7 +14,7 @@ a standalone server or a Sentinel-managed primary's Service); its password comes
 Secret key, read by the pod through ``secretKeyRef``, never copied into the spec.
 """
 
-from typing import Annotated, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -112,10 +112,43 @@ class GatewaySpec(ApiModel):
     )
 
 
+class GatewayStatus(ApiModel):
+    """Where the gateway's governance state lives, as status says it."""
+
+    replicas: int = Field(ge=1, description="replicas is spec.gateway.replicas, as rendered.")
+    governance_store: Literal["InProcess", "Redis"] = Field(
+        description="governanceStore is where budgets and the usage ledger live: InProcess "
+        "(the gateway's memory) or Redis (spec.gateway.governanceStore.redis)."
+    )
+    message: Annotated[str, StringConstraints(max_length=1024)] = Field(
+        description="message says what that means for budgets and the ledger."
+    )
+
+
+def gateway_status(gateway: GatewaySpec) -> dict[str, Any]:
+    """``status.gateway`` for ``gateway``: where governance state lives, said plainly."""
+    redis = gateway.governance_store.redis
+    if redis is None:
+        store = "InProcess"
+        message = (
+            "governance state in the gateway process: budgets and the usage ledger are lost "
+            "when the gateway restarts (set spec.gateway.governanceStore.redis to keep them)"
+        )
+    else:
+        store = "Redis"
+        message = (
+            f"governance state in Redis at {redis.address}: budgets and the usage ledger are "
+            f"shared by the {gateway.replicas} gateway replica(s) and survive restarts"
+        )
+    return {"replicas": gateway.replicas, "governanceStore": store, "message": message}
+
+
 __all__ = [
     "MAX_GATEWAY_REPLICAS",
     "GatewaySpec",
+    "GatewayStatus",
     "GovernanceStoreSpec",
     "RedisPasswordReference",
     "RedisStoreSpec",
+    "gateway_status",
 ]

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
+from sparkllm.api.governance_store import GatewayStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
 
@@ -189,6 +190,11 @@ class InferenceClusterStatus(ApiModel):
         default=None,
         description="network is what the network preflight found (spec.network.preflight "
         "not off): every node's findings and each replica's measured bus bandwidth.",
+    )
+    gateway: GatewayStatus | None = Field(
+        default=None,
+        description="gateway is the front door's replicas and where their governance state "
+        "(budgets, the usage ledger) lives: InProcess or Redis.",
     )
     benchmark: dict[str, Any] | None = Field(
         default=None,

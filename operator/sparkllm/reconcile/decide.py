@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from sparkllm.api import ConditionType, InferenceCluster, Phase, Reason
+from sparkllm.api.governance_store import GatewaySpec, gateway_status
 from sparkllm.errors import SpecError
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
@@ -131,7 +132,9 @@ def _act(
         prune=owned.to_prune(
             replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed
         ),
-        status=_status(proven, previous, now, network=net_status, runs=runs),
+        status=_status(
+            proven, previous, now, network=net_status, gateway=ic.spec.gateway, runs=runs
+        ),
         events=tuple(events),
         annotations=_consumed(obj, runs),
         replica_phases=tuple(r.phase for r in report.replicas),
@@ -206,12 +209,15 @@ def _status(
     now: datetime,
     *,
     network: JSON | None = None,
+    gateway: GatewaySpec | None = None,
     runs: tuple[BenchmarkOutcome, ...],
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write)."""
     status = derive_status(report, previous, now)
     if network is not None:
         status["network"] = network  # the network preflight's findings and measurements
+    if gateway is not None:
+        status["gateway"] = gateway_status(gateway)  # where governance state lives
     # status.benchmark and status.acceptance are written by their steps; every status
     # write carries them (server-side apply drops a field our manager stops sending).
     for run in runs:
