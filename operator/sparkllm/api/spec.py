@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, StringConstraints
 from sparkllm.api.admission import AdmissionSpec
 from sparkllm.api.common import DNS_LABEL_PATTERN, DnsSubdomain
 from sparkllm.api.engine import EngineSpec
+from sparkllm.api.exposure import ExposureSpec
 from sparkllm.api.governance_store import GatewaySpec
 from sparkllm.api.meta import MAX_NAME_LENGTH
 from sparkllm.api.model_source import ModelSpec
@@ -119,6 +120,12 @@ class InferenceClusterSpec(ApiModel):
         default=GatewaySpec(),
         description="gateway is the front door's replicas and where their governance state "
         "lives. Default: one replica, state in its process.",
+    )
+    exposure: ExposureSpec = Field(
+        default=ExposureSpec(),
+        description="exposure is how clients reach the front door over HTTPS (an HTTPRoute, "
+        "an Ingress, or TLS in the gateway) and whether an InferencePool is published. "
+        "Default: the front-door ClusterIP Service only.",
     )
     placement: PlacementSpec = Field(
         default=DEFAULT_PLACEMENT,

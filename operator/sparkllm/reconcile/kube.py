@@ -17,7 +17,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
@@ -75,6 +75,9 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
         Kind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors"),
         Kind("monitoring.coreos.com/v1", "PrometheusRule", "prometheusrules"),
+        Kind("networking.k8s.io/v1", "Ingress", "ingresses"),
+        Kind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
+        Kind("inference.networking.k8s.io/v1", "InferencePool", "inferencepools"),
         Kind("sparkllm.io/v1alpha1", "InferenceCluster", "inferenceclusters"),
         Kind(
             "apiextensions.k8s.io/v1",
@@ -84,6 +87,15 @@ KINDS: dict[tuple[str, str], Kind] = {
         ),
     )
 }
+
+
+# Groups of CRDs the operator works without (monitoring; spec.exposure's Gateway API
+# route and InferencePool): listing them where they are not installed finds nothing.
+OPTIONAL_API_GROUPS: Final = (
+    "monitoring.coreos.com/",
+    "gateway.networking.k8s.io/",
+    "inference.networking.k8s.io/",
+)
 
 
 def kind_of(obj: Mapping[str, Any]) -> Kind:
@@ -187,8 +199,8 @@ class KubeAPI:
     ) -> list[JSON]:
         params = {"labelSelector": selector} if selector else None
         response = await self._request("GET", kind.collection_path(namespace), params=params)
-        if response.status_code == 404 and kind.api_version.startswith("monitoring."):
-            return []  # the monitoring CRDs are optional
+        if response.status_code == 404 and kind.api_version.startswith(OPTIONAL_API_GROUPS):
+            return []  # CRDs the cluster may lack: none of these objects exist then
         self._raise_for(response, f"list {kind.plural} in {namespace or 'all namespaces'}")
         items: list[JSON] = response.json().get("items", [])
         return items

@@ -29,6 +29,11 @@ DEPLOY: Final = lookup_kind("apps/v1", "Deployment")
 SA: Final = lookup_kind("v1", "ServiceAccount")
 ROLE: Final = lookup_kind("rbac.authorization.k8s.io/v1", "Role")
 ROLE_BINDING: Final = lookup_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
+# spec.exposure (render/exposure.py, render/inference_pool.py); the Gateway API and
+# Inference Extension CRDs are optional: listed as empty where they are not installed.
+INGRESS: Final = lookup_kind("networking.k8s.io/v1", "Ingress")
+HTTP_ROUTE: Final = lookup_kind("gateway.networking.k8s.io/v1", "HTTPRoute")
+INFERENCE_POOL: Final = lookup_kind("inference.networking.k8s.io/v1", "InferencePool")
 # Read and written beside the owned kinds: the object itself, its generated key Secret
 # (create-if-absent, never pruned), benchmark Jobs (created, never updated; their owner
 # reference removes them).
@@ -36,7 +41,7 @@ IC: Final = lookup_kind(API_VERSION, KIND)
 SECRET: Final = lookup_kind("v1", "Secret")
 JOB: Final = lookup_kind("batch/v1", "Job")
 # In apply order (a Role before the router that needs it); pruned in reverse.
-OWNED: Final = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY)
+OWNED: Final = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY, INGRESS, HTTP_ROUTE, INFERENCE_POOL)
 
 
 async def observe(api: KubeAPI, ic: InferenceCluster) -> Observed:

@@ -34,6 +34,14 @@ from sparkllm.gateway_settings import (
     env_var_name,
     governance_key_prefix,
 )
+from sparkllm.render.exposure import (
+    gateway_probe_scheme,
+    gateway_tls_mounts,
+    gateway_tls_settings,
+    gateway_tls_volumes,
+    render_exposure,
+)
+from sparkllm.render.inference_pool import render_inference_pool
 from sparkllm.render.names import (
     COMPONENT_GATEWAY,
     LABEL_COMPONENT,
@@ -132,6 +140,7 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     settings.update(_request_policy(admission))
     if admission.governance.policy_config_map_ref is not None:
         settings["governance_policy_path"] = f"{GOVERNANCE_DIR}/{GOVERNANCE_FILE}"
+    settings.update(gateway_tls_settings(ic))  # spec.exposure.type TLS
     settings.update(_governance_store(ic))
     env: list[JSON] = [{"name": env_var_name(k), "value": str(v)} for k, v in settings.items()]
     env.append(_secret_env(env_var_name("upstream_api_key"), engine_key))
@@ -210,9 +219,9 @@ def model_node_affinity(ic: InferenceCluster) -> JSON | None:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
-def _http_probe(path: str, *, period: int, timeout: int, failures: int) -> JSON:
+def _http_probe(path: str, *, scheme: str, period: int, timeout: int, failures: int) -> JSON:
     return {
-        "httpGet": {"path": path, "port": "http", "scheme": "HTTP"},
+        "httpGet": {"path": path, "port": "http", "scheme": scheme},
         "periodSeconds": period,
         "timeoutSeconds": timeout,
         "failureThreshold": failures,
@@ -221,6 +230,7 @@ def _http_probe(path: str, *, period: int, timeout: int, failures: int) -> JSON:
 
 def _admission(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
     model_path = ic.spec.model.path
+    scheme = gateway_probe_scheme(ic)
     return {
         "command": list(ADMISSION_COMMAND),
         "env": admission_env(ic, engine_key=engine_key),
@@ -233,15 +243,16 @@ def _admission(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
         # does not follow the engines: with none up, users get the admission layer's 503
         # that says why (gateway/serving.py), not a connection refused by the Service.
         "probes": {
-            "startup": _http_probe("/health", period=2, timeout=2, failures=90),
-            "readiness": _http_probe("/health", period=5, timeout=2, failures=2),
-            "liveness": _http_probe("/health", period=10, timeout=5, failures=6),
+            "startup": _http_probe("/health", scheme=scheme, period=2, timeout=2, failures=90),
+            "readiness": _http_probe("/health", scheme=scheme, period=5, timeout=2, failures=2),
+            "liveness": _http_probe("/health", scheme=scheme, period=10, timeout=5, failures=6),
         },
         "volume_mounts": [
             {"name": "user-keys", "mountPath": USER_KEYS_DIR, "readOnly": True},
             {"name": "model", "mountPath": model_path, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
             *_governance_mounts(ic),
+            *gateway_tls_mounts(ic),
         ],
     }
 
@@ -302,6 +313,7 @@ def _volumes(ic: InferenceCluster) -> list[JSON]:
         {"name": "user-keys", "secret": user_keys},
         model_volume(ic),
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+        *gateway_tls_volumes(ic),
     ]
     ref = ic.spec.admission.governance.policy_config_map_ref
     if ref is not None:
@@ -359,7 +371,8 @@ def _deployment(
 def render_gateway(
     ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: str
 ) -> list[JSON]:
-    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped."""
+    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped,
+    then the front door's exposure (render/exposure.py) and InferencePool, if any."""
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     labels = cluster_labels(name, COMPONENT_GATEWAY)
     owner = owner_reference(name=name, uid=ic.metadata.uid or "")
@@ -375,7 +388,9 @@ def render_gateway(
         port=GATEWAY_HTTP_PORT,
         **common,
     )
-    return [stamp_hash(obj) for obj in (*_rbac(rbac, name, common), deployment, service)]
+    gateway = [stamp_hash(obj) for obj in (*_rbac(rbac, name, common), deployment, service)]
+    pool = render_inference_pool(ic)
+    return [*gateway, *render_exposure(ic), *([pool] if pool is not None else [])]
 
 
 __all__ = [
