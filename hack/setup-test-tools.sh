@@ -93,3 +93,4 @@ if [[ ! -f $WHEELS/.complete ]]; then
   echo "setup-test-tools: $(find "$WHEELS" -name '*.whl' | wc -l) aarch64 wheels in $WHEELS"
 fi
 PYTHON="$PYTHON" bash hack/setup-torch.sh  # 4. torch's own venv, for the Gloo bandwidth run
+bash hack/fetch-gateway-crds.sh  # 5. Gateway API, Inference Extension and KEDA CRDs (issue 21)

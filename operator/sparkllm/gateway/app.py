@@ -260,7 +260,7 @@ class GatewayApp:
                     headers=[(b"content-type", b"application/json"), *self._forwarded(scope)],
                     send=meter.send,
                     receive=receive,
-                    no_worker=self.serving.reply,
+                    no_worker=self.metrics.counting_no_replica(self.serving.reply),
                 )
             finally:
                 await self.governor.release(holder)

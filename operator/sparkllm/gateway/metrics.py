@@ -15,8 +15,8 @@ lookup.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -40,6 +40,16 @@ _ADMISSION_BUCKETS = (
     0.25,
 )
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 45, 60, 90, 120, 300, 600)
+
+
+class Coded(Protocol):
+    """An error reply, as far as a counter needs it."""
+
+    @property
+    def code(self) -> str: ...
+
+
+R = TypeVar("R", bound=Coded)
 
 
 class Limiter(Protocol):
@@ -122,6 +132,15 @@ class GatewayMetrics:
             registry=self.registry,
         )
 
+        # Requests turned away because no replica serves (scaled to zero, starting,
+        # restarting), by the 503's error code: queue depth stays 0 at zero replicas, so
+        # this is what an autoscaler reads to scale from zero (docs/exposure.md).
+        self.no_replica = Counter(
+            PREFIX + "no_replica_replies",
+            "Generation requests answered 503 because no replica serves, by error code.",
+            ["code"],
+            registry=self.registry,
+        )
         self.users = UserMetrics(self.registry)
         self._known_users: Callable[[], Iterable[str]] = tuple
 
@@ -136,6 +155,16 @@ class GatewayMetrics:
         """One finished request (``route`` outside ROUTES counts as "other")."""
         child = self._requests.get((route, outcome)) or self._requests[("other", outcome)]
         child.inc()
+
+    def counting_no_replica(self, reply: Callable[[], Awaitable[R]]) -> Callable[[], Awaitable[R]]:
+        """``reply`` (the 503 that says why no replica serves), counted by its code."""
+
+        async def counted() -> R:
+            answer = await reply()
+            self.no_replica.labels(answer.code).inc()
+            return answer
+
+        return counted
 
     def observe_input_tokens(self, tokens: int, *, exact: bool) -> None:
         self._input_tokens[exact].observe(tokens)
