@@ -86,7 +86,9 @@ class EngineApp:
         self.health = HealthCheck(
             self.progress,
             timeout=health_check_timeout(env or {}),
-            token_seconds=config.sim.latency.ttft_seconds(1),
+            # One token through the pipeline costs about a decode step; the TTFT line's
+            # 14 s intercept is a fit over 4K-8K prompts, not a one-token forward pass.
+            token_seconds=config.sim.latency.tpot_seconds,
         )
         self._health_generation = health_generation(env or {})
         self.generation = GenerationService(

@@ -20,9 +20,10 @@ hang. What ``health_generate`` in ``sglang/srt/entrypoints/http_server.py`` does
 So a check fails only when nothing at all comes out for 20 s: other requests decoding
 keep it green, and its own token is all an idle engine needs. Its own token waits, like
 any request, behind the prefill in progress — the simulator lets it through only when no
-request is in its time-to-first-token — so one long prefill alone (the documents' 8K
-prompt: 44 s) fails the checks that start in its first ~24 s. A hung engine (``hang``:
-``SIGUSR1`` or ``--sim-hang-after``) emits nothing ever again: every check fails.
+request is in its time-to-first-token, then takes one TPOT — so one long prefill alone
+(the documents' 8K prompt: 44 s) fails the checks that start in its first ~24 s. A
+hung engine (``hang``: ``SIGUSR1`` or ``--sim-hang-after``) emits nothing ever again:
+every check fails.
 
 Not simulated: SGLang's decode steps pause during another request's prefill chunk; the
 simulator keeps decoding, so with other requests running it is more lenient than SGLang.
