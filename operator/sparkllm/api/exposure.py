@@ -152,9 +152,10 @@ class ExposureSpec(ApiModel):
 
     cel_rules = (
         Rule(
-            cel="(self.type == 'HTTPRoute') == has(self.httpRoute) && "
-            "(self.type == 'Ingress') == has(self.ingress) && "
-            "(self.type == 'TLS') == has(self.tls)",
+            # has(self.type): the CRD's default for exposure ({}) is checked as written.
+            cel="(has(self.type) && self.type == 'HTTPRoute') == has(self.httpRoute) && "
+            "(has(self.type) && self.type == 'Ingress') == has(self.ingress) && "
+            "(has(self.type) && self.type == 'TLS') == has(self.tls)",
             message="exposure.type names the one section that is set: httpRoute for "
             "HTTPRoute, ingress for Ingress, tls for TLS, none for ClusterIP",
             check=_section_matches_type,
