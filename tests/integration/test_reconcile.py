@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.sglang_contract.command import engine_args
+from sparkllm.sglang_contract.command import ENGINE_LAUNCHER_CODE, engine_args
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 
@@ -119,7 +119,8 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
         assert spec["hostNetwork"] is True
         assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
         container = spec["containers"][0]
-        assert container["command"] == ["python3", "-m", "sglang.launch_server"]
+        # every rank runs SGLang through the launcher that keeps the key out of its log
+        assert container["command"] == ["python3", "-c", ENGINE_LAUNCHER_CODE]
         assert container["args"] == engine_args(
             ic.spec, rank=rank, rank0_ip=devcluster.node_ip(nodes[0]), api_key=rank == 0
         )

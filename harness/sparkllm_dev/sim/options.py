@@ -1,7 +1,7 @@
 """The SIMULATOR's own command line: ``[--sim-… options] -- <the rank's container command>``.
 
 Why two halves: the simulator must run the very command line the operator renders for a
-rank (``python3 -m sglang.launch_server --model-path … --node-rank k …``), parsed by the
+rank (``python3 -c <the launcher code> --model-path … --node-rank k …``), parsed by the
 same SGLang flag contract, so a flag SGLang 0.5.23 would refuse fails here too. What only
 a simulator needs — where to bind on the simulated node, how slow to pretend to be, which
 flag to pretend the engine ignored — goes before ``--`` with a ``--sim-`` prefix.
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sparkllm.errors import SpecError
+from sparkllm.sglang_contract.command import ENGINE_LAUNCHER_CODE
 from sparkllm_dev.sim.deepseek_v4 import FAULTS
 
 
@@ -68,8 +69,10 @@ _DEFAULTS = SimOptions()
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Split ``[sim options] -- command`` into (sim options, SGLang's own arguments).
 
-    The command may be ``python3 -m sglang.launch_server ARGS``, ``sglang serve ARGS``
-    or bare ``ARGS``; SGLang's arguments are what follows the launcher.
+    The command may be ``python3 -c <ENGINE_LAUNCHER_CODE> ARGS`` (what the operator
+    renders), ``python3 -m sglang.launch_server ARGS``, ``sglang serve ARGS`` or bare
+    ``ARGS``; SGLang's arguments are what follows the launcher. ``-c`` code other than the
+    product's launcher is refused, so the dev cluster runs exactly what is rendered.
     """
     args = list(argv)
     if "--" not in args:
@@ -78,6 +81,13 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     sim_args, command = args[:cut], args[cut + 1 :]
     if not command:
         raise SpecError("no SGLang command after `--`")
+    if command[0].rsplit("/", 1)[-1].startswith("python") and command[1:2] == ["-c"]:
+        if command[2:3] != [ENGINE_LAUNCHER_CODE]:
+            raise SpecError(
+                "the command's `-c` code is not the operator's engine launcher "
+                "(sparkllm.sglang_contract.command.ENGINE_LAUNCHER_CODE)"
+            )
+        return sim_args, command[3:]
     for index, word in enumerate(command):
         if word == "sglang.launch_server" and command[index - 1 : index] == ["-m"]:
             return sim_args, command[index + 1 :]
@@ -86,8 +96,8 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     if command[0].startswith("-"):
         return sim_args, command
     raise SpecError(
-        "the command after `--` must run `-m sglang.launch_server` or `sglang serve`; got "
-        + " ".join(command[:3])
+        "the command after `--` must run `-m sglang.launch_server`, the engine launcher"
+        " (`-c`) or `sglang serve`; got " + " ".join(command[:3])
     )
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from sparkllm.errors import SpecError
 from sparkllm.plan.kv import proportional_pool_tokens as kv_pool_tokens
+from sparkllm.sglang_contract.command import ENGINE_COMMAND, ENGINE_LAUNCHER_CODE
 from sparkllm.sglang_contract.flags import parse_sglang_argv
 from sparkllm_dev.sim.engine_config import (
     EngineStartupError,
@@ -24,6 +25,12 @@ ARGS = ["--model-path", "/models/dsv4", "--pp-size", "3", "--nnodes", "3"]
 @pytest.mark.parametrize(
     ("argv", "sim", "sglang"),
     [
+        (["--", *ENGINE_COMMAND, "--pp-size", "3"], [], ["--pp-size", "3"]),
+        (
+            ["--", "/usr/bin/python3", "-c", ENGINE_LAUNCHER_CODE, "--port", "1"],
+            [],
+            ["--port", "1"],
+        ),
         (["--", "python3", "-m", "sglang.launch_server", "--pp-size", "3"], [], ["--pp-size", "3"]),
         (
             ["--sim-port", "1", "--", "python", "-m", "sglang.launch_server"],
@@ -44,6 +51,11 @@ def test_split_command(argv: list[str], sim: list[str], sglang: list[str]) -> No
         (["--sim-port", "1"], "expected `--`"),
         (["--"], "no SGLang command"),
         (["--", "python3", "server.py"], "must run `-m sglang.launch_server`"),
+        (
+            ["--", "python3", "-c", "import sglang", "--port", "1"],
+            "not the operator's engine launcher",
+        ),
+        (["--", "python3", "-c"], "not the operator's engine launcher"),
     ],
 )
 def test_split_command_refuses(argv: list[str], message: str) -> None:

@@ -15,6 +15,10 @@ is the operator's own or constrained by the API so that it cannot start with "-"
 are absolute, served names start with a letter or digit, parsers are enums);
 ``extraArgs`` are the user's own argv words, checked as SGLang would parse them.
 
+The command is not ``python3 -m sglang.launch_server`` but ``python3 -c`` with
+:data:`ENGINE_LAUNCHER_CODE`, which keeps the key out of the rank's log and then runs that
+very module; the args are the same either way.
+
 Pure: no I/O.
 """
 
@@ -36,7 +40,36 @@ from sparkllm.sglang_contract.flags import flag_spec, known_flags, validate_extr
 if TYPE_CHECKING:
     from sparkllm.api.spec import InferenceClusterSpec
 
-ENGINE_COMMAND: Final = ("python3", "-m", "sglang.launch_server")
+ENGINE_LOGGER: Final = "sglang.srt.entrypoints.engine"
+"""The logger (``__name__`` of ``srt/entrypoints/engine.py``) that logs ``server_args=``."""
+SERVER_ARGS_LOG_PREFIX: Final = "server_args="
+
+ENGINE_LAUNCHER_CODE: Final = (
+    f"import logging,runpy;logging.getLogger({ENGINE_LOGGER!r}).addFilter("
+    f"lambda r:not str(r.msg).startswith({SERVER_ARGS_LOG_PREFIX!r}));"
+    "runpy.run_module('sglang.launch_server',run_name='__main__',alter_sys=True)"
+)
+"""``python3 -c`` code: drop SGLang's ``server_args=`` start-up line, then run SGLang.
+
+Why: SGLang 0.5.23 logs ``server_args={...}`` at INFO when a rank starts (the main
+process, ``Engine._launch_subprocesses`` in ``srt/entrypoints/engine.py``), redacting only
+the watermark fields, so rank 0's engine API key would be in its log for anyone who may
+read pod logs (docs/gateway.md, "Engine key"). A filter on that one logger drops that one
+line and nothing else (``--log-level warning`` would drop every INFO line); it survives
+SGLang's ``logging.basicConfig(force=True)``, which replaces only the root's handlers, and
+needs no file in the image. SGLang's other processes (scheduler, detokenizer) are spawned
+and never log ``server_args``, so they need no filter. ``str(r.msg)`` rather than
+``r.getMessage()``: a filter that raised would break the log call itself.
+
+``runpy.run_module(..., run_name="__main__", alter_sys=True)`` is what ``-m`` does: the
+module runs as ``__main__`` with ``sys.argv[0]`` its file and ``sys.argv[1:]`` the args,
+and ``__main__.__spec__`` names ``sglang.launch_server``, so multiprocessing's spawned
+children import it as ``-m`` would have them. Every rank runs it (ranks > 0 log the line
+too, without a key). ``tests/unit/test_engine_log_filter.py`` runs it against the logger
+and message read from the pinned wheel.
+"""
+
+ENGINE_COMMAND: Final = ("python3", "-c", ENGINE_LAUNCHER_CODE)
 
 
 def argv_word(value: LaunchValue) -> str:
@@ -62,7 +95,7 @@ def field_words(field: LaunchField, value: LaunchValue) -> list[str]:
 def engine_args(
     spec: InferenceClusterSpec, *, rank: int, rank0_ip: str, api_key: bool
 ) -> list[str]:
-    """The arguments after ``python3 -m sglang.launch_server`` for ``rank``."""
+    """SGLang's arguments for ``rank`` (they follow :data:`ENGINE_COMMAND`)."""
     launch = RankLaunch(rank=rank, rank0_address=rank0_ip, api_key=api_key)
     args: list[str] = []
     for field in LAUNCH_FIELDS:
@@ -82,6 +115,9 @@ def engine_args(
 
 __all__ = [
     "ENGINE_COMMAND",
+    "ENGINE_LAUNCHER_CODE",
+    "ENGINE_LOGGER",
+    "SERVER_ARGS_LOG_PREFIX",
     "argv_word",
     "engine_args",
     "field_words",
