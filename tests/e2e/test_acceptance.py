@@ -2,10 +2,16 @@
 
 The real operator serves one replica (group a) of simulated engines with DeepSeek V4's
 reasoning and tool-call parsers; ``GatewayPods`` runs the front door the operator created
-(admission + smg). ``sparkllm bench --accept`` runs as alice against the admission layer,
-reads rank restarts from the InferenceCluster's status and sets the accepted baseline on
-it; a second run reads that baseline back and compares. Without Prometheus the five node
-rows say "not measured". The report files are kept in the test's directory.
+(admission + smg). First from the command line: ``sparkllm bench --accept`` runs as alice
+against the admission layer, reads rank restarts from the InferenceCluster's status and
+sets the accepted baseline on it; a second run reads that baseline back and compares.
+Then on demand (``test_acceptance_on_demand``): the annotation makes the operator run the
+same checklist as a Job (``BenchJobs`` plays the kubelet, as the Job's ServiceAccount),
+whose summary lands in ``status.acceptance`` with an Event, whose log keeps both reports,
+and from whose figures the operator sets the baseline. Without Prometheus the five node
+rows say "not measured". The report files are kept in the test's directory. Last, one
+run per functional check with the simulator fault that breaks it: the status and the
+Warning name the check and why.
 """
 
 from __future__ import annotations
@@ -14,16 +20,20 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sparkllm.bench.accept.cli import JSON_MARKER
 from sparkllm.bench.accept.regression import BASELINE_ANNOTATION
-from sparkllm_dev.devcluster import DevCluster
+from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.bench_jobs import BenchJobs, gateway_service_resolver
 from sparkllm_dev.devcluster.toymodel import train_tokenizer as train_v4_tokenizer
 from sparkllm_dev.testing import OperatorProcess
-from tests.e2e.serving import serve
+from tests.e2e.serving import DEADLINE, serve
 from tests.unit.gateway_fixtures import MODEL, write_model_dir
 
 NAME = "accept"
@@ -121,3 +131,196 @@ def test_every_row_through_the_front_door(
         compared = ["stress/Scale8", "stress/Arrival", *unmeasured[:2]]
         assert verdicts(second) == dict.fromkeys(compared, "pass")
         assert all(baseline["setAt"] in row["basis"] for row in second["rows"][2:])
+
+
+# --- on demand: annotation -> Job -> status.acceptance + Event -------------------------
+
+ACCEPTANCE = "sparkllm.io/acceptance"
+OPTIONS = "sparkllm.io/acceptance-options"
+SET_BASELINE = "sparkllm.io/acceptance-set-baseline"
+SMALL_OPTIONS = " ".join(f"{SMALL[i][2:]}={SMALL[i + 1]}" for i in range(0, len(SMALL), 2))
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+def _icl(cluster: DevCluster, namespace: str) -> dict[str, Any]:
+    return dict(cluster.kubectl_json("get", "icl", NAME, "-n", namespace))
+
+
+def _events(cluster: DevCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    selector = f"--field-selector=involvedObject.name={NAME},reason={reason}"
+    return list(cluster.kubectl_json("get", "events", "-n", namespace, selector)["items"])
+
+
+@contextmanager
+def on_demand(
+    cluster: DevCluster, namespace: str, operator: OperatorProcess, *, model_dir: Path, out: Path
+) -> Iterator[None]:
+    """Serve ``NAME`` with the operator re-checking every 5 s, and run its Jobs' pods here."""
+    operator.stop()
+    operator.start("--resync-seconds", "5")  # the Job's end is seen within seconds
+    with (
+        serve(
+            cluster, namespace, name=NAME, model_dir=model_dir, groups=[GROUP],
+            log_dir=out / "gw", engine=PARSERS,
+        ) as serving,
+        BenchJobs(
+            cluster, resolve_service=gateway_service_resolver(serving.gateways),
+            namespace=namespace, log_dir=out / "jobs",
+        ),
+    ):  # fmt: skip
+        yield
+
+
+def run_on_demand(
+    cluster: DevCluster, namespace: str, *, annotations: list[str], seen: list[str]
+) -> dict[str, Any]:
+    """Annotate, then poll ``status.acceptance`` (phases seen go to ``seen``) to its end."""
+    before = ((_icl(cluster, namespace).get("status") or {}).get("acceptance") or {}).get("job")
+    cluster.kubectl("annotate", "icl", NAME, "-n", namespace, "--overwrite", *annotations)
+
+    def finished() -> dict[str, Any] | None:
+        acceptance = (_icl(cluster, namespace).get("status") or {}).get("acceptance") or {}
+        if acceptance.get("job") != before and acceptance.get("phase"):
+            seen.append(acceptance["phase"])
+        done = acceptance.get("phase") in TERMINAL and acceptance.get("job") != before
+        return acceptance if done else None
+
+    result = wait_until(finished, timeout=DEADLINE, what="status.acceptance")
+    assert result is not None
+    return result
+
+
+def keep_reports(log_dir: Path, job: str, out: Path) -> tuple[str, dict[str, Any]]:
+    """The Markdown and JSON reports from the Job's log, written to ``out`` and printed."""
+    (log,) = [p for p in log_dir.glob(f"*_{job}-*.log")]
+    text = log.read_text(errors="replace")
+    markdown = text[text.index("# Acceptance: ") : text.index(JSON_MARKER)]
+    report = json.loads(text[text.index(JSON_MARKER) + len(JSON_MARKER) :])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "acceptance.md").write_text(markdown)
+    (out / "acceptance.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"--- {job}: the Job's log (tail)\n{text[-6000:]}", file=sys.stderr)
+    return markdown, report
+
+
+@pytest.mark.cluster
+def test_acceptance_on_demand(
+    devcluster: DevCluster,
+    namespace: str,
+    operator: OperatorProcess,
+    model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    with on_demand(devcluster, namespace, operator, model_dir=model_dir, out=tmp_path):
+        phases: list[str] = []
+        acceptance = run_on_demand(
+            devcluster, namespace, seen=phases,
+            annotations=[f"{ACCEPTANCE}=alice", f"{OPTIONS}={SMALL_OPTIONS} timeout=60",
+                         f"{SET_BASELINE}=true"],
+        )  # fmt: skip
+        assert acceptance["phase"] == "Succeeded", acceptance.get("message")
+        assert "Running" in phases  # a run in progress shows in status
+        assert acceptance["job"].startswith(f"{NAME}-accept-")
+        assert acceptance["user"] == "alice"
+        assert acceptance["requestedAt"] <= acceptance["completedAt"]
+        summary = acceptance["summary"]
+        assert (summary["pass"], summary["fail"], summary["notMeasured"]) == (10, 0, 7)
+        passing = [f"functional/{name}" for name in FUNCTIONAL] + [
+            *("stress/Scale8", "stress/Arrival", "soak/soak errors"),
+            *("soak/rank restarts during the soak", "resources/rank restarts"),
+        ]  # restarts read by the Job, as its ServiceAccount, from the status
+        unmeasured = [f"regression/{name} vs baseline" for name in ("scale8", "arrival")]
+        unmeasured += [f"resources/{row}" for row in NODE_ROWS]
+        assert summary["verdicts"] == {
+            **dict.fromkeys(passing, "pass"),
+            **dict.fromkeys(unmeasured, "not measured"),
+        }
+        (event,) = _events(devcluster, namespace, "AcceptancePassed")
+        assert event["type"] == "Normal"
+        assert (
+            "passed: 10 pass, 0 fail, 7 not measured (not measured is not a pass"
+            in (event["message"])
+        )
+        # The request is answered; the user's options stay; the operator set the baseline.
+        annotations = _icl(devcluster, namespace)["metadata"]["annotations"]
+        assert ACCEPTANCE not in annotations
+        assert SET_BASELINE not in annotations
+        assert annotations[OPTIONS].startswith("scale8-requests=8")
+        baseline = json.loads(annotations[BASELINE_ANNOTATION])
+        assert baseline == {"setAt": acceptance["completedAt"], "scenarios": summary["figures"]}
+        assert acceptance["baseline"] == f"set {baseline['setAt']}"
+        markdown, report = keep_reports(tmp_path / "jobs", acceptance["job"], tmp_path / "first")
+        assert "Result: **PASSED** — 10 pass, 0 fail, 7 not measured" in markdown
+        assert {f"{r['section']}/{r['name']}": r["verdict"] for r in report["rows"]} == (
+            summary["verdicts"]
+        )
+        assert "Poisson arrivals at 4 req/s" in verdict_basis(report, "Arrival")
+        # Again, compared with the baseline the operator wrote; re-running replaces status.
+        loose = "ttftP95Ms=10,tpotP95Ms=10,e2eP95Ms=10,outputTokensPerS=0.95"
+        second = run_on_demand(
+            devcluster, namespace, seen=[],
+            annotations=[f"{ACCEPTANCE}=alice",
+                         f"{OPTIONS}={SMALL_OPTIONS} sections=stress,regression tolerance={loose}"],
+        )  # fmt: skip
+        assert second["phase"] == "Succeeded", second.get("message")
+        assert second["job"] != acceptance["job"]
+        assert "baseline" not in second  # not asked for this time
+        assert second["summary"]["verdicts"] == dict.fromkeys(
+            ["stress/Scale8", "stress/Arrival", *unmeasured[:2]], "pass"
+        )
+        _, again = keep_reports(tmp_path / "jobs", second["job"], tmp_path / "second")
+        assert all(baseline["setAt"] in row["basis"] for row in again["rows"][2:])
+        assert len(_events(devcluster, namespace, "AcceptancePassed")) == 2
+
+
+def verdict_basis(report: dict[str, Any], name: str) -> str:
+    (row,) = [row for row in report["rows"] if row["name"] == name]
+    return str(row["basis"])
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(
+    "broken",
+    [
+        pytest.param(
+            ("deterministic answer", "the two answers differ"),
+            marks=pytest.mark.sim_args("--sim-fault=nondeterministic"), id="nondeterministic",
+        ),
+        pytest.param(
+            ("streaming", "expected exactly one [DONE], got 0"),
+            marks=pytest.mark.sim_args("--sim-fault=broken-stream"), id="broken-stream",
+        ),
+        pytest.param(
+            ("reasoning", "reasoning content absent although thinking was on"),
+            marks=pytest.mark.sim_args("--sim-fault=no-reasoning"), id="no-reasoning",
+        ),
+        pytest.param(
+            ("function call", "no tool_calls in the answer"),
+            marks=pytest.mark.sim_args("--sim-fault=malformed-tool-call"), id="malformed-tool-call",
+        ),
+    ],
+)  # fmt: skip
+def test_a_simulator_fault_fails_its_check_on_demand(
+    namespace: str,
+    operator: OperatorProcess,
+    model_dir: Path,
+    tmp_path: Path,
+    broken: tuple[str, str],
+) -> None:
+    """``broken``: the functional check the fault breaks, and what its failure must say."""
+    check, why = broken
+    devcluster = operator.cluster
+    with on_demand(devcluster, namespace, operator, model_dir=model_dir, out=tmp_path):
+        acceptance = run_on_demand(
+            devcluster, namespace, seen=[],
+            annotations=[f"{ACCEPTANCE}=alice", f"{OPTIONS}=sections=functional timeout=60"],
+        )  # fmt: skip
+        keep_reports(tmp_path / "jobs", acceptance["job"], tmp_path / "report")
+    assert acceptance["phase"] == "Failed"
+    assert acceptance["summary"]["verdicts"][f"functional/{check}"] == "fail"
+    assert acceptance["message"].startswith(f"not passed: functional/{check}: ")
+    assert why in acceptance["message"]
+    (event,) = _events(devcluster, namespace, "AcceptanceFailed")
+    assert event["type"] == "Warning"
+    assert f"functional/{check}: " in event["message"]
+    assert why in event["message"]

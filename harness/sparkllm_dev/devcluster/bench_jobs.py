@@ -1,18 +1,21 @@
-"""Benchmark Job pods in the dev cluster: kwok runs the pod, this module runs the benchmark.
+"""Benchmark and acceptance Job pods in the dev cluster: kwok runs the pod, this runs it.
 
-Why: kwok marks a benchmark Job's pod (``app.kubernetes.io/component=benchmark``)
-Running and then nothing — it has no stage for a container that exits — so the Job would
-never finish and the operator would never see a summary. For every Running benchmark pod
-on a simulated node this runs the pod's own command (``sparkllm bench ...`` as
-``<python> -m sparkllm.cli bench ...``) once, and when it exits writes what a kubelet
-writes under ``restartPolicy: Never``: the container ``terminated`` (exit code, reason,
-message), phase ``Succeeded`` or ``Failed``. The real Job controller then finishes the
-Job, and the operator reads the message.
+Why: kwok marks a benchmark or acceptance Job's pod (``app.kubernetes.io/component`` in
+``benchmark``, ``acceptance``) Running and then nothing — it has no stage for a
+container that exits — so the Job would never finish and the operator would never see a
+summary. For every Running such pod on a simulated node this runs the pod's own command
+(``sparkllm bench ...`` as ``<python> -m sparkllm.cli bench ...``) once, and when it
+exits writes what a kubelet writes under ``restartPolicy: Never``: the container
+``terminated`` (exit code, reason, message), phase ``Succeeded`` or ``Failed``. The
+real Job controller then finishes the Job, and the operator reads the message.
 
 What a kubelet and the cluster network would provide:
 
 - env: ``$(VAR)`` and ``secretKeyRef`` resolved by the ``kubelet`` helpers, so the
   benchmark presents the user's key from the users' Secret.
+- the ServiceAccount token, when the pod mounts one (the acceptance Job reads its
+  InferenceCluster): ``KUBECONFIG`` authenticates as the pod's ServiceAccount (a
+  TokenRequest token), so the Job's Role — not the harness's admin — is what allows it.
 - volumes through ``hostpaths`` (emptyDir: scratch; hostPath: the simulated node's
   directory), but the model volume is ``model_dir`` when given, as ``GatewayPods`` maps it.
 - the termination message: ``terminationMessagePath`` is a fresh local file (args naming
@@ -45,11 +48,14 @@ from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import urlsplit
 
+import yaml
+
 from sparkllm.errors import ClusterAPIError
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT
 from sparkllm.sglang_contract.argv import option_value
 from sparkllm_dev.devcluster import engine_io, hostpaths, init_containers, kubelet
 from sparkllm_dev.devcluster.cluster import DevCluster
+from sparkllm_dev.devcluster.gateway_io import GatewayKube, service_account_kubeconfig
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
 from sparkllm_dev.devcluster.kubelet import JSON
 from sparkllm_dev.devcluster.pod_supervisor import (
@@ -64,10 +70,13 @@ from sparkllm_dev.errors import DevClusterError
 
 logger = logging.getLogger(__name__)
 
-SELECTOR: Final = "app.kubernetes.io/component=benchmark"
+SELECTOR: Final = "app.kubernetes.io/component in (benchmark,acceptance)"
 STOP_GRACE_SECONDS: Final = 5.0
 BASE_URL_OPTION: Final = "--base-url"
 TERMINATION_FILE: Final = "termination-log"  # in the pod's scratch directory
+KUBECONFIG_FILE: Final = "kubeconfig"  # in the pod's scratch directory: its ServiceAccount
+# Where the token volume is mounted; the kubeconfig above stands for it.
+SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 _DELETED, _EXITED = "pod deleted", "exited"  # why a run ends
 _MODEL_VOLUME_KINDS: Final = frozenset({"hostPath", "persistentVolumeClaim"})
 # (namespace, service, port) -> the local base URL that stands for it, or None (not yet).
@@ -202,15 +211,13 @@ class BenchJobs(PodSupervisor[_Run]):
         self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
         self.log_dir = log_dir or cluster.paths.state_dir / "bench-jobs"
         self._done: set[str] = set()  # pods whose process ran (or cannot run): never again
-        self._kube: engine_io.KubeClient | None = None
+        self._kube: GatewayKube | None = None
         self._workdir: Path | None = None
 
     # --- the supervisor's hooks --------------------------------------------------------
 
     def _open(self, resources: ExitStack) -> None:
-        self._kube = resources.enter_context(
-            closing(engine_io.KubeClient(self.cluster.paths.kubeconfig))
-        )
+        self._kube = resources.enter_context(closing(GatewayKube(self.cluster.paths.kubeconfig)))
         self._workdir = scratch_directory(resources, prefix="sparkllm-bench-jobs-")
 
     def _list_pods(self) -> dict[str, JSON]:
@@ -285,17 +292,35 @@ class BenchJobs(PodSupervisor[_Run]):
             hostpaths.LocalMount(mount_path=message_path, local=termination_file, kind="file"),
         ]
         argv = bench_argv(words, python=sys.executable, mounts=mounts, base_url=base_url)
+        if pod["spec"].get("automountServiceAccountToken"):
+            env = {**env, "KUBECONFIG": str(self._account_kubeconfig(pod, scratch=scratch))}
         hostpaths.materialize(mounts)
         termination_file.parent.mkdir(parents=True, exist_ok=True)
         termination_file.write_bytes(b"")
         return argv, env
 
+    def _account_kubeconfig(self, pod: JSON, *, scratch: Path) -> Path:
+        """The pod's ServiceAccount as a kubeconfig (what in-cluster config would give)."""
+        assert self._kube is not None
+        namespace = str(pod["metadata"]["namespace"])
+        account = str(pod["spec"].get("serviceAccountName") or "default")
+        token = self._kube.service_account_token(account, namespace=namespace)
+        admin = yaml.safe_load(self.cluster.paths.kubeconfig.read_text(encoding="utf-8"))
+        path = scratch / KUBECONFIG_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(service_account_kubeconfig(admin, token=token)))
+        path.chmod(0o600)
+        return path
+
     def _mounts(self, pod: JSON, container: JSON, *, scratch: Path) -> list[hostpaths.LocalMount]:
-        """The container's mounts made local; the model volume is ``model_dir`` if given."""
+        """The container's mounts made local; the model volume is ``model_dir`` if given; the
+        ServiceAccount token's mount left out."""
         volumes = {str(v["name"]): v for v in pod["spec"].get("volumes") or []}
         model: list[JSON] = []
         rest: list[JSON] = []
         for mount in container.get("volumeMounts") or []:
+            if mount.get("mountPath") == SERVICE_ACCOUNT_DIR:
+                continue  # the token: KUBECONFIG stands for it (see _account_kubeconfig)
             kinds = set(volumes.get(str(mount["name"])) or {})
             is_model = self.model_dir is not None and bool(kinds & _MODEL_VOLUME_KINDS)
             (model if is_model else rest).append(mount)
