@@ -54,6 +54,10 @@ EXPECTED_NAMESPACED = {
     "serviceaccounts": {"list", "create", "patch", "delete"},  # gateway
     "roles.rbac.authorization.k8s.io": {"list", "create", "patch", "delete"},  # gateway
     "rolebindings.rbac.authorization.k8s.io": {"list", "create", "patch", "delete"},
+    # spec.exposure (issue 21): listed every pass, applied and pruned when chosen
+    "ingresses.networking.k8s.io": {"list", "create", "patch", "delete"},
+    "httproutes.gateway.networking.k8s.io": {"list", "create", "patch", "delete"},
+    "inferencepools.inference.networking.k8s.io": {"list", "create", "patch", "delete"},
 }
 EXPECTED_CLUSTER = {
     "nodes": {"list", "watch"},  # placement, node failure
