@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from sparkllm.api import validate_inference_cluster
+from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
@@ -81,7 +82,10 @@ def rendered(namespace: str, exposure: dict[str, Any]) -> list[dict[str, Any]]:
     doc["spec"]["exposure"] = exposure
     ic = validate_inference_cluster(doc)
     key = EngineKeyRef(secret=f"{NAME}-engine-key", key="token")
-    return render_gateway(ic, engine_key=key, gateway_image="sparkllm:test")
+    return [
+        *render_gateway(ic, engine_key=key, gateway_image="sparkllm:test"),
+        *render_exposure(ic),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -11,16 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from sparkllm.api import InferenceCluster
 from sparkllm.gateway.config import load_gateway_config
+from sparkllm.offline import fresh_plan
 from sparkllm.reconcile.owned import OWNED, empty, to_prune
 from sparkllm.render import ReplicaPlan, render_replica
-from sparkllm.render.exposure import PROXY_TIMEOUT_SECONDS, TLS_DIR
+from sparkllm.render.exposure import PROXY_TIMEOUT_SECONDS, TLS_DIR, render_exposure
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT, admission_env, render_gateway
 from sparkllm.render.names import ANNOTATION_HASH, LABEL_SERVING
 from sparkllm.render.router import ROUTER_REQUEST_TIMEOUT_SECONDS, engine_discovery_selector
 from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT
+from tests.unit.reconcile_fixtures import SAMPLE
 from tests.unit.test_render_gateway import ENGINE_KEY, IMAGE, NAME, NAMESPACE, UID, cluster
 
 ROUTE = {"type": "HTTPRoute", "httpRoute": {
@@ -36,7 +39,7 @@ POOL = {"inferencePool": {"endpointPicker": {"name": "llm-epp"}}}
 def objects(exposure: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     ic = cluster(exposure=exposure) if exposure is not None else cluster()
     rendered = render_gateway(ic, engine_key=ENGINE_KEY, gateway_image=IMAGE)
-    return {o["kind"]: o for o in rendered}
+    return {o["kind"]: o for o in [*rendered, *render_exposure(ic)]}
 
 
 def assert_owned(obj: dict[str, Any]) -> None:
@@ -190,3 +193,14 @@ def test_every_exposure_kind_is_owned_and_pruned_when_no_longer_chosen(
     assert sorted((r.kind, r.name) for r in pruned) == sorted(
         (o["kind"], o["metadata"]["name"]) for o in extra
     )
+
+
+def test_a_pass_applies_the_exposure_last_after_the_ranks() -> None:
+    """Where a CRD is missing only these objects fail to apply, not the replicas."""
+    doc = yaml.safe_load(SAMPLE.read_text())
+    doc["metadata"]["namespace"] = NAMESPACE
+    doc["spec"]["exposure"] = {**ROUTE, **POOL}
+    plan = fresh_plan(doc, node_ips={})
+    kinds = [obj["kind"] for obj in plan.apply]
+    assert kinds[-2:] == ["HTTPRoute", "InferencePool"]
+    assert "StatefulSet" in kinds[:-2]

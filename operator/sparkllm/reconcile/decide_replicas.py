@@ -29,6 +29,7 @@ from sparkllm.reconcile.replicas import (
 )
 from sparkllm.reconcile.status import ClusterReport, ReplicaReport
 from sparkllm.render import EngineKeyRef
+from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.names import LABEL_NODE_GROUP, cluster_selector
 from sparkllm.render.placement import Assignment, NodeHolder, assign_groups, discover_groups
@@ -135,6 +136,7 @@ def decide_replicas(
     out.desired[:0] = render_gateway(
         ic, engine_key=facts.engine_key, gateway_image=facts.gateway_image
     )
+    out.desired.extend(render_exposure(ic))  # last: a missing CRD fails only these
     return out
 
 

@@ -228,6 +228,13 @@ class KubeAPI:
             json=obj,
             content_type="application/apply-patch+yaml",
         )
+        if response.status_code == 404 and kind.api_version.startswith(OPTIONAL_API_GROUPS):
+            raise ClusterAPIError(
+                f"apply {kind.kind} {meta.get('namespace')}/{meta['name']}: this cluster does "
+                f"not serve {kind.api_version} {kind.plural}: install its CRDs or change the "
+                "spec that asks for it (docs/exposure.md)",
+                status=404,
+            )
         self._raise_for(response, f"apply {kind.kind} {meta.get('namespace')}/{meta['name']}")
         result: JSON = response.json()
         return result

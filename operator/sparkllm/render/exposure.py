@@ -26,6 +26,7 @@ from typing import Final
 
 from sparkllm.api import InferenceCluster
 from sparkllm.gateway_settings import GATEWAY_HTTP_PORT
+from sparkllm.render.inference_pool import render_inference_pool
 from sparkllm.render.names import COMPONENT_GATEWAY, cluster_labels, gateway_name, owner_reference
 from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.router import ROUTER_REQUEST_TIMEOUT_SECONDS
@@ -103,8 +104,13 @@ def render_ingress(ic: InferenceCluster) -> JSON | None:
 
 
 def render_exposure(ic: InferenceCluster) -> list[JSON]:
-    """The objects of the chosen exposure (none for ClusterIP and TLS)."""
-    return [obj for obj in (render_http_route(ic), render_ingress(ic)) if obj is not None]
+    """The chosen exposure's object (none for ClusterIP and TLS) and the InferencePool.
+
+    Applied last in a pass (after the ranks): where a CRD they need is missing, only they
+    fail, never the front door or the replicas.
+    """
+    objs = (render_http_route(ic), render_ingress(ic), render_inference_pool(ic))
+    return [obj for obj in objs if obj is not None]
 
 
 # The pieces of the gateway pod for type TLS (render/gateway.py puts them in place).

@@ -39,9 +39,7 @@ from sparkllm.render.exposure import (
     gateway_tls_mounts,
     gateway_tls_settings,
     gateway_tls_volumes,
-    render_exposure,
 )
-from sparkllm.render.inference_pool import render_inference_pool
 from sparkllm.render.names import (
     COMPONENT_GATEWAY,
     LABEL_COMPONENT,
@@ -371,8 +369,7 @@ def _deployment(
 def render_gateway(
     ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: str
 ) -> list[JSON]:
-    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped,
-    then the front door's exposure (render/exposure.py) and InferencePool, if any."""
+    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped."""
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     labels = cluster_labels(name, COMPONENT_GATEWAY)
     owner = owner_reference(name=name, uid=ic.metadata.uid or "")
@@ -388,9 +385,7 @@ def render_gateway(
         port=GATEWAY_HTTP_PORT,
         **common,
     )
-    gateway = [stamp_hash(obj) for obj in (*_rbac(rbac, name, common), deployment, service)]
-    pool = render_inference_pool(ic)
-    return [*gateway, *render_exposure(ic), *([pool] if pool is not None else [])]
+    return [stamp_hash(obj) for obj in (*_rbac(rbac, name, common), deployment, service)]
 
 
 __all__ = [
