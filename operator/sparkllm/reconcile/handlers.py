@@ -63,6 +63,22 @@ async def on_cluster(*, name: str, namespace: str | None, memo: Any, **_: Any) -
         raise kopf.TemporaryError(str(exc), delay=5) from exc
 
 
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def on_cluster_event(
+    *, type: str, name: str, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    """Any change of the object, the on-demand annotations included, requests a pass.
+
+    kopf's change detection drops every annotation under its storage prefix, and ours is
+    ``sparkllm.io`` — the prefix of ``sparkllm.io/restart``, ``/benchmark`` and
+    ``/acceptance`` too — so without this an annotation alone waited for the resync
+    (up to a minute). A pass that finds nothing to do writes nothing, so the events of
+    our own status writes end there.
+    """
+    if type != "DELETED":
+        _ctx(memo).trigger((namespace or "default", name))
+
+
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 async def on_cluster_deleted(*, name: str, namespace: str | None, memo: Any, **_: Any) -> None:
     metrics.forget_cluster(namespace or "default", name)

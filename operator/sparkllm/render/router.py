@@ -36,8 +36,11 @@ SHUTDOWN_GRACE_SECONDS: Final = 290
 # --- smg knobs (docs/gateway.md, "The router behind it") ---------------------------------
 ROUTER_POLICY: Final = "cache_aware"
 # The engines' own readiness check: /health runs a one-token generation (20 s budget).
+# A failing check takes its whole 20 s, so 6 failures are ~120 s without one token: the
+# same bound as rank 0's readiness probe, past two 8K prefills back to back (~88 s, 4
+# failures; docs/operator.md "Probes and hung pipelines"). 3 dropped such a worker.
 ROUTER_HEALTH_INTERVAL_SECONDS: Final = 10
-ROUTER_HEALTH_FAILURES: Final = 3
+ROUTER_HEALTH_FAILURES: Final = 6
 ROUTER_HEALTH_SUCCESSES: Final = 1
 # Attempts in total (smg counts the first). Retried: 408, 429, 502, 503, 504 and
 # connection failures — on another replica when one is down.
