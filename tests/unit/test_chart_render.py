@@ -227,6 +227,17 @@ def test_namespaced_permissions_are_bound_only_in_watched_namespaces() -> None:
     assert ("", "namespaces", "watch") in grants(rules_of(objs, "sparkllm-operator-cluster"))
 
 
+def test_namespaced_install_lists_inferenceclusters_everywhere_for_node_conflicts() -> None:
+    """Node-group conflicts with objects in other namespaces (issue 16): list only."""
+    cluster = grants(rules_of(render_chart(HA_TWO_NAMESPACES), "sparkllm-operator-cluster"))
+    assert {g for g in cluster if g[1] == "inferenceclusters"} == {
+        ("sparkllm.io", "inferenceclusters", "list")
+    }
+    # Every namespace: the namespaced role is bound cluster-wide already; no duplicate.
+    everywhere = grants(rules_of(render_chart(), "sparkllm-operator-cluster"))
+    assert not [g for g in everywhere if g[1] == "inferenceclusters"]
+
+
 def test_watching_every_namespace_binds_namespaced_role_cluster_wide() -> None:
     objs = render_chart()
     names = sorted(b["roleRef"]["name"] for b in find(objs, "ClusterRoleBinding"))

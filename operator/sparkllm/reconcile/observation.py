@@ -96,8 +96,8 @@ async def observe(
 
 
 async def read_other_clusters(api: KubeAPI, key: Key) -> tuple[JSON, ...]:
-    """Every other InferenceCluster: of the whole cluster when the operator may list
-    them there, else of this namespace (a namespaced install's RBAC)."""
+    """Every other InferenceCluster, of the whole cluster (the chart grants that list
+    also with watchNamespaces); of this namespace only under hand-made RBAC without it."""
     try:
         items = await api.list(owned.IC, None)
     except ClusterAPIError as exc:
