@@ -221,10 +221,11 @@ def test_condition_reason_must_be_camel_case() -> None:
         )
 
 
-def test_condition_types_are_the_documented_seven() -> None:
+def test_condition_types_are_the_documented_eight() -> None:
+    # Exposed (issue 21): spec.exposure's optional APIs, reported once one was missing.
     assert [c.value for c in ConditionType] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
-        "NetworkVerified",
+        "NetworkVerified", "Exposed",
     ]  # fmt: skip
 
 

@@ -64,3 +64,5 @@ class Reason(StrEnum):
     # --- dependencies -------------------------------------------------------------------
     SECRET_MISSING = "SecretMissing"  # a referenced Secret or key does not exist
     MONITORING_UNAVAILABLE = "MonitoringUnavailable"  # monitoring CRDs absent; skipped
+    API_NOT_SERVED = "APINotServed"  # Exposed=False: spec.exposure's CRDs are not installed
+    API_SERVED = "APIServed"  # Exposed=True: every API spec.exposure needs is served

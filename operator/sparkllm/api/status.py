@@ -19,6 +19,9 @@ Condition types and what True means:
 - ``NetworkVerified``: every rank's node passed the network preflight (only when
   ``spec.network.preflight.mode`` is not ``off``); the message names each failed node
   and check.
+- ``Exposed``: the cluster serves every API ``spec.exposure`` needs (the Gateway API's
+  HTTPRoute, the Inference Extension's InferencePool); reported only once one was missing
+  (False, reason ``APINotServed``, naming the API), so a cluster without them says why.
 """
 
 from datetime import datetime
@@ -46,6 +49,7 @@ class ConditionType(StrEnum):
     CONFIG_APPLIED = "ConfigApplied"
     CAPACITY_PLANNED = "CapacityPlanned"
     NETWORK_VERIFIED = "NetworkVerified"
+    EXPOSED = "Exposed"
 
 
 class Phase(StrEnum):

@@ -96,6 +96,7 @@ def _act(
         gateway_image=gateway_image,
         now=now,
         running=observation.running_requests,
+        absent_apis=observation.absent_apis,
     )
     assignment, problems = place(ic, observed, holders=node_holders(obj, observation.others))
     replicas = decide_replicas(ic, observed, assignment, facts)
@@ -106,7 +107,8 @@ def _act(
     stuck = unschedulable(observed.pods, now=now)
     report = replace(report, in_use=assignment.in_use, unschedulable=stuck.messages)
     config = config_condition(_config_results(observation, report), generation=generation)
-    events.extend(_proof_events(previous, model, config, *_stuck(report, generation)))
+    exposed = exposed_condition(observation.absent_apis, previous, generation=generation)
+    events.extend(_proof_events(previous, model, config, *_stuck(report, generation), *exposed))
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
     benchmark = decide_benchmark(
         ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
@@ -119,7 +121,7 @@ def _act(
     running = observation.running_requests
     drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
-    proofs = (capacity, model, config, *(() if network is None else (network,)))
+    proofs = (capacity, model, config, *(() if network is None else (network,)), *exposed)
     proven = replace(report, extra_conditions=proofs)
     return Plan(
         target=obj,
@@ -151,6 +153,43 @@ def _stuck(report: ClusterReport, generation: int) -> tuple[JSON, ...]:
         return ()
     kind = ConditionType.PROGRESSING
     return (condition(kind, status=False, reason=reason, message=message, generation=generation),)
+
+
+# Which CRDs to install for an optional API group spec.exposure uses.
+_INSTALL = {
+    "gateway.networking.k8s.io/": "the Gateway API CRDs",
+    "inference.networking.k8s.io/": "the Gateway API Inference Extension CRDs",
+}
+
+
+def exposed_condition(
+    absent: frozenset[tuple[str, str]], previous: Mapping[str, Any], *, generation: int
+) -> tuple[JSON, ...]:
+    """Exposed=False naming each kind spec.exposure needs that the cluster does not serve;
+    Exposed=True once they are served again (no condition when none was ever missing)."""
+    kind = ConditionType.EXPOSED
+    if not absent:
+        if not any(c.get("type") == kind.value for c in previous.get("conditions") or []):
+            return ()
+        message = "the cluster serves every API spec.exposure needs"
+        return (
+            condition(kind, status=True, reason=Reason.API_SERVED, message=message,
+                      generation=generation),
+        )  # fmt: skip
+    missing = sorted(absent)
+    named = ", ".join(f"{kind_name} ({api_version})" for api_version, kind_name in missing)
+    installs = sorted(
+        {i for prefix, i in _INSTALL.items() for v, _ in missing if v.startswith(prefix)}
+    )
+    message = (
+        f"this cluster does not serve {named}, which spec.exposure asks for: install "
+        f"{' and '.join(installs)}, or change spec.exposure; not created until then "
+        "(the front door and the replicas are applied as usual)"
+    )
+    return (
+        condition(kind, status=False, reason=Reason.API_NOT_SERVED, message=message,
+                  generation=generation),
+    )  # fmt: skip
 
 
 def _blocking(ic: InferenceCluster, *, model: JSON, network: JSON | None) -> str | None:

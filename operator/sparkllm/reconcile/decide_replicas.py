@@ -61,6 +61,7 @@ class PassFacts:
     gateway_image: str
     now: datetime
     running: Mapping[int, int | None] = field(default_factory=dict)  # requests per replica
+    absent_apis: frozenset[tuple[str, str]] = frozenset()  # (apiVersion, kind) not served
 
 
 def place(
@@ -136,7 +137,9 @@ def decide_replicas(
     out.desired[:0] = render_gateway(
         ic, engine_key=facts.engine_key, gateway_image=facts.gateway_image
     )
-    out.desired.extend(render_exposure(ic))  # last: a missing CRD fails only these
+    # Last; a kind whose CRD the cluster lacks is not planned (status says so instead).
+    exposure = render_exposure(ic)
+    out.desired.extend(o for o in exposure if (o["apiVersion"], o["kind"]) not in facts.absent_apis)
     return out
 
 

@@ -11,6 +11,10 @@ The other InferenceClusters are read too (across namespaces when RBAC allows, el
 one's), because nodes are shared: placement must not give a replica a group another
 object holds. A ``SpecError`` met by any read (a spec that validates but cannot be
 rendered or probed) makes the observation an invalid-spec one, like a failed validation.
+
+Which optional APIs ``spec.exposure`` needs (HTTPRoute, InferencePool) the cluster does
+not serve is read here too (API discovery), so decide can leave those objects out and
+say why in status instead of failing the pass at their apply.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import read_acceptance
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
 from sparkllm.reconcile.drain import RunningRequests, draining_replicas, rank0_address
-from sparkllm.reconcile.kube import JSON, KubeAPI
+from sparkllm.reconcile.kube import JSON, OPTIONAL_API_GROUPS, KubeAPI, lookup_kind
 from sparkllm.reconcile.observe import pod_ready, pods_by_rank
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.reconcile.replicas import Observed, label
 from sparkllm.reconcile.secrets import EngineKeySeen, read_engine_key
+from sparkllm.render.exposure import render_exposure
 from sparkllm.render.names import LABEL_GENERATION
 
 Key = tuple[str, str]
+ApiKind = tuple[str, str]  # (apiVersion, kind)
 ConfigResult = list[Mismatch] | str  # mismatches, or why the check could not run
 
 
@@ -70,6 +76,7 @@ class Observation:
     running_requests: Mapping[int, int | None] = field(default_factory=dict)
     server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
     others: tuple[JSON, ...] = ()
+    absent_apis: frozenset[ApiKind] = frozenset()  # optional kinds the cluster lacks
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,7 @@ async def _read(
     server_info = await _server_info(
         ic, obj, observed, probe=engines.config_probe, api_key=engine_key.value
     )
+    absent = await absent_apis(api, ic)
     return Observation(
         key=key,
         obj=obj,
@@ -145,7 +153,18 @@ async def _read(
         acceptance=acceptance,
         running_requests=running,
         server_info=server_info,
+        absent_apis=absent,
     )
+
+
+async def absent_apis(api: KubeAPI, ic: InferenceCluster) -> frozenset[ApiKind]:
+    """The optional kinds ``spec.exposure`` asks for whose API the cluster does not serve."""
+    wanted = {
+        (o["apiVersion"], o["kind"])
+        for o in render_exposure(ic)
+        if str(o["apiVersion"]).startswith(OPTIONAL_API_GROUPS)
+    }
+    return frozenset([pair for pair in wanted if not await api.kind_served(lookup_kind(*pair))])
 
 
 def ready_rank0_pods(observed: Observed) -> dict[int, JSON]:
