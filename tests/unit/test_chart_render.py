@@ -201,6 +201,32 @@ def test_operator_pod_is_locked_down() -> None:
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
 
 
+GOVERNANCE_ENV = (
+    "SPARKLLM_GOVERNANCE_REDIS_ADDRESS",
+    "SPARKLLM_GOVERNANCE_REDIS_DATABASE",
+    "SPARKLLM_GOVERNANCE_REDIS_PASSWORD_SECRET",
+    "SPARKLLM_GOVERNANCE_REDIS_PASSWORD_KEY",
+)
+
+
+def plain_env(objs: Sequence[Obj]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in operator_container(objs)["env"] if "value" in e}
+
+
+def test_the_default_governance_store_reaches_the_operators_env() -> None:
+    """values governance.redis -> the env render/governance_default.py reads (issue 17)."""
+    assert not set(GOVERNANCE_ENV) & set(plain_env(render_chart()))
+    redis = {"address": "redis.shared.svc:6380", "database": 2,
+             "passwordSecretRef": {"name": "redis-auth", "key": "pw"}}  # fmt: skip
+    env = plain_env(render_chart({"governance": {"redis": redis}}))
+    assert {k: env[k] for k in GOVERNANCE_ENV} == dict(
+        zip(GOVERNANCE_ENV, ("redis.shared.svc:6380", "2", "redis-auth", "pw"), strict=True)
+    )
+    bare = plain_env(render_chart({"governance": {"redis": {"address": "redis"}}}))
+    assert bare["SPARKLLM_GOVERNANCE_REDIS_ADDRESS"] == "redis"
+    assert "SPARKLLM_GOVERNANCE_REDIS_PASSWORD_SECRET" not in bare  # no password
+
+
 # --- RBAC -------------------------------------------------------------------------------
 
 
@@ -323,6 +349,8 @@ def test_dashboard_configmap_only_when_enabled() -> None:
         (["--set", "metrics.serviceMonitor.interval=often"], "/metrics/serviceMonitor/interval"),
         (["--set", "resources.limits.memory=lots"], "/resources/limits/memory"),
         (["--set", "serviceAccount.create=false"], "serviceAccount.name is required"),
+        (["--set", "governance.redis.address=redis://r:6379"], "/governance/redis/address"),
+        (["--set", "governance.redis.database=256"], "/governance/redis/database"),
     ],
 )
 def test_wrong_values_fail_with_a_message_naming_them(flags: list[str], message: str) -> None:

@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SpecError
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.kube import KubeAPI, load_configuration
@@ -37,6 +38,7 @@ class OperatorContext:
 
     kubeconfig: str | None = None
     resync_seconds: float = 60.0
+    governance_default: RedisStoreSpec | None = None  # the chart's governance.redis
     _runtime: dict[str, object] = field(default_factory=dict)
     _node_users: dict[str, set[Key]] = field(default_factory=dict)
     _waiting: set[Key] = field(default_factory=set)
@@ -45,7 +47,11 @@ class OperatorContext:
 
     async def start(self) -> None:
         api = KubeAPI(load_configuration(self.kubeconfig))
-        reconciler = ClusterReconciler(api, gateway_image=gateway_image_from(os.environ))
+        reconciler = ClusterReconciler(
+            api,
+            gateway_image=gateway_image_from(os.environ),
+            governance_default=self.governance_default,
+        )
         self._runtime["api"] = api
         self._runtime["reconciler"] = reconciler
         self._runtime["coalescer"] = Coalescer(action=self._pass)

@@ -7,15 +7,17 @@ including a half-finished restart left by an operator that died. It is three ste
 returns the plan of every write, and ``execute.execute`` makes them. A pass with nothing
 to do plans, and so makes, no write. This module holds what lives between passes: the
 API client, the engine readers (whose ``/get_server_info`` verdicts are cached per
-restart generation), the clock, and the gateway image.
+restart generation), the clock, the gateway image, and the default governance store
+(the chart's ``governance.redis``), filled into each spec that names none before decide.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.drain import RunningRequests
 from sparkllm.reconcile.execute import execute
@@ -23,6 +25,7 @@ from sparkllm.reconcile.kube import KubeAPI, kind_of
 from sparkllm.reconcile.observation import Engines, Key, observe
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
+from sparkllm.render.governance_default import with_governance_default
 
 
 def utcnow() -> datetime:
@@ -48,10 +51,12 @@ class ClusterReconciler:
         api: KubeAPI,
         *,
         gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+        governance_default: RedisStoreSpec | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.api = api
         self.gateway_image = gateway_image
+        self.governance_default = governance_default
         self.clock = clock
         self.config_probe = ConfigProbe()
         self.running_requests = RunningRequests()
@@ -59,6 +64,9 @@ class ClusterReconciler:
     async def reconcile(self, key: Key) -> PassOutcome:
         engines = Engines(config_probe=self.config_probe, running_requests=self.running_requests)
         observation = await observe(self.api, key, engines=engines, clock=self.clock)
+        if observation.ic is not None:  # the spec's store wins over the chart's default
+            ic = with_governance_default(observation.ic, self.governance_default)
+            observation = replace(observation, ic=ic)
         plan = decide(observation, gateway_image=self.gateway_image)
         await execute(self.api, plan, clock=self.clock)
         return PassOutcome(

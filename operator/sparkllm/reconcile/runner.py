@@ -17,6 +17,7 @@ from prometheus_client import start_http_server
 
 from sparkllm.reconcile import handlers  # noqa: F401  (registers the kopf handlers)
 from sparkllm.reconcile.context import OperatorContext
+from sparkllm.render.governance_default import governance_default_from
 
 
 def run_operator(
@@ -31,6 +32,8 @@ def run_operator(
     resync_seconds: float = 60.0,
 ) -> int:
     """Run until SIGINT/SIGTERM. Watches ``namespaces``, or all namespaces when empty."""
+    # Read before anything starts: a bad value is one clear error (exit 1), no traceback.
+    governance_default = governance_default_from(os.environ)
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     logging.basicConfig(
@@ -40,7 +43,11 @@ def run_operator(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     if metrics_port:
         start_http_server(metrics_port)
-    memo = OperatorContext(kubeconfig=kubeconfig, resync_seconds=resync_seconds)
+    memo = OperatorContext(
+        kubeconfig=kubeconfig,
+        resync_seconds=resync_seconds,
+        governance_default=governance_default,
+    )
     asyncio.run(
         kopf.operator(
             clusterwide=not namespaces,

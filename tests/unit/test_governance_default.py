@@ -1,0 +1,157 @@
+"""The chart's default governance store (values governance.redis, issue 17 item 5): the
+operator's env, parsed once; filled into specs that name no store (the spec wins); seen in
+the rendered gateway and in status.gateway; a bad value is one clear error at start."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, cast
+
+import pytest
+
+from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
+from sparkllm.cli import main
+from sparkllm.errors import SparkllmError
+from sparkllm.gateway_settings import env_var_name
+from sparkllm.reconcile.kube import JSON, KubeAPI
+from sparkllm.reconcile.reconciler import ClusterReconciler
+from sparkllm.render.gateway import admission_env
+from sparkllm.render.governance_default import (
+    ADDRESS_ENV,
+    DATABASE_ENV,
+    PASSWORD_KEY_ENV,
+    PASSWORD_SECRET_ENV,
+    governance_default_from,
+    with_governance_default,
+)
+from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, NOW
+from tests.unit.test_reconcile_shell import Probe, RecordingAPI, serving_objects
+from tests.unit.test_render_gateway import ENGINE_KEY, cluster
+
+DEFAULT_ENV = {
+    ADDRESS_ENV: "redis.shared.svc:6380",
+    PASSWORD_SECRET_ENV: "redis-auth",
+    PASSWORD_KEY_ENV: "pw",
+    DATABASE_ENV: "4",
+}
+ADDRESS = env_var_name("governance_redis_address")
+PASSWORD = env_var_name("governance_redis_password")
+DATABASE = env_var_name("governance_redis_database")
+
+
+def env_of(ic: Any) -> dict[str, JSON]:
+    return {e["name"]: e for e in admission_env(ic, engine_key=ENGINE_KEY)}
+
+
+def default() -> RedisStoreSpec:
+    store = governance_default_from(DEFAULT_ENV)
+    assert store is not None
+    return store
+
+
+def test_no_address_means_no_default() -> None:
+    assert governance_default_from({}) is None
+    assert governance_default_from({ADDRESS_ENV: " ", PASSWORD_SECRET_ENV: "x"}) is None
+
+
+def test_the_env_becomes_the_store_with_the_specs_defaults() -> None:
+    store = default()
+    assert store.address == "redis.shared.svc:6380"
+    assert store.database == 4
+    assert store.password_secret_ref is not None
+    assert (store.password_secret_ref.name, store.password_secret_ref.key) == ("redis-auth", "pw")
+    bare = governance_default_from({ADDRESS_ENV: "redis"})
+    assert bare == RedisStoreSpec(address="redis")  # no password, database 0
+    keyless = governance_default_from({ADDRESS_ENV: "redis", PASSWORD_SECRET_ENV: "auth"})
+    assert keyless is not None
+    assert keyless.password_secret_ref is not None
+    assert keyless.password_secret_ref.key == "password"
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {ADDRESS_ENV: "redis://redis:6379"},
+        {ADDRESS_ENV: "redis", DATABASE_ENV: "256"},
+        {ADDRESS_ENV: "redis", DATABASE_ENV: "one"},
+        {ADDRESS_ENV: "redis", PASSWORD_SECRET_ENV: "Not_A_Name"},
+    ],
+    ids=["url", "database-range", "database-word", "secret-name"],
+)
+def test_a_bad_value_is_an_error_naming_the_variables(environ: Mapping[str, str]) -> None:
+    with pytest.raises(SparkllmError, match=ADDRESS_ENV) as raised:
+        governance_default_from(environ)
+    assert "invalid" in str(raised.value)
+
+
+def test_a_bad_value_stops_sparkllm_run_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(ADDRESS_ENV, "redis://redis:6379")
+    assert main(["run", "--metrics-port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sparkllm: error: the default governance store")
+    assert "Traceback" not in err
+
+
+def test_without_a_default_the_gateway_keeps_state_in_process() -> None:
+    ic = cluster()
+    assert with_governance_default(ic, None) is ic
+    env = env_of(ic)
+    assert ADDRESS not in env
+    assert PASSWORD not in env
+    assert gateway_status(ic.spec.gateway)["governanceStore"] == "InProcess"
+
+
+def test_the_default_fills_a_spec_naming_no_store() -> None:
+    ic = with_governance_default(cluster(), default())
+    env = env_of(ic)
+    assert env[ADDRESS]["value"] == "redis.shared.svc:6380"
+    assert env[DATABASE]["value"] == "4"
+    assert env[PASSWORD]["valueFrom"] == {"secretKeyRef": {"name": "redis-auth", "key": "pw"}}
+    status = gateway_status(ic.spec.gateway)
+    assert status["governanceStore"] == "Redis"
+    assert "redis.shared.svc:6380" in status["message"]
+
+
+def test_the_specs_store_wins() -> None:
+    own = {"redis": {"address": "redis.mine.svc", "passwordSecretRef": {"name": "mine"}}}
+    ic = cluster(gateway={"governanceStore": own})
+    assert with_governance_default(ic, default()) is ic
+    env = env_of(ic)
+    assert env[ADDRESS]["value"] == "redis.mine.svc"
+    assert env[PASSWORD]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "password"}
+    assert DATABASE not in env
+
+
+class CapturingAPI(RecordingAPI):
+    """RecordingAPI that keeps what a pass applied."""
+
+    def __init__(self, objects: list[JSON]) -> None:
+        super().__init__(objects)
+        self.applied: list[JSON] = []
+
+    async def apply(self, obj: Mapping[str, Any]) -> JSON:
+        self.applied.append(dict(obj))
+        return await super().apply(obj)
+
+
+def admission_of(applied: list[JSON]) -> dict[str, JSON]:
+    (deployment,) = [o for o in applied if o["kind"] == "Deployment"]
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    admission = next(c for c in containers if c["name"] == "admission")
+    return {e["name"]: e for e in admission["env"]}
+
+
+def test_the_operators_pass_renders_and_reports_the_default() -> None:
+    api = CapturingAPI(serving_objects())
+    reconciler = ClusterReconciler(
+        cast(KubeAPI, api), gateway_image=GATEWAY_IMAGE, governance_default=default(),
+        clock=lambda: NOW,
+    )  # fmt: skip
+    reconciler.config_probe = Probe()
+    asyncio.run(reconciler.reconcile(("llm", "llm")))
+    assert admission_of(api.applied)[ADDRESS]["value"] == "redis.shared.svc:6380"
+    assert api.status is not None
+    assert api.status["gateway"]["governanceStore"] == "Redis"
