@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkllm.api import LABEL_REPLICA, InferenceCluster, Phase
 from sparkllm.reconcile.actions import JSON, PodPatch, earliest
-from sparkllm.reconcile.drain import mark_patch, restart_drain
+from sparkllm.reconcile.drain import mark_patch, restart_drain, undrain_patch
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.observe import pods_by_rank
 from sparkllm.reconcile.replicas import (
@@ -121,6 +121,8 @@ def decide_replicas(
         result = plan_replica(ic, observed, inputs)
         if result.drain_mark is not None and rank0 is not None:
             out.pod_patches.append(mark_patch(rank0, now=facts.now, reason=result.drain_mark))
+        elif result.serving and rank0 is not None and (back := undrain_patch(rank0)):
+            out.pod_patches.append(back)  # a drain abandoned (scaled back up): routed again
         out.events.extend(result.events)
         if result.restart_cause is not None:
             out.gang_restarts.append(cause_class(result.restart_cause))

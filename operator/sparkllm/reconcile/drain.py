@@ -15,6 +15,10 @@ Planned gang restarts (a rolling update, ``sparkllm.io/restart=now``) drain the 
 before they stop a replica (``restarts.Action.DRAIN``): the same label, the same start
 stamp, plus ``sparkllm.io/drain-reason`` naming the restart, so a pass after the restart
 annotation was consumed (or after an operator restart) still knows why it drains.
+
+A drain can be abandoned: a replica scaled down and back up before its objects went keeps
+its rank-0 pod, still ``serving=false``. The StatefulSet never relabels a live pod, so
+the operator puts it back (``undrain_patch``) once the replica runs again.
 """
 
 from __future__ import annotations
@@ -102,6 +106,19 @@ def mark_patch(rank0: Mapping[str, Any], *, now: datetime, reason: str | None = 
         annotations[ANNOTATION_DRAIN_REASON] = reason
     patch = {"metadata": {"labels": {LABEL_SERVING: "false"}, "annotations": annotations}}
     meta = rank0["metadata"]
+    return PodPatch(name=meta["name"], namespace=meta["namespace"], patch=patch)
+
+
+def undrain_patch(rank0: Mapping[str, Any]) -> PodPatch | None:
+    """Rank 0 back in routing (``serving=true``, drain stamps cleared) after a drain that
+    no longer applies; None when it was never taken out (or is being deleted)."""
+    meta = rank0["metadata"]
+    annotations = meta.get("annotations") or {}
+    stamps = (ANNOTATION_DRAIN_STARTED, ANNOTATION_DRAIN_REASON)
+    out = (meta.get("labels") or {}).get(LABEL_SERVING) != "true"
+    if meta.get("deletionTimestamp") or not (out or any(a in annotations for a in stamps)):
+        return None
+    patch = {"metadata": {"labels": {LABEL_SERVING: "true"}, "annotations": dict.fromkeys(stamps)}}
     return PodPatch(name=meta["name"], namespace=meta["namespace"], patch=patch)
 
 

@@ -95,6 +95,7 @@ class ReplicaResult:
     events: tuple[PendingEvent, ...]
     restart_cause: str | None  # set when this pass began a gang restart
     drain_mark: str | None = None  # take rank 0 out of routing now, for this planned restart
+    serving: bool = False  # RUN: neither draining nor restarting; rank 0 belongs in routing
 
 
 def _template_generation(sts: Mapping[str, Any]) -> int:
@@ -235,6 +236,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         events=_events(index, previous, decision),
         restart_cause=decision.cause if decision.action is Action.STOP else None,
         drain_mark=decision.drain_reason if decision.drain_mark else None,
+        serving=decision.action is Action.RUN,
     )
 
 
