@@ -121,8 +121,15 @@ ALL_MONITORING = {
 
 @pytest.mark.parametrize(
     "values",
-    [{}, HA_TWO_NAMESPACES, {"replicas": 2}, ALL_MONITORING, {"rbac": {"create": False}}],
-    ids=["defaults", "ha-namespaced", "ha-all-namespaces", "monitoring", "no-rbac"],
+    [
+        {},
+        HA_TWO_NAMESPACES,
+        {"replicas": 2},
+        ALL_MONITORING,
+        {"rbac": {"create": False}},
+        {"governance": {"redis": {"address": "redis", "passwordSecretRef": {"name": "auth"}}}},
+    ],
+    ids=["defaults", "ha-namespaced", "ha-all-namespaces", "monitoring", "no-rbac", "redis"],
 )
 def test_helm_lint_is_clean(values: Mapping[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
