@@ -144,9 +144,7 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f", "-", input=render_crd_yaml()
     )
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/inferenceclusters.sparkllm.io", "--timeout=60s"
-    )
+    cluster.wait_established("inferenceclusters.sparkllm.io")
     if cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", NAMESPACE)
     key = _demo_key(cluster)

@@ -149,9 +149,7 @@ def operator(
     scoped to the namespace runs the simulated SGLang engines.
     """
     devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    devcluster.kubectl(
-        "wait", "--for=condition=Established", "crd/inferenceclusters.sparkllm.io", "--timeout=60s"
-    )
+    devcluster.wait_established("inferenceclusters.sparkllm.io")
     proc = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
     proc.start()
     # The engine harness plays the kubelet's part kwok does not: it runs an SGLang

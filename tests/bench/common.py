@@ -365,7 +365,7 @@ def operator_stack(cluster: DevCluster, *, name: str) -> Iterator[Stack]:
     logs.mkdir(parents=True)
     namespace = f"bench-{name}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    cluster.wait_established(CRD_NAME)
     cluster.kubectl("create", "namespace", namespace)
     harness_log = logging.getLogger("sparkllm_dev.devcluster")
     handler = logging.FileHandler(logs / "harness.log")

@@ -46,10 +46,7 @@ DIFFERENTIAL_EXAMPLES = 300
 def crd_installed(devcluster: DevCluster) -> DevCluster:
     """The CRD applied and Established (idempotent: the CRD may already be there)."""
     devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    devcluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/inferenceclusters.sparkllm.io",
-    )  # fmt: skip
+    devcluster.wait_established("inferenceclusters.sparkllm.io")
     # The API server's discovery and OpenAPI catch up shortly after Established.
     wait_until(
         lambda: devcluster.kubectl("get", "icl", "-A", check=False).returncode == 0,

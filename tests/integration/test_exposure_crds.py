@@ -52,18 +52,20 @@ def crd_files() -> list[Path]:
 @pytest.fixture(scope="module")
 def front_door_crds(devcluster: DevCluster) -> Iterator[None]:
     args = [a for path in crd_files() for a in ("-f", str(path))]
-    devcluster.kubectl("apply", "--server-side", "--force-conflicts", *args)
-    for path in crd_files():
-        name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        devcluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
-    yield
-    devcluster.kubectl("delete", "--wait=true", "--ignore-not-found", *args, timeout=120)
+    try:  # removed even when setup fails half-way: later files assume a cluster without them
+        devcluster.kubectl("apply", "--server-side", "--force-conflicts", *args)
+        for path in crd_files():
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            devcluster.wait_established(name)
+        yield
+    finally:
+        devcluster.kubectl("delete", "--wait=true", "--ignore-not-found", *args, timeout=120)
 
-    def gone() -> bool:
-        served = devcluster.kubectl("api-versions", check=False).stdout
-        return not any(group in served for group in GROUPS)
+        def gone() -> bool:
+            served = devcluster.kubectl("api-versions", check=False).stdout
+            return not any(group in served for group in GROUPS)
 
-    wait_until(gone, timeout=60, what="the front-door API groups to go away")
+        wait_until(gone, timeout=60, what="the front-door API groups to go away")
 
 
 def dry_run(cluster: DevCluster, namespace: str, objs: list[dict[str, Any]]) -> tuple[int, str]:

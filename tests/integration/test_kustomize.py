@@ -103,10 +103,7 @@ def test_apply_k_is_accepted_by_the_api_server(
         "-f",
         str(ROOT / "charts" / "sparkllm" / "crds" / "kopf.dev_peerings.yaml"),
     )  # fmt: skip  (a dry run cannot create a kind and its first object at once)
-    devcluster.kubectl(
-        "wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev",
-        "--timeout=60s",
-    )  # fmt: skip
+    devcluster.wait_established("clusterkopfpeerings.kopf.dev")
     namespaces = [o["metadata"]["name"] for o in kustomize(ROOT / "manifests" / overlay)
                   if o["kind"] == "Namespace"]  # fmt: skip
     wrapper = {

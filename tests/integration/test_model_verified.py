@@ -52,9 +52,7 @@ class Stack:
 def stack(devcluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[Stack]:
     """Like conftest's ``operator`` fixture, with the nodes' files under ``tmp_path``."""
     devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    devcluster.kubectl(
-        "wait", "--for=condition=Established", "crd/inferenceclusters.sparkllm.io", "--timeout=60s"
-    )
+    devcluster.wait_established("inferenceclusters.sparkllm.io")
     operator = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
     harness = EngineHarness(
         devcluster, namespace=namespace, log_dir=tmp_path / "engines", hosts_root=tmp_path / "hosts"

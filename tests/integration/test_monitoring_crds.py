@@ -30,21 +30,21 @@ CRDS = ("servicemonitors", "podmonitors", "prometheusrules")
 def monitoring_crds(devcluster: DevCluster) -> Iterator[None]:
     files = monitoring_crd_files()
     args = [a for path in files for a in ("-f", str(path))]
-    devcluster.kubectl("apply", "--server-side", "--force-conflicts", *args)
-    for name in CRDS:
-        devcluster.kubectl(
-            "wait", "--for=condition=Established", f"crd/{name}.monitoring.coreos.com",
-            "--timeout=60s",
-        )  # fmt: skip
-    yield
-    devcluster.kubectl("delete", "--wait=true", "--ignore-not-found", *args, timeout=120)
-    wait_until(
-        lambda: (
-            "monitoring.coreos.com" not in devcluster.kubectl("api-versions", check=False).stdout
-        ),
-        timeout=60,
-        what="the monitoring.coreos.com API to go away",
-    )
+    try:  # removed even when setup fails half-way: later files assume a cluster without them
+        devcluster.kubectl("apply", "--server-side", "--force-conflicts", *args)
+        for name in CRDS:
+            devcluster.wait_established(f"{name}.monitoring.coreos.com")
+        yield
+    finally:
+        devcluster.kubectl("delete", "--wait=true", "--ignore-not-found", *args, timeout=120)
+        wait_until(
+            lambda: (
+                "monitoring.coreos.com"
+                not in devcluster.kubectl("api-versions", check=False).stdout
+            ),
+            timeout=60,
+            what="the monitoring.coreos.com API to go away",
+        )
 
 
 def monitoring_objects(namespace: str) -> list[dict[str, Any]]:

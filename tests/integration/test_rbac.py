@@ -113,9 +113,7 @@ def chart_identity(
     peering = [o for o in objs if o["kind"] == "KopfPeering"]
     if peering:
         cluster.kubectl("apply", "--server-side", "-f", str(PEERING_CRDS))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "crd/kopfpeerings.kopf.dev", "--timeout=60s"
-        )
+        cluster.wait_established("kopfpeerings.kopf.dev")
     identity = [o for o in objs if o["kind"] in IDENTITY_KINDS] + peering
     manifest = yaml.safe_dump_all(identity)
     cluster.kubectl("apply", "--server-side", "-f", "-", input=manifest)

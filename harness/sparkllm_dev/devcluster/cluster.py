@@ -105,6 +105,28 @@ class DevCluster:
         """kubectl ... -o json, parsed."""
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
+    def wait_established(self, *crds: str, timeout: float = 90) -> None:
+        """Wait until every named CRD has condition Established=True.
+
+        Not `kubectl wait --for=condition=Established`: kubectl 1.35 fails at once
+        (".status.conditions accessor error: <nil>") when it reads a just-created CRD
+        before the apiextensions controller has written any condition, instead of
+        waiting. Seen in CI on a busy first start; so poll the condition ourselves.
+        """
+        query = '{.status.conditions[?(@.type=="Established")].status}'
+
+        def established(crd: str) -> bool:
+            got = self.kubectl("get", f"crd/{crd}", "-o", f"jsonpath={query}", check=False)
+            return got.stdout.strip() == "True"
+
+        for crd in crds:
+            wait_until(
+                lambda: established(crd),  # noqa: B023 (called before crd changes)
+                timeout=timeout,
+                interval=0.5,
+                what=f"CRD {crd} to be Established",
+            )
+
     # --- lifecycle ------------------------------------------------------------------
 
     def is_running(self) -> bool:
