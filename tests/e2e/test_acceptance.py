@@ -165,7 +165,7 @@ def on_demand(
         ) as serving,
         BenchJobs(
             cluster, resolve_service=gateway_service_resolver(serving.gateways),
-            namespace=namespace, log_dir=out / "jobs",
+            namespace=namespace, log_dir=out / "jobs", model_dir=model_dir,
         ),
     ):  # fmt: skip
         yield
@@ -255,6 +255,11 @@ def test_acceptance_on_demand(
             summary["verdicts"]
         )
         assert "Poisson arrivals at 4 req/s" in verdict_basis(report, "Arrival")
+        # Issue 19: the Job mounts the model and sizes the load in its tokens.
+        tokens = "input: 64 tokens of user text by the model's tokenizer"
+        assert tokens in verdict_basis(report, "Scale8")
+        assert report["sizes"]["tokens"]["inputCounting"].startswith("tokenizer (")
+        assert "- Prompt lengths: tokenizer (" in markdown
         # Again, compared with the baseline the operator wrote; re-running replaces status.
         loose = "ttftP95Ms=10,tpotP95Ms=10,e2eP95Ms=10,outputTokensPerS=0.95"
         second = run_on_demand(

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from tokenizers import Tokenizer
 
 from sparkllm.bench import bench_main
-from sparkllm.bench.accept.load import poisson_offsets
+from sparkllm.bench.accept.load import LoadSizes, poisson_offsets
 from sparkllm.bench.accept.regression import make_baseline, parse_tolerances, regression_rows
 from sparkllm.bench.accept.report import report_json, report_markdown, status_summary
 from sparkllm.bench.accept.resources import (
@@ -27,6 +29,7 @@ from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SpecError
 from sparkllm_dev.sim.server import prepare
 from tests.unit.accept_sim import KEY, MODEL, SMALL, FrontDoor, model_dir, sim_argv
+from tests.unit.gateway_fixtures import train_tokenizer, write_model_dir
 
 
 def statuses(*restarts: int) -> Any:
@@ -219,3 +222,81 @@ def test_accept_mode_usage_errors(
     argv = ["--base-url", "http://127.0.0.1:9", "--model", "m", "--accept", *extra]
     assert bench_main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """Passes requests to ``inner`` and keeps their JSON bodies; ``strip`` drops fields."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, *, strip: tuple[str, ...] = ()) -> None:
+        self.inner, self.strip, self.bodies = inner, strip, list[dict[str, Any]]()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content or b"{}")
+        self.bodies.append(body)
+        if self.strip:
+            kept = {k: v for k, v in body.items() if k not in self.strip}
+            headers = {k: v for k, v in request.headers.items() if k != "content-length"}
+            request = httpx.Request(request.method, request.url, headers=headers, json=kept)
+        return await self.inner.handle_async_request(request)
+
+
+def load_run(
+    tmp_path: Path, *, sizes: LoadSizes, tokenizer: Path | None, strip: tuple[str, ...] = ()
+) -> tuple[AcceptConfig, AcceptRun, Recording]:
+    app = FrontDoor(prepare(sim_argv(model_dir(tmp_path / "sim")), env={}).app)
+    recording = Recording(httpx.ASGITransport(app=app), strip=strip)
+    config = AcceptConfig(
+        target=BenchTarget(base_url="http://sim", model=MODEL, api_key=KEY),
+        sizes=sizes,
+        sections=("stress",),
+        transport=recording,
+        tokenizer=tokenizer,
+    )
+    with (tmp_path / "bar").open("w") as bar:
+        return config, asyncio.run(run_acceptance(config, progress_out=bar)), recording
+
+
+def test_the_load_is_sized_in_the_models_tokens(tmp_path: Path) -> None:
+    """Issue 19: Scale8 and Arrival send 256-token prompts by the model's tokenizer, with
+    the output length forced (max_tokens + ignore_eos), and the basis says so."""
+    model = write_model_dir(tmp_path / "model", train_tokenizer())
+    sizes = replace(SMALL, scale8_requests=3, arrival_requests=2, input_tokens=256)
+    config, run, recording = load_run(tmp_path, sizes=sizes, tokenizer=model)
+    counter = Tokenizer.from_file(str(model / "tokenizer.json"))
+    load = [body for body in recording.bodies if body.get("max_tokens") == sizes.output_tokens]
+    assert len(load) == 5  # 3 Scale8 + 2 Arrival
+    for body in load:
+        (message,) = body["messages"]
+        assert len(counter.encode(message["content"], add_special_tokens=False).ids) == 256
+        assert body["ignore_eos"] is True
+    rows = {row.name: row for row in run.rows}
+    assert [rows[n].verdict for n in ("Scale8", "Arrival")] == ["pass", "pass"]
+    for name in ("Scale8", "Arrival"):
+        assert "input: 256 tokens of user text by the model's tokenizer" in rows[name].basis
+        assert "output: exactly 8 tokens (max_tokens with ignore_eos" in rows[name].basis
+    data = report_json(run, config)
+    assert data["sizes"]["tokens"]["inputCounting"].startswith("tokenizer (")
+    assert f"- Prompt lengths: tokenizer ({model / 'tokenizer.json'})" in report_markdown(
+        run, config
+    )
+    assert "[accept] prompt lengths: tokenizer (" in (tmp_path / "bar").read_text()
+
+
+def test_without_a_tokenizer_the_basis_says_approximate(tmp_path: Path) -> None:
+    _, run, _ = load_run(tmp_path, sizes=replace(SMALL, arrival_requests=1), tokenizer=None)
+    for row in run.rows:
+        assert "input: 16 words standing in for tokens (approximate)" in row.basis
+
+
+def test_an_unforced_output_length_fails_the_stress_rows(tmp_path: Path) -> None:
+    """A front door that drops ignore_eos: the simulator stops at its own answer length
+    (32 tokens), short of the 64 asked; every request 'completes' but the basis is not met."""
+    sizes = replace(SMALL, scale8_requests=3, arrival_requests=2, output_tokens=64)
+    _, run, _ = load_run(tmp_path, sizes=sizes, tokenizer=None, strip=("ignore_eos",))
+    rows = {row.name: row for row in run.rows}
+    for name, done in (("Scale8", 3), ("Arrival", 2)):
+        assert rows[name].verdict == "fail"
+        assert rows[name].detail.startswith(f"{done}/{done} completed; output ")
+        assert f"{done * 64} asked (64 per request): the output length was not forced" in (
+            rows[name].detail
+        )

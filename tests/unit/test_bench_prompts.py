@@ -8,8 +8,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from sparkllm.bench import DOCUMENTED_MATRIX, select_scenarios
-from sparkllm.bench.prompts import FILLER_WORDS, PromptBuilder, needle_found
+from sparkllm.bench.prompts import FILLER_WORDS, NIAH_QUESTION, PromptBuilder, needle_found
 from sparkllm.errors import SpecError
+from tests.unit.gateway_fixtures import train_tokenizer, write_model_dir
 
 
 @pytest.fixture
@@ -110,3 +111,33 @@ def test_scenario_selection() -> None:
         select_scenarios(["short-c16"])
     with pytest.raises(SpecError):
         select_scenarios(None, requests=0)
+
+
+@pytest.fixture(scope="module")
+def model_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gateway tests' byte-level BPE, saved as a model directory."""
+    directory = tmp_path_factory.mktemp("model")
+    return write_model_dir(directory, train_tokenizer())
+
+
+@pytest.mark.parametrize("tokens", [64, 128, 256, 4000])
+def test_load_prompts_are_exactly_n_model_tokens(model_tokenizer_dir: Path, tokens: int) -> None:
+    """Issue 19: the documents' 256 -> 128 is tokens; a 256-token prompt is 256 tokens."""
+    builder = PromptBuilder.from_dir(model_tokenizer_dir)
+    independent = Tokenizer.from_file(str(model_tokenizer_dir / "tokenizer.json"))
+    for seed in range(6):
+        nonce = f"0a1b2c3d-scale8-{seed}"
+        prompt = builder.load_prompt(tokens=tokens, nonce=nonce, seed=seed)
+        assert len(independent.encode(prompt.text, add_special_tokens=False).ids) == tokens
+        assert prompt.tokens == tokens
+        assert prompt.text.startswith(f"[{nonce}]")  # still cold: the nonce comes first
+    assert builder.counting.startswith("tokenizer (")
+
+
+def test_needle_prompts_are_exactly_n_model_tokens(model_tokenizer_dir: Path) -> None:
+    builder = PromptBuilder.from_dir(model_tokenizer_dir)
+    independent = Tokenizer.from_file(str(model_tokenizer_dir / "tokenizer.json"))
+    prompt = builder.needle_prompt(tokens=400, depth=0.5, nonce="n", seed=5)
+    assert len(independent.encode(prompt.text, add_special_tokens=False).ids) == 400
+    assert prompt.text.endswith(NIAH_QUESTION)  # the top-up goes before the question
+    assert f"The secret passphrase is {prompt.needle}." in prompt.text

@@ -28,7 +28,7 @@ from sparkllm.render.acceptance import (
     render_acceptance_rbac,
 )
 from sparkllm.render.benchmark import BENCH_API_KEY_ENV
-from tests.unit.test_render_benchmark import IMAGE, NAME, NAMESPACE, UID, cluster
+from tests.unit.test_render_benchmark import IMAGE, MODEL_PATH, NAME, NAMESPACE, UID, cluster
 
 OPTIONS = "soak-seconds=60 arrival-rate=0.05 tolerance=ttftP95Ms=0.3,e2eP95Ms=0.5"
 
@@ -134,7 +134,13 @@ def test_the_job_runs_the_checklist_against_the_front_door_as_the_user() -> None
         {"name": BENCH_API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "llm-user-keys",
                                                                     "key": "alice"}}}
     ]  # fmt: skip
-    assert all(mount["name"] != "model" for mount in container["volumeMounts"])
+    # Issue 19: the load is sized in the model's own tokens, so the model directory is
+    # mounted read-only (as for the benchmark) and named with --tokenizer.
+    assert str(args.tokenizer) == MODEL_PATH
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts[MODEL_PATH]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts[MODEL_PATH]["name"]]["hostPath"]["path"] == MODEL_PATH
 
 
 def test_the_job_may_read_this_inference_cluster_and_nothing_else() -> None:

@@ -1,13 +1,14 @@
 """Prompts of a given length in tokens: cold load prompts and needle-in-a-haystack prompts.
 
 Why token-exact when possible: every number of the benchmark is "at N input tokens", and
-TTFT grows with N (the documents: 29.18 s at 4K, 44.37 s at 8K). With the model's
-tokenizer (``--tokenizer DIR`` holding ``tokenizer.json``) each prompt's user text is
-sized to exactly N tokens when a word boundary allows it, else N - 1 (the report records
-the counts). Without one, N whitespace-separated words stand in for N tokens and the
-report says "approximate": real tokenizers give roughly 1 to 1.5 tokens per English
-word. Either way the server's own count (``usage.prompt_tokens``, which includes the
-chat template) is reported next to it.
+TTFT grows with N (the documents: 29.18 s at 4K, 44.37 s at 8K). With the model's tokenizer
+(``--tokenizer DIR`` holding ``tokenizer.json``) each prompt's user text is sized to exactly
+N tokens: the longest run of filler words that fits, then topped up with short pieces
+(punctuation, short words) until the count is N — a word boundary alone often lands one or
+two tokens short (the report records the counts). Without one, N whitespace-separated words
+stand in for N tokens and the report says "approximate": real tokenizers give roughly 1 to
+1.5 tokens per English word. Either way the server's own count (``usage.prompt_tokens``,
+which includes the chat template) is reported next to it.
 
 Cold: every prompt starts with a nonce unique to the run and the request, so no prefix
 is shared with an earlier request and SGLang's radix cache cannot serve any of it.
@@ -38,6 +39,8 @@ FILLER_WORDS: Final = (
     "call", "who", "its", "now", "find", "long", "down", "day", "did", "get", "come",
     "made", "may", "part", "river", "stone", "light", "garden", "window", "paper",
 )  # fmt: skip
+PAD_PIECES: Final = (" .", " ,", ".", ",", *(f" {word}" for word in FILLER_WORDS))
+"""What tops a prompt up to its exact token count (tokenizer mode); tried most tokens first."""
 NEEDLE_COLOURS: Final = ("amber", "cobalt", "crimson", "jade", "saffron", "violet", "umber")
 NIAH_QUESTION: Final = (
     "\n\nQuestion: what is the secret passphrase mentioned in the text above? "
@@ -60,6 +63,7 @@ class PromptBuilder:
     def __init__(self, tokenizer: Any = None, *, source: str = "") -> None:
         self._tokenizer = tokenizer
         self.source = source
+        self._pieces: tuple[tuple[int, str], ...] | None = None
 
     @classmethod
     def from_dir(cls, directory: Path | None) -> PromptBuilder:
@@ -89,24 +93,54 @@ class PromptBuilder:
             return len(text.split())
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def _fit(self, build: Callable[[int], str], target: int) -> Prompt:
-        """The longest ``build(words)`` with at most ``target`` tokens (binary search)."""
-        low, high = 0, 4 * target + 8
-        best = build(0)
+    def _fit(self, build: Callable[[int, str], str], target: int) -> Prompt:
+        """``build(words, pad)`` of exactly ``target`` tokens when pieces allow.
+
+        The longest word count that fits (binary search), then ``_pad``.
+        """
+        low, high, best = 0, 4 * target + 8, 0
         while low <= high:
             middle = (low + high) // 2
-            text = build(middle)
-            if self.count(text) <= target:
-                best, low = text, middle + 1
+            if self.count(build(middle, "")) <= target:
+                best, low = middle, middle + 1
             else:
                 high = middle - 1
-        return Prompt(text=best, tokens=self.count(best))
+        text = self._pad(lambda pad: build(best, pad), target)
+        return Prompt(text=text, tokens=self.count(text))
+
+    def _pad_pieces(self) -> tuple[tuple[int, str], ...]:
+        """(tokens on their own, piece), most tokens first; computed once per tokenizer."""
+        if self._pieces is None:
+            costs = {piece: self.count(piece) for piece in PAD_PIECES}
+            ranked = sorted(costs.items(), key=lambda item: (-item[1], PAD_PIECES.index(item[0])))
+            self._pieces = tuple((cost, piece) for piece, cost in ranked if cost > 0)
+        return self._pieces
+
+    def _pad(self, build: Callable[[str], str], target: int) -> str:
+        """Top ``build("")`` up with pieces while it is short of ``target`` tokens.
+
+        A piece is kept only when the whole text, counted again, grows and stays within
+        ``target`` (merges across the seam are counted, not assumed). Words mode needs
+        none: a word is a token there, so the fit is already exact.
+        """
+        pad, count = "", self.count(build(""))
+        while self.exact and count < target:
+            for cost, piece in self._pad_pieces():
+                if cost > target - count:
+                    continue
+                grown = self.count(build(pad + piece))
+                if count < grown <= target:
+                    pad, count = pad + piece, grown
+                    break
+            else:
+                break  # no piece fits: the longest fit stands (the report shows the count)
+        return build(pad)
 
     def load_prompt(self, *, tokens: int, nonce: str, seed: int) -> Prompt:
         """A cold prompt of ``tokens`` tokens: nonce first, then seeded filler words."""
         words = random.Random(seed).choices(FILLER_WORDS, k=4 * tokens + 8)
         prefix = f"[{nonce}]"
-        return self._fit(lambda count: " ".join([prefix, *words[:count]]), tokens)
+        return self._fit(lambda count, pad: " ".join([prefix, *words[:count]]) + pad, tokens)
 
     def needle_prompt(self, *, tokens: int, depth: float, nonce: str, seed: int) -> Prompt:
         """A haystack of ``tokens`` tokens with a passphrase at ``depth`` (0 = start, 1 = end)."""
@@ -117,10 +151,10 @@ class PromptBuilder:
         sentence = f"The secret passphrase is {needle}."
         words = rng.choices(FILLER_WORDS, k=4 * tokens + 8)
 
-        def build(count: int) -> str:
+        def build(count: int, pad: str) -> str:
             cut = round(depth * count)
             body = [*words[:cut], sentence, *words[cut:count]]
-            return " ".join([f"[{nonce}]", *body]) + NIAH_QUESTION
+            return " ".join([f"[{nonce}]", *body]) + pad + NIAH_QUESTION
 
         prompt = self._fit(build, tokens)
         return Prompt(text=prompt.text, tokens=prompt.tokens, needle=needle)

@@ -19,7 +19,9 @@ It may not write: on ``set-baseline`` the operator writes the baseline annotatio
 the figures in the Job's summary, and only when the run passed. The Job's log keeps the
 Markdown report and the JSON report (``--print-json``); the summary (counts, each row's
 verdict, why failed rows failed, the window, the figures) travels back in the pod's
-termination message into ``status.acceptance``.
+termination message into ``status.acceptance``. The model directory is mounted
+read-only, as for the benchmark, so the load's prompts are sized in the model's own
+tokens (``--tokenizer``): the documents' 256 -> 128 is tokens, not words.
 
 Pure: no I/O, no clock. The user's key never appears in the output.
 """
@@ -178,6 +180,7 @@ def acceptance_args(ic: InferenceCluster, *, options: tuple[tuple[str, str], ...
         "--base-url", front_door_url(ic),
         "--model", ic.spec.model.served_name,
         "--api-key-env", BENCH_API_KEY_ENV,
+        "--tokenizer", ic.spec.model.path,
         "--inference-cluster", f"{namespace}/{ic.metadata.name}",
         "--status-summary", TERMINATION_LOG,
         "--output", JSON_REPORT_PATH,
@@ -204,6 +207,7 @@ def render_acceptance_job(
         user=request.user,
         args=tuple(acceptance_args(ic, options=request.options)),
         annotations=annotations,
+        model_mount=True,
         service_account=acceptance_rbac_name(name),
     )
     return render_bench_job(ic, job=job, image=image, generation=generation)

@@ -2,16 +2,17 @@
 
 A mode of ``sparkllm bench`` rather than a command of its own (the product's command set
 stays as it is): it shares the target options (``--base-url``, ``--model``,
-``--api-key-env``, ``--timeout``, ``--output``, ``--markdown``, ``--status-summary``) and
-adds the checklist's own, below. The API key comes from the variable named with
-``--api-key-env``. With ``--inference-cluster NAMESPACE/NAME`` the InferenceCluster's
-status gives rank restarts (before / after the soak and the whole run) and its
-``sparkllm.io/accepted-baseline`` annotation the baseline; ``--set-baseline`` writes this
-run's stress figures there (on request only). ``--baseline FILE`` / ``--write-baseline
-FILE`` do the same with a file; ``--print-json`` prints the JSON report after the
-Markdown (after ``JSON_MARKER``), so a Job's log keeps both reports. Exit status: 0 when
-no row failed, 1 when one did, 2 when the run could not start. "not measured" rows do not
-fail the run, and never read as pass.
+``--api-key-env``, ``--timeout``, ``--tokenizer``, ``--output``, ``--markdown``,
+``--status-summary``) and adds the checklist's own, below. ``--tokenizer DIR`` sizes the
+load's prompts in the model's own tokens (else words, labelled approximate). The API key
+comes from the variable named with ``--api-key-env``. With ``--inference-cluster
+NAMESPACE/NAME`` the InferenceCluster's status gives rank restarts (before / after the soak
+and the whole run) and its ``sparkllm.io/accepted-baseline`` annotation the baseline;
+``--set-baseline`` writes this run's stress figures there (on request only). ``--baseline
+FILE`` / ``--write-baseline FILE`` do the same with a file; ``--print-json`` prints the JSON
+report after the Markdown (after ``JSON_MARKER``), so a Job's log keeps both reports. Exit
+status: 0 when no row failed, 1 when one did, 2 when the run could not start. "not measured"
+rows do not fail the run, and never read as pass.
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ async def _run(args: argparse.Namespace) -> int:
         baseline=baseline,
         tolerances=parse_tolerances(args.tolerance),
         read_status=reader,
+        tokenizer=args.tokenizer,
     )
     run = await run_acceptance(config)
     markdown = report_markdown(run, config)

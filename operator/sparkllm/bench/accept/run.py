@@ -6,6 +6,13 @@ regression compares the stress figures; resource safety covers the whole window,
 once at the end (Prometheus over [start, end], restarts from the InferenceCluster's status
 before and after). Sections can be left out; a left-out section has no rows (the report
 lists which ran), never a pass.
+
+The load's basis is in tokens: with ``tokenizer`` (the model directory, as the Job mounts
+it) every prompt's user text is exactly ``input_tokens`` tokens of the model's own
+tokenizer; without one, words stand in and every basis line says "approximate". Output
+length is forced as bench_serving forces it (``max_tokens`` with ``ignore_eos``), and a
+stress row fails when the server returned fewer output tokens than asked: the basis was
+then not met, whatever the completion count says.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
@@ -49,6 +57,8 @@ class AcceptConfig:
     tolerances: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
     read_status: StatusReader | None = None
     transport: httpx.AsyncBaseTransport | None = None
+    tokenizer: Path | None = None
+    """Directory with the model's ``tokenizer.json``; None: prompts sized in words."""
 
 
 @dataclass(slots=True)
@@ -59,6 +69,8 @@ class AcceptRun:
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
     started: float = 0.0
     ended: float = 0.0
+    token_counting: str = ""
+    """How prompt lengths were counted (``PromptBuilder.counting``)."""
 
     @property
     def passed(self) -> bool:
@@ -80,61 +92,96 @@ async def _functional(client: httpx.AsyncClient, *, config: AcceptConfig, out: T
     return rows
 
 
-def _context(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO) -> LoadContext:
+def _context(
+    client: httpx.AsyncClient, *, config: AcceptConfig, builder: PromptBuilder, out: TextIO
+) -> LoadContext:
     return LoadContext(
         client=client,
         target=config.target,
         sizes=config.sizes,
-        builder=PromptBuilder.from_dir(None),
+        builder=builder,
         nonce=secrets.token_hex(4),
         progress_out=out,
     )
 
 
-def _load_row(name: str, *, metrics: LoadMetrics, basis: str, errors: Sequence[str]) -> Row:
+def token_basis(sizes: LoadSizes, builder: PromptBuilder) -> str:
+    """How the input and output lengths of the load are held, for every load row's basis."""
+    if builder.exact:
+        counted = f"input: {sizes.input_tokens} tokens of user text by the model's tokenizer"
+    else:
+        counted = f"input: {sizes.input_tokens} words standing in for tokens (approximate)"
+    return (
+        f"{counted}, chat template not counted; output: exactly {sizes.output_tokens} tokens "
+        "(max_tokens with ignore_eos, as bench_serving)"
+    )
+
+
+def _load_row(
+    name: str, *, metrics: LoadMetrics, basis: str, errors: Sequence[str], output_tokens: int
+) -> Row:
+    asked = metrics.completed * output_tokens
     ok = metrics.requests > 0 and metrics.completed == metrics.requests
     detail = f"{metrics.completed}/{metrics.requests} completed"
+    if metrics.output_tokens != asked:
+        ok = False
+        detail += (
+            f"; output {metrics.output_tokens} tokens, {asked} asked "
+            f"({output_tokens} per request): the output length was not forced, basis not met"
+        )
     if errors:
         detail += "; errors: " + " | ".join(errors[:3])
     return Row(section="stress", name=name, verdict=verdict(ok), basis=basis, detail=detail)
 
 
 async def _stress(
-    client: httpx.AsyncClient, *, config: AcceptConfig, run: AcceptRun, out: TextIO
+    client: httpx.AsyncClient,
+    *,
+    config: AcceptConfig,
+    run: AcceptRun,
+    builder: PromptBuilder,
+    out: TextIO,
 ) -> None:
     sizes = config.sizes
-    load = _context(client, config=config, out=out)
+    load = _context(client, config=config, builder=builder, out=out)
+    tokens = token_basis(sizes, builder)
     basis = (
         f"{sizes.scale8_requests} requests {sizes.input_tokens} -> {sizes.output_tokens} tokens "
         f"at closed-loop concurrency {sizes.scale8_concurrency}, all must succeed "
-        "(documents: Scale8 120/120)"
+        f"(documents: Scale8 120/120); {tokens}"
     )
     print(f"[accept] Scale8: {basis}", file=out, flush=True)
     scale8 = await run_scale8(load)
-    run.rows.append(
-        _load_row("Scale8", metrics=scale8.metrics, basis=basis, errors=scale8.error_samples)
-    )
+    errors = scale8.error_samples
+    row = _load_row("Scale8", metrics=scale8.metrics, basis=basis, errors=errors,
+                    output_tokens=sizes.output_tokens)  # fmt: skip
+    run.rows.append(row)
     run.figures["scale8"] = scenario_figures(scale8.metrics)
     basis = (
         f"{sizes.arrival_requests} requests {sizes.input_tokens} -> {sizes.output_tokens} tokens, "
         f"Poisson arrivals at {sizes.arrival_rate:g} req/s (documents' suggested starting load: "
-        "<= 0.10 req/s for 256 -> 128; Arrival 160/160), all must succeed"
+        f"<= 0.10 req/s for 256 -> 128; Arrival 160/160), all must succeed; {tokens}"
     )
     print(f"[accept] Arrival: {basis}", file=out, flush=True)
     arrival, errors = await run_arrival(load)
-    run.rows.append(_load_row("Arrival", metrics=arrival, basis=basis, errors=errors))
+    row = _load_row("Arrival", metrics=arrival, basis=basis, errors=errors,
+                    output_tokens=sizes.output_tokens)  # fmt: skip
+    run.rows.append(row)
     run.figures["arrival"] = scenario_figures(arrival)
 
 
-async def _soak(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO) -> list[Row]:
+async def _soak(
+    client: httpx.AsyncClient, *, config: AcceptConfig, builder: PromptBuilder, out: TextIO
+) -> list[Row]:
     sizes = config.sizes
     basis = (
         f"{sizes.soak_seconds:g} s closed loop at concurrency {sizes.soak_concurrency}, "
-        f"{sizes.input_tokens} -> {sizes.output_tokens} tokens: zero errors"
+        f"{sizes.input_tokens} -> {sizes.output_tokens} tokens: zero errors; "
+        f"{token_basis(sizes, builder)}"
     )
     print(f"[accept] soak: {basis}", file=out, flush=True)
     before = restart_count(await _status(config))
-    metrics, errors = await run_soak(_context(client, config=config, out=out))
+    metrics, errors = await run_soak(_context(client, config=config, builder=builder, out=out))
     after = restart_count(await _status(config))
     ok = metrics.requests > 0 and metrics.errors == 0
     detail = f"{metrics.completed}/{metrics.requests} completed"
@@ -150,7 +197,9 @@ async def _soak(client: httpx.AsyncClient, *, config: AcceptConfig, out: TextIO)
 async def run_acceptance(config: AcceptConfig, *, progress_out: TextIO | None = None) -> AcceptRun:
     """Run the configured sections in order; every row says pass, fail or not measured."""
     out = progress_out if progress_out is not None else sys.stderr
-    run = AcceptRun(started=time.time())
+    builder = PromptBuilder.from_dir(config.tokenizer)
+    run = AcceptRun(started=time.time(), token_counting=builder.counting)
+    print(f"[accept] prompt lengths: {builder.counting}", file=out, flush=True)
     status_before = restart_count(await _status(config))
     async with httpx.AsyncClient(
         base_url=config.target.base_url,
@@ -161,9 +210,9 @@ async def run_acceptance(config: AcceptConfig, *, progress_out: TextIO | None = 
         if "functional" in config.sections:
             run.rows.extend(await _functional(client, config=config, out=out))
         if "stress" in config.sections:
-            await _stress(client, config=config, run=run, out=out)
+            await _stress(client, config=config, run=run, builder=builder, out=out)
         if "soak" in config.sections:
-            run.rows.extend(await _soak(client, config=config, out=out))
+            run.rows.extend(await _soak(client, config=config, builder=builder, out=out))
         if "regression" in config.sections:
             run.rows.extend(
                 regression_rows(run.figures, baseline=config.baseline, tolerances=config.tolerances)
