@@ -33,11 +33,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from sparkllm.offline import render_file
+    from sparkllm.offline import STORE_FLAGS, governance_default_from_flags, render_file
 
-    print(
-        render_file(args.file, node_ips=dict(args.node_ip or []), namespace=args.namespace), end=""
+    store = (args.redis_address, args.redis_secret, args.redis_key, args.redis_database)
+    default = governance_default_from_flags(dict(zip(STORE_FLAGS, store, strict=True)))
+    text = render_file(
+        args.file,
+        node_ips=dict(args.node_ip or []),
+        namespace=args.namespace,
+        governance_default=default,
     )
+    print(text, end="")
     return 0
 
 
@@ -89,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NODE=IP",
         help="InternalIP of a node (rank 0's --dist-init-addr); default: the node name",
     )
+    store = render.add_argument_group(
+        "the operator's default governance store (chart values governance.redis.*)"
+    )
+    for flag, dest, metavar, help_text in (
+        ("--governance-redis-address", "redis_address", "HOST:PORT", "used when the spec "
+         "names no store, as the operator does (chart governance.redis.address)"),
+        ("--governance-redis-password-secret", "redis_secret", "SECRET", "the Secret "
+         "holding its password (governance.redis.passwordSecretRef.name)"),
+        ("--governance-redis-password-key", "redis_key", "KEY", "that Secret's key "
+         "(governance.redis.passwordSecretRef.key; default password)"),
+        ("--governance-redis-database", "redis_database", "N", "its database "
+         "(governance.redis.database; default 0)"),
+    ):  # fmt: skip
+        store.add_argument(flag, dest=dest, metavar=metavar, help=help_text)
     render.set_defaults(handler=_render)
 
     for name, module, help_text in (

@@ -15,6 +15,13 @@ runs. The password comes from an environment variable too.
 
     sparkllm usage --redis redis.governance.svc:6379 --redis-password-env REDIS_PASSWORD \\
         --cluster llm/deepseek-v4-flash [--from ...] [--to ...] [--json]
+
+With neither ``--base-url`` nor ``--redis`` it reads the operator's default store (the
+chart's ``governance.redis``), from the same env the operator reads
+(``SPARKLLM_GOVERNANCE_REDIS_*``: set in the operator's pod, so ``kubectl exec`` into it
+works) — the store of every InferenceCluster whose spec names none. Where that env is
+unset it says what to give instead; a password Secret it cannot read (it has no cluster
+access) must be passed through ``--redis-password-env``, and it says so.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
@@ -33,18 +42,20 @@ from sparkllm.gateway.governance import redis_store, usage
 from sparkllm.gateway.governance.usage import table
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway_settings import governance_key_prefix
+from sparkllm.render.governance_default import ADDRESS_ENV, governance_default_from
 
 TIMEOUT_SECONDS = 30.0
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add ``sparkllm usage``'s options to ``parser``."""
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--base-url", help="the gateway's URL, e.g. http://h:8000")
     source.add_argument(
         "--redis",
         metavar="HOST:PORT",
-        help="read the ledger from the shared governance store instead (needs --cluster)",
+        help="read the ledger from the shared governance store instead (needs --cluster); "
+        f"neither: the operator's default store ({ADDRESS_ENV})",
     )
     parser.add_argument(
         "--api-key-env",
@@ -59,7 +70,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--redis-password-env", metavar="VAR", help="with --redis: variable holding its password"
     )
     parser.add_argument(
-        "--redis-database", type=int, default=0, help="with --redis: the database (default 0)"
+        "--redis-database",
+        type=int,
+        default=None,
+        help="with --redis: the database (default 0; the default store's own without --redis)",
     )
     parser.add_argument("--from", dest="day_from", type=date.fromisoformat, help="first UTC day")
     parser.add_argument("--to", dest="day_to", type=date.fromisoformat, help="last UTC day")
@@ -91,11 +105,14 @@ def fetch_usage(
     return report
 
 
-def read_redis_usage(args: argparse.Namespace) -> dict[str, Any]:
-    """The same report, read from the shared store; SparkllmError saying why it failed."""
+def read_redis_usage(args: argparse.Namespace, *, address: str, database: int) -> dict[str, Any]:
+    """The same report, read from the shared store at ``address``; SparkllmError saying why
+    it failed."""
     namespace, _, name = (args.cluster or "").partition("/")
     if not namespace or not name:
-        raise SparkllmError("--redis needs --cluster NAMESPACE/NAME (the InferenceCluster)")
+        raise SparkllmError(
+            "reading the shared store needs --cluster NAMESPACE/NAME (whose ledger)"
+        )
     password = None
     if args.redis_password_env is not None:
         password = os.environ.get(args.redis_password_env)
@@ -111,10 +128,10 @@ def read_redis_usage(args: argparse.Namespace) -> dict[str, Any]:
         raise SparkllmError(days.message)
     try:
         rows = redis_store.read_ledger(
-            args.redis,
+            address,
             password=password,
             key_prefix=governance_key_prefix(namespace, name),
-            database=args.redis_database,
+            database=database,
             day_from=days[0],
             day_to=days[1],
         )
@@ -124,9 +141,34 @@ def read_redis_usage(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def default_store(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, int]:
+    """The address and database of the operator's default store, read from ``environ`` as
+    the operator reads it; SparkllmError saying what to give when it cannot be used."""
+    store = governance_default_from(environ)
+    if store is None:
+        raise SparkllmError(
+            "no ledger to read: give --base-url URL (a gateway; with --api-key-env) or "
+            "--redis HOST:PORT (the shared store; with --cluster). The operator's default "
+            f"store (chart value governance.redis, env {ADDRESS_ENV}) is not set here"
+        )
+    secret = store.password_secret_ref
+    if secret is not None and args.redis_password_env is None:
+        raise SparkllmError(
+            f"the operator's default store at {store.address} needs the password in Secret "
+            f"{secret.name} (key {secret.key}) of the InferenceCluster's namespace: put it "
+            "in an environment variable and give --redis-password-env VAR"
+        )
+    database = store.database if args.redis_database is None else args.redis_database
+    print(f"reading the operator's default store at {store.address}", file=sys.stderr)
+    return store.address, database
+
+
 def run(args: argparse.Namespace) -> int:
     if args.redis is not None:
-        report = read_redis_usage(args)
+        report = read_redis_usage(args, address=args.redis, database=args.redis_database or 0)
+    elif args.base_url is None:
+        address, database = default_store(args, os.environ)
+        report = read_redis_usage(args, address=address, database=database)
     elif args.api_key_env is None:
         raise SparkllmError("--base-url needs --api-key-env (the variable holding a key)")
     else:

@@ -1,6 +1,8 @@
 """The chart's default governance store (values governance.redis, issue 17 item 5): the
-operator's env, parsed once; filled into specs that name no store (the spec wins); seen in
-the rendered gateway and in status.gateway; a bad value is one clear error at start."""
+operator's env, parsed once; handed to decide with the operator's other settings, which
+fills it into specs that name no store (the spec wins); seen in the rendered gateway and
+in status.gateway, which says where the store came from; a bad value is one clear error
+at start."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from typing import Any, cast
 import pytest
 
 from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
+from sparkllm.api.status import InferenceClusterStatus
 from sparkllm.cli import main
 from sparkllm.errors import SparkllmError
 from sparkllm.gateway_settings import env_var_name
+from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.reconciler import ClusterReconciler
 from sparkllm.render.gateway import admission_env
@@ -25,6 +29,7 @@ from sparkllm.render.governance_default import (
     governance_default_from,
     with_governance_default,
 )
+from tests.unit import reconcile_fixtures
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, NOW
 from tests.unit.test_reconcile_shell import Probe, RecordingAPI, serving_objects
 from tests.unit.test_render_gateway import ENGINE_KEY, cluster
@@ -110,9 +115,11 @@ def test_the_default_fills_a_spec_naming_no_store() -> None:
     assert env[ADDRESS]["value"] == "redis.shared.svc:6380"
     assert env[DATABASE]["value"] == "4"
     assert env[PASSWORD]["valueFrom"] == {"secretKeyRef": {"name": "redis-auth", "key": "pw"}}
-    status = gateway_status(ic.spec.gateway)
+    status = gateway_status(ic.spec.gateway, from_default=True)
     assert status["governanceStore"] == "Redis"
+    assert status["storeSource"] == "OperatorDefault"
     assert "redis.shared.svc:6380" in status["message"]
+    assert "the operator's default store" in status["message"]
 
 
 def test_the_specs_store_wins() -> None:
@@ -155,3 +162,53 @@ def test_the_operators_pass_renders_and_reports_the_default() -> None:
     assert admission_of(api.applied)[ADDRESS]["value"] == "redis.shared.svc:6380"
     assert api.status is not None
     assert api.status["gateway"]["governanceStore"] == "Redis"
+    assert api.status["gateway"]["storeSource"] == "OperatorDefault"
+
+
+@pytest.mark.parametrize(
+    ("gateway", "source", "address", "said"),
+    [
+        ({}, "OperatorDefault", "redis.shared.svc:6380", "chart value governance.redis"),
+        (
+            {"governanceStore": {"redis": {"address": "redis.mine.svc"}}},
+            "Spec",
+            "redis.mine.svc",
+            "from spec.gateway.governanceStore.redis",
+        ),
+    ],
+    ids=["default", "spec-wins"],
+)
+def test_decide_acts_on_the_default_and_status_says_where_it_came_from(
+    gateway: dict[str, Any], source: str, address: str, said: str
+) -> None:
+    obj = reconcile_fixtures.cluster(gateway=gateway)
+    observation = reconcile_fixtures.observation(obj)
+    plan = decide(observation, gateway_image=GATEWAY_IMAGE, governance_default=default())
+    assert plan.status is not None
+    status = plan.status["gateway"]
+    assert (status["governanceStore"], status["storeSource"]) == ("Redis", source)
+    assert address in status["message"]
+    assert said in status["message"]
+    InferenceClusterStatus.model_validate(plan.status)  # the CRD's status schema's source
+    assert admission_of(list(plan.apply))[ADDRESS]["value"] == address
+
+
+def test_without_a_default_decide_keeps_state_in_process_and_names_no_source() -> None:
+    plan = decide(
+        reconcile_fixtures.observation(reconcile_fixtures.cluster()), gateway_image=GATEWAY_IMAGE
+    )
+    assert plan.status is not None
+    status = plan.status["gateway"]
+    assert status["governanceStore"] == "InProcess"
+    assert "storeSource" not in status
+    assert "governance.redis" in status["message"]  # says how to keep the state
+    assert ADDRESS not in admission_of(list(plan.apply))
+
+
+def test_the_default_changing_is_a_status_change() -> None:
+    """A settled status is rewritten when the operator's default starts to apply."""
+    settled = reconcile_fixtures.settled(reconcile_fixtures.serving())
+    assert decide(settled, gateway_image=GATEWAY_IMAGE).status is None  # no change, no write
+    moved = decide(settled, gateway_image=GATEWAY_IMAGE, governance_default=default())
+    assert moved.status is not None
+    assert moved.status["gateway"]["storeSource"] == "OperatorDefault"

@@ -118,29 +118,48 @@ class GatewayStatus(ApiModel):
     replicas: int = Field(ge=1, description="replicas is spec.gateway.replicas, as rendered.")
     governance_store: Literal["InProcess", "Redis"] = Field(
         description="governanceStore is where budgets and the usage ledger live: InProcess "
-        "(the gateway's memory) or Redis (spec.gateway.governanceStore.redis)."
+        "(the gateway's memory) or Redis (spec.gateway.governanceStore.redis, or the "
+        "operator's default store)."
+    )
+    store_source: Literal["Spec", "OperatorDefault"] | None = Field(
+        default=None,
+        description="storeSource says who named the Redis: Spec "
+        "(spec.gateway.governanceStore.redis) or OperatorDefault (the operator's default "
+        "store, the chart value governance.redis, used because the spec names none). "
+        "Unset with InProcess.",
     )
     message: Annotated[str, StringConstraints(max_length=1024)] = Field(
         description="message says what that means for budgets and the ledger."
     )
 
 
-def gateway_status(gateway: GatewaySpec) -> dict[str, Any]:
-    """``status.gateway`` for ``gateway``: where governance state lives, said plainly."""
+def gateway_status(gateway: GatewaySpec, *, from_default: bool = False) -> dict[str, Any]:
+    """``status.gateway`` for ``gateway`` (as the operator acts on it: with its default
+    store filled in, ``from_default`` then True): where governance state lives, said
+    plainly, and who named the store."""
     redis = gateway.governance_store.redis
     if redis is None:
-        store = "InProcess"
         message = (
             "governance state in the gateway process: budgets and the usage ledger are lost "
-            "when the gateway restarts (set spec.gateway.governanceStore.redis to keep them)"
+            "when the gateway restarts (set spec.gateway.governanceStore.redis, or the "
+            "operator's default store, chart value governance.redis, to keep them)"
         )
-    else:
-        store = "Redis"
-        message = (
-            f"governance state in Redis at {redis.address}: budgets and the usage ledger are "
-            f"shared by the {gateway.replicas} gateway replica(s) and survive restarts"
-        )
-    return {"replicas": gateway.replicas, "governanceStore": store, "message": message}
+        return {"replicas": gateway.replicas, "governanceStore": "InProcess", "message": message}
+    named = (
+        "the operator's default store (chart value governance.redis), as the spec names none"
+        if from_default
+        else "spec.gateway.governanceStore.redis"
+    )
+    message = (
+        f"governance state in Redis at {redis.address}, from {named}: budgets and the usage "
+        f"ledger are shared by the {gateway.replicas} gateway replica(s) and survive restarts"
+    )
+    return {
+        "replicas": gateway.replicas,
+        "governanceStore": "Redis",
+        "storeSource": "OperatorDefault" if from_default else "Spec",
+        "message": message,
+    }
 
 
 __all__ = [

@@ -198,7 +198,8 @@ class InferenceClusterStatus(ApiModel):
     gateway: GatewayStatus | None = Field(
         default=None,
         description="gateway is the front door's replicas and where their governance state "
-        "(budgets, the usage ledger) lives: InProcess or Redis.",
+        "(budgets, the usage ledger) lives: InProcess or Redis, and who named the Redis "
+        "(the spec or the operator's default store).",
     )
     benchmark: dict[str, Any] | None = Field(
         default=None,

@@ -6,6 +6,8 @@ what one pass read, so it is tested as a table of observations without a cluster
 ``sparkllm render`` prints what the operator would apply by calling this same function
 on a fresh observation. No I/O, no clock (``observation.now``), no metrics (the plan
 lists the increments), no randomness (the generated key is named, ``execute`` makes it).
+The operator's settings come in as arguments: the gateway image, and the default
+governance store (the chart's ``governance.redis``) acted on for a spec that names none.
 It reads as a list of steps: refuse what cannot be acted on, the engine key, the
 replicas, the proofs, the benchmark, the drain, then the status and the annotations.
 """
@@ -18,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sparkllm.api import ConditionType, InferenceCluster, Phase, Reason
-from sparkllm.api.governance_store import GatewaySpec, gateway_status
+from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
 from sparkllm.errors import SpecError
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
@@ -46,18 +48,28 @@ from sparkllm.reconcile.status import (
     derive_status,
     progressing_verdict,
 )
+from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
 from sparkllm.render.placement import node_holders
 
 
-def decide(observation: Observation, *, gateway_image: str) -> Plan:
-    """Every write of this pass, and when to look again."""
+def decide(
+    observation: Observation,
+    *,
+    gateway_image: str,
+    governance_default: RedisStoreSpec | None = None,
+) -> Plan:
+    """Every write of this pass, and when to look again; ``governance_default`` is the
+    store acted on when the spec names none (the spec wins)."""
     obj, ic = observation.obj, observation.ic
     if obj is None:
         return Plan()  # gone: garbage collection removes what it owned
     generation = int(obj["metadata"].get("generation") or 0)
     if ic is None:
         return _blocked(observation, obj, observation.spec_error or "invalid spec")
+    from_default = governance_default is not None and ic.spec.gateway.governance_store.redis is None
+    ic = with_governance_default(ic, governance_default)
+    gateway = gateway_status(ic.spec.gateway, from_default=from_default)
     try:
         capacity, fits = capacity_condition(ic.spec, generation=generation)
         if not fits:
@@ -65,7 +77,9 @@ def decide(observation: Observation, *, gateway_image: str) -> Plan:
             return _blocked(
                 observation, obj, message, reason=Reason.CAPACITY_EXCEEDED, extra=(capacity,)
             )
-        return _act(observation, obj, ic, capacity=capacity, gateway_image=gateway_image)
+        return _act(
+            observation, obj, ic, capacity=capacity, gateway_image=gateway_image, gateway=gateway
+        )
     except SpecError as exc:  # valid, but cannot be realised (rendered, planned)
         return _blocked(observation, obj, str(exc))
 
@@ -77,8 +91,9 @@ def _act(
     *,
     capacity: JSON,
     gateway_image: str,
+    gateway: JSON,
 ) -> Plan:
-    """The pass of a valid spec whose memory plan fits."""
+    """The pass of a valid spec whose memory plan fits (``gateway``: its status.gateway)."""
     observed, now = observation.observed, observation.now
     previous: Mapping[str, Any] = obj.get("status") or {}
     generation = int(obj["metadata"].get("generation") or 0)
@@ -134,9 +149,7 @@ def _act(
         prune=owned.to_prune(
             replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed
         ),
-        status=_status(
-            proven, previous, now, network=net_status, gateway=ic.spec.gateway, runs=runs
-        ),
+        status=_status(proven, previous, now, network=net_status, gateway=gateway, runs=runs),
         events=tuple(events),
         annotations=_consumed(obj, runs),
         replica_phases=tuple(r.phase for r in report.replicas),
@@ -248,7 +261,7 @@ def _status(
     now: datetime,
     *,
     network: JSON | None = None,
-    gateway: GatewaySpec | None = None,
+    gateway: JSON | None = None,
     runs: tuple[BenchmarkOutcome, ...],
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write)."""
@@ -256,7 +269,7 @@ def _status(
     if network is not None:
         status["network"] = network  # the network preflight's findings and measurements
     if gateway is not None:
-        status["gateway"] = gateway_status(gateway)  # where governance state lives
+        status["gateway"] = gateway  # where governance state lives, and who said so
     # status.benchmark and status.acceptance are written by their steps; every status
     # write carries them (server-side apply drops a field our manager stops sending).
     for run in runs:

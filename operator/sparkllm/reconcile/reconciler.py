@@ -7,14 +7,14 @@ including a half-finished restart left by an operator that died. It is three ste
 returns the plan of every write, and ``execute.execute`` makes them. A pass with nothing
 to do plans, and so makes, no write. This module holds what lives between passes: the
 API client, the engine readers (whose ``/get_server_info`` verdicts are cached per
-restart generation), the clock, the gateway image, and the default governance store
-(the chart's ``governance.redis``), filled into each spec that names none before decide.
+restart generation), the clock, and the operator's settings decide is given: the
+gateway image and the default governance store (the chart's ``governance.redis``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sparkllm.api.governance_store import RedisStoreSpec
@@ -25,7 +25,6 @@ from sparkllm.reconcile.kube import KubeAPI, kind_of
 from sparkllm.reconcile.observation import Engines, Key, observe
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
-from sparkllm.render.governance_default import with_governance_default
 
 
 def utcnow() -> datetime:
@@ -64,10 +63,11 @@ class ClusterReconciler:
     async def reconcile(self, key: Key) -> PassOutcome:
         engines = Engines(config_probe=self.config_probe, running_requests=self.running_requests)
         observation = await observe(self.api, key, engines=engines, clock=self.clock)
-        if observation.ic is not None:  # the spec's store wins over the chart's default
-            ic = with_governance_default(observation.ic, self.governance_default)
-            observation = replace(observation, ic=ic)
-        plan = decide(observation, gateway_image=self.gateway_image)
+        plan = decide(
+            observation,
+            gateway_image=self.gateway_image,
+            governance_default=self.governance_default,
+        )
         await execute(self.api, plan, clock=self.clock)
         return PassOutcome(
             retry_after=plan.retry_after,

@@ -3,10 +3,13 @@
 Why: an administrator who runs one Redis for every InferenceCluster should not have to
 repeat its address and password Secret in each spec (issue 17). The chart puts the values
 in the operator's env (``SPARKLLM_GOVERNANCE_REDIS_*``, like ``SPARKLLM_IMAGE`` for the
-gateway image); the operator reads them once at start and, for every InferenceCluster
-whose ``spec.gateway.governanceStore.redis`` is unset, acts as if the spec named them —
-the rendered gateway, and ``status.gateway`` (which then says Redis). The spec wins when
-it names a store.
+gateway image); the operator reads them once at start and hands them to ``decide`` with
+its other settings. For every InferenceCluster whose ``spec.gateway.governanceStore.redis``
+is unset, decide acts as if the spec named them — the rendered gateway, and
+``status.gateway`` (which then says Redis, from the operator's default). The spec wins
+when it names a store. ``sparkllm render`` takes the same values as flags and calls the
+same decide, so it prints what the operator applies; ``sparkllm usage`` reads the same
+env when it runs where the operator does.
 
 The password Secret is read by the gateway pod through ``secretKeyRef``, so it must exist
 in each InferenceCluster's own namespace (a pod cannot read another namespace's Secret).
@@ -31,31 +34,40 @@ ADDRESS_ENV: Final = "SPARKLLM_GOVERNANCE_REDIS_ADDRESS"
 PASSWORD_SECRET_ENV: Final = "SPARKLLM_GOVERNANCE_REDIS_PASSWORD_SECRET"
 PASSWORD_KEY_ENV: Final = "SPARKLLM_GOVERNANCE_REDIS_PASSWORD_KEY"
 DATABASE_ENV: Final = "SPARKLLM_GOVERNANCE_REDIS_DATABASE"
+ENV_NAMES: Final = (ADDRESS_ENV, PASSWORD_SECRET_ENV, PASSWORD_KEY_ENV, DATABASE_ENV)
 
 
-def governance_default_from(environ: Mapping[str, str]) -> RedisStoreSpec | None:
-    """The default store from the operator's env, or None when no address is set.
+def governance_default(
+    values: Mapping[str, str], *, names: tuple[str, str, str, str], where: str
+) -> RedisStoreSpec | None:
+    """The default store from ``values`` keyed by ``names`` (address, password Secret,
+    its key, database), or None when the address is empty.
 
-    Raises SparkllmError naming the variable when a value is not what the spec accepts
-    (the chart's schema refuses the same values at ``helm install``).
+    Raises SparkllmError naming ``where`` and the names when a value is not what the spec
+    accepts (the chart's schema refuses the same values at ``helm install``).
     """
-    address = environ.get(ADDRESS_ENV, "").strip()
+    address_name, secret_name, key_name, database_name = names
+    address = values.get(address_name, "").strip()
     if not address:
         return None
     fields: dict[str, object] = {"address": address}
-    secret = environ.get(PASSWORD_SECRET_ENV, "").strip()
+    secret = values.get(secret_name, "").strip()
     try:
         if secret:
-            key = environ.get(PASSWORD_KEY_ENV, "").strip() or "password"
+            key = values.get(key_name, "").strip() or "password"
             fields["password_secret_ref"] = RedisPasswordReference(name=secret, key=key)
-        database = environ.get(DATABASE_ENV, "").strip()
+        database = values.get(database_name, "").strip()
         if database:
             fields["database"] = int(database)
         return RedisStoreSpec.model_validate(fields)
     except (ValidationError, ValueError) as exc:
-        names = f"{ADDRESS_ENV}, {PASSWORD_SECRET_ENV}, {PASSWORD_KEY_ENV}, {DATABASE_ENV}"
-        message = f"the default governance store in the operator's env ({names}) is invalid"
+        message = f"the default governance store {where} ({', '.join(names)}) is invalid"
         raise SparkllmError(f"{message}: {exc}") from exc
+
+
+def governance_default_from(environ: Mapping[str, str]) -> RedisStoreSpec | None:
+    """The default store from the operator's env, or None when no address is set."""
+    return governance_default(environ, names=ENV_NAMES, where="in the operator's env")
 
 
 def with_governance_default(
@@ -76,8 +88,10 @@ def with_governance_default(
 __all__ = [
     "ADDRESS_ENV",
     "DATABASE_ENV",
+    "ENV_NAMES",
     "PASSWORD_KEY_ENV",
     "PASSWORD_SECRET_ENV",
+    "governance_default",
     "governance_default_from",
     "with_governance_default",
 ]
