@@ -38,8 +38,7 @@ from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.network_proof import network_report, network_verdict
 from sparkllm.reconcile.observation import ConfigResult, Observation
 from sparkllm.reconcile.observe import unschedulable
-from sparkllm.reconcile.proofs import capacity_condition, config_condition
-from sparkllm.reconcile.replicas import model_verdict
+from sparkllm.reconcile.proofs import capacity_condition, config_condition, model_verdict
 from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
 from sparkllm.reconcile.status import (
     ClusterReport,

@@ -6,7 +6,7 @@ per-node findings of ``verify-network`` and, when the replica measures its bandw
 pods' termination messages, into one verdict: a node's error is final at once and named
 (node, check, message, the measured Gb/s against the threshold); otherwise the verdict
 waits for every rank the StatefulSets ask for. In gate mode a failed verdict is kept
-like a model mismatch (replicas.py). Pure: pods in, condition and status out.
+like a model mismatch (proofs.py). Pure: pods in, condition and status out.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from sparkllm.api import LABEL_REPLICA, ConditionType, InferenceCluster, Reason
 from sparkllm.api.network_status import MAX_FINDINGS
 from sparkllm.preflight.bandwidth import MIB, BandwidthResult, result_from_json
 from sparkllm.preflight.findings import Check, Finding, Severity, failed, from_json, summarize
-from sparkllm.reconcile.proofs import _verify_message
-from sparkllm.reconcile.replicas import Observed, _keep_failed, _rank_pods
+from sparkllm.reconcile.proofs import init_container_result, keep_failed, rank_pods
+from sparkllm.reconcile.replicas import Observed
 from sparkllm.reconcile.status import condition
 from sparkllm.render.network_preflight import BANDWIDTH_CONTAINER, NETWORK_CONTAINER
 
@@ -42,7 +42,7 @@ def _unreadable(node: str, container: str, code: int | None, message: str) -> Fi
 def _network_findings(pod: Mapping[str, Any]) -> list[Finding] | None:
     """The verify-network findings of one rank pod; None while its check has not ended."""
     node = _node(pod)
-    message, code = _verify_message(pod, NETWORK_CONTAINER)
+    message, code = init_container_result(pod, NETWORK_CONTAINER)
     if not message and code in (None, 0):
         return None  # not ended, or ended without writing (kwok's stand-in status)
     message = message or ""
@@ -61,7 +61,7 @@ def _bandwidth(pod: Mapping[str, Any]) -> BandwidthResult | Finding | None:
     """verify-bandwidth's result (findings on the pod's node), a finding when it left
     none, or None while it has not ended."""
     node = _node(pod)
-    message, code = _verify_message(pod, BANDWIDTH_CONTAINER)
+    message, code = init_container_result(pod, BANDWIDTH_CONTAINER)
     if message is None and code is None:
         return None
     message = message or ""
@@ -191,11 +191,11 @@ def network_verdict(
     mode = ic.spec.network.preflight.mode
     if mode == "off":
         return None
-    engine_pods, expected = _rank_pods(observed)
+    engine_pods, expected = rank_pods(observed)
     network = network_condition(engine_pods, generation=generation, expected=expected)
     if mode != "gate":
         return network
-    return _keep_failed(
+    return keep_failed(
         network, previous_status, ConditionType.NETWORK_VERIFIED, generation=generation, force=force
     )
 
@@ -210,7 +210,7 @@ def network_report(
     """
     if ic.spec.network.preflight.mode == "off":
         return None
-    engine_pods, _ = _rank_pods(observed)
+    engine_pods, _ = rank_pods(observed)
     report = network_status(engine_pods)
     previous = previous_status.get("network")
     if verdict["status"] == "False" and not report["findings"] and previous:

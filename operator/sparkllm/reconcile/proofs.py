@@ -6,6 +6,13 @@ These conditions say so. Capacity and model checks are pure functions of the spe
 the pods' status; the config check reads rank 0's ``/get_server_info`` (network I/O, done
 by the observe step) once per replica generation and spec generation, and never copies
 the ``api_key`` it returns anywhere. ``decide`` turns the results into conditions.
+
+The rules every rank-pod proof shares live here too, and NetworkVerified
+(network_proof.py) uses them: a rank pod's result is its init container's termination
+message (``init_container_result``), the verdict waits for every rank the StatefulSets
+ask for (``rank_pods``), and a failed verdict of this spec generation outlives the pods
+that reported it (``keep_failed``; ``model_verdict``), so a stopped replica does not
+start again on bad files or a failed network.
 """
 
 from __future__ import annotations
@@ -16,11 +23,12 @@ from typing import Any
 
 import httpx
 
-from sparkllm.api import ConditionType, InferenceClusterSpec, Reason
+from sparkllm.api import LABEL_RANK, ConditionType, InferenceClusterSpec, Reason
 from sparkllm.configcheck import Mismatch, compare_server_info, describe_mismatches
 from sparkllm.integrity import ModelSummary, compare_rank_summaries
 from sparkllm.integrity.summary import SummaryError
 from sparkllm.plan import plan_capacity
+from sparkllm.reconcile.replicas import Observed, label
 from sparkllm.reconcile.status import condition
 from sparkllm.render.ranks import VERIFY_CONTAINER
 
@@ -47,10 +55,11 @@ def capacity_condition(spec: InferenceClusterSpec, *, generation: int) -> tuple[
     ), plan.fits
 
 
-def _verify_message(
+def init_container_result(
     pod: Mapping[str, Any], container: str = VERIFY_CONTAINER
 ) -> tuple[str | None, int | None]:
-    """An init container's (verify-model's) termination message and exit code, if it ended."""
+    """An init container's termination message and exit code, if it ended (verify-model's
+    by default; network_proof.py reads the network preflight's the same way)."""
     for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
         if status.get("name") != container:
             continue
@@ -73,7 +82,7 @@ def model_condition(
     pending = max(0, expected - len(pods))  # ranks still checking, or not made yet
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName") or pod["metadata"]["name"]
-        message, code = _verify_message(pod)
+        message, code = init_container_result(pod)
         if not message:
             pending += 1
             continue
@@ -111,6 +120,58 @@ def model_condition(
         message=f"{len(summaries)} ranks agree: {first.files} files, "
         f"{first.total_bytes / 1e9:.2f} GB, {first.shards} shards ({first.mode})",
         generation=generation,
+    )
+
+
+def rank_pods(observed: Observed) -> tuple[list[JSON], int]:
+    """The engine pods seen, and how many rank pods the StatefulSets ask for."""
+    engine_pods = [p for p in observed.pods if label(p, LABEL_RANK) is not None]
+    expected = sum(
+        int(s["spec"].get("replicas", 1))
+        for s in observed.statefulsets
+        if label(s, LABEL_RANK) is not None
+    )
+    return engine_pods, expected
+
+
+def keep_failed(
+    now: JSON,
+    previous_status: Mapping[str, Any],
+    kind: ConditionType,
+    *,
+    generation: int,
+    force: bool,
+) -> JSON:
+    """``now``, unless it is Unknown and this generation's previous verdict was False."""
+    previous = next(
+        (c for c in previous_status.get("conditions") or [] if c.get("type") == kind.value),
+        None,
+    )
+    if (
+        now["status"] == "Unknown"
+        and previous is not None
+        and previous.get("status") == "False"
+        and previous.get("observedGeneration") == generation
+        and not force
+    ):
+        keys = ("type", "status", "reason", "message", "observedGeneration")
+        return {k: previous[k] for k in keys}
+    return now
+
+
+def model_verdict(
+    observed: Observed, previous_status: Mapping[str, Any], *, generation: int, force: bool
+) -> JSON:
+    """ModelVerified now; a failed verdict of this spec generation outlives its pods.
+
+    When the ranks' copies disagree the replica is stopped, and the init containers'
+    messages go with the pods; the verdict is kept until the spec changes or a restart
+    is requested, so the replica does not start again on bad files.
+    """
+    engine_pods, expected = rank_pods(observed)
+    model = model_condition(engine_pods, generation=generation, expected=expected)
+    return keep_failed(
+        model, previous_status, ConditionType.MODEL_VERIFIED, generation=generation, force=force
     )
 
 

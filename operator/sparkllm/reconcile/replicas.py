@@ -2,8 +2,8 @@
 
 Part of ``decide``: everything a pass decides about one replica is a function of its
 inputs (no API, no clock, no metrics) — observe and execute do the I/O and the counting,
-this module reasons. It also holds ``Observed`` (the objects and nodes a pass read) and
-the ModelVerified verdict that must outlive the pods it came from.
+this module reasons. It also holds ``Observed`` (the objects and nodes a pass read). The
+ModelVerified verdict, which must outlive the pods it came from, is proofs.py's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from sparkllm.api import (
     ENGINE_HTTP_PORT,
     LABEL_RANK,
     LABEL_REPLICA,
-    ConditionType,
     InferenceCluster,
     Phase,
     Reason,
@@ -26,7 +25,6 @@ from sparkllm.api import (
 from sparkllm.reconcile.events import PendingEvent
 from sparkllm.reconcile.hang import unready_since
 from sparkllm.reconcile.observe import ReplicaState, observe_replica, pods_by_rank
-from sparkllm.reconcile.proofs import model_condition
 from sparkllm.reconcile.restarts import (
     FORCE_CAUSE,
     Action,
@@ -304,58 +302,6 @@ def transition_events(
     if decision.node_down and decision.action is not Action.STOP:
         return (PendingEvent(True, Reason.NODE_NOT_READY, f"replica {index}: {decision.message}"),)
     return ()
-
-
-def _rank_pods(observed: Observed) -> tuple[list[JSON], int]:
-    """The engine pods seen, and how many rank pods the StatefulSets ask for."""
-    engine_pods = [p for p in observed.pods if label(p, LABEL_RANK) is not None]
-    expected = sum(
-        int(s["spec"].get("replicas", 1))
-        for s in observed.statefulsets
-        if label(s, LABEL_RANK) is not None
-    )
-    return engine_pods, expected
-
-
-def _keep_failed(
-    now: JSON,
-    previous_status: Mapping[str, Any],
-    kind: ConditionType,
-    *,
-    generation: int,
-    force: bool,
-) -> JSON:
-    """``now``, unless it is Unknown and this generation's previous verdict was False."""
-    previous = next(
-        (c for c in previous_status.get("conditions") or [] if c.get("type") == kind.value),
-        None,
-    )
-    if (
-        now["status"] == "Unknown"
-        and previous is not None
-        and previous.get("status") == "False"
-        and previous.get("observedGeneration") == generation
-        and not force
-    ):
-        keys = ("type", "status", "reason", "message", "observedGeneration")
-        return {k: previous[k] for k in keys}
-    return now
-
-
-def model_verdict(
-    observed: Observed, previous_status: Mapping[str, Any], *, generation: int, force: bool
-) -> JSON:
-    """ModelVerified now; a failed verdict of this spec generation outlives its pods.
-
-    When the ranks' copies disagree the replica is stopped, and the init containers'
-    messages go with the pods; the verdict is kept until the spec changes or a restart
-    is requested, so the replica does not start again on bad files.
-    """
-    engine_pods, expected = _rank_pods(observed)
-    model = model_condition(engine_pods, generation=generation, expected=expected)
-    return _keep_failed(
-        model, previous_status, ConditionType.MODEL_VERIFIED, generation=generation, force=force
-    )
 
 
 def cause_class(cause: str) -> str:
