@@ -60,6 +60,8 @@ class Reason(StrEnum):
     BENCHMARK_FAILED = "BenchmarkFailed"  # Event: the benchmark job failed
     ACCEPTANCE_PASSED = "AcceptancePassed"  # Event: no checklist row failed (status.acceptance)
     ACCEPTANCE_FAILED = "AcceptanceFailed"  # Event: a row failed, or the run could not run
+    BENCHMARK_WAITING = "BenchmarkWaiting"  # Event: a benchmark waits for an acceptance run
+    ACCEPTANCE_WAITING = "AcceptanceWaiting"  # Event: an acceptance run waits for a benchmark
 
     # --- dependencies -------------------------------------------------------------------
     SECRET_MISSING = "SecretMissing"  # a referenced Secret or key does not exist

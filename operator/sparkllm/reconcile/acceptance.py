@@ -11,7 +11,9 @@ is ``sparkllm.io/acceptance=<user>`` (``render.acceptance``), the Job runs
 - on ``sparkllm.io/acceptance-set-baseline=true``, the operator — not the Job, which may
   only read — writes the accepted baseline annotation from the figures in the summary,
   only when the run passed, and says in status which it did; the flag is consumed with
-  the request, so a later run does not silently re-baseline.
+  the request, so a later run does not silently re-baseline;
+- its rival is the benchmark: a request waits while a benchmark Job has not finished,
+  and a benchmark asked for in the same pass goes first (``reconcile.run_exclusion``).
 
 Pure, like the benchmark's decision: times come from the objects, never the clock.
 """
@@ -27,6 +29,7 @@ from typing import Any, Final
 from sparkllm.api import InferenceCluster, Reason
 from sparkllm.bench.accept.regression import BASELINE_ANNOTATION, make_baseline
 from sparkllm.reconcile.benchmark import (
+    BENCHMARK_RIVAL,
     Requested,
     StepKind,
     decide_on_demand,
@@ -74,6 +77,7 @@ ACCEPTANCE: Final = OnDemand(
     failed=Reason.ACCEPTANCE_FAILED,
     problems=acceptance_problems,
     describe=describe_acceptance,
+    waiting=Reason.ACCEPTANCE_WAITING,
 )
 
 
@@ -120,6 +124,7 @@ ACCEPTANCE_STEP: Final = StepKind(
     status_field=STATUS_FIELD,
     selector=acceptance_selector,
     request=_acceptance_request,
+    rivals=(BENCHMARK_RIVAL,),
 )
 
 

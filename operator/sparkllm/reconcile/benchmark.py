@@ -1,13 +1,14 @@
 """Runs on demand, as a reconcile step: request annotation -> Job -> status.
 
 Two kinds share it (``StepKind``): the benchmark (here) and the acceptance checklist
-(``reconcile.acceptance``). ``read_on_demand`` (observe) reads what the pure decision
-(``benchmark_plan``) needs — the kind's Jobs and their pods, and, only when a Job may be
-created, the names of the users' keys. ``decide_on_demand`` (pure) turns that into the
-objects to create (the Job, after what it needs) or Jobs to delete, the new
-``status.<field>``, the Events to post, and the annotations to remove (the request) or
-set (an accepted baseline); ``execute`` writes them within the pass's one status write,
-Events at the end, so this step adds no write of its own when nothing changed.
+(``reconcile.acceptance``), each the other's rival: a request of one waits while the other
+has a Job that has not finished (``reconcile.run_exclusion``). ``read_on_demand`` (observe)
+reads what the pure decision (``benchmark_plan``) needs — the kind's Jobs and their pods,
+and, only when a Job may be created, the names of the users' keys. ``decide_on_demand``
+(pure) turns that into the objects to create (the Job, after what it needs) or Jobs to
+delete, the new ``status.<field>``, the Events to post, and the annotations to remove (the
+request) or set (an accepted baseline); ``execute`` writes them within the pass's one status
+write, Events at the end, so this step adds no write of its own when nothing changed.
 
 Why create instead of apply: a benchmark Job runs once and is never updated (its pod
 template is immutable); its name is deterministic, so ``create`` answering 409 means
@@ -40,7 +41,10 @@ from sparkllm.reconcile.benchmark_plan import (
 )
 from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.owned import JOB, POD, SECRET
+from sparkllm.reconcile.run_exclusion import Rival, rival_active, rival_wait
+from sparkllm.render.acceptance import ANNOTATION_ACCEPTANCE, acceptance_selector
 from sparkllm.render.benchmark import (
+    ANNOTATION_BENCHMARK,
     benchmark_job_name,
     benchmark_selector,
     parse_benchmark_request,
@@ -81,6 +85,9 @@ class BenchmarkSeen:
     jobs: Mapping[str, JobResult] = field(default_factory=dict)
     user_keys: frozenset[str] | None = None
     """Keys of the users' Secret, read only when a Job may be created; None: missing."""
+    rival_jobs: Mapping[str, Mapping[str, JobResult]] = field(default_factory=dict)
+    """The rivals' Jobs by name, by rival noun; read only when a Job may be created and
+    the rival is active (its request on the object, or its status in flight)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,8 @@ class StepKind:
     """Cluster name -> the label selector of its Jobs and their pods."""
     request: Callable[[InferenceCluster, Mapping[str, Any]], Requested | None]
     """The request on the object (SpecError: invalid)."""
+    rivals: tuple[Rival, ...] = ()
+    """Runs this one must not overlap: it waits while one of theirs is unfinished."""
 
 
 def _benchmark_request(ic: InferenceCluster, obj: Mapping[str, Any]) -> Requested | None:
@@ -132,7 +141,23 @@ BENCHMARK_STEP: Final = StepKind(
     status_field="benchmark",
     selector=benchmark_selector,
     request=_benchmark_request,
+    rivals=(
+        Rival(
+            noun="acceptance",
+            selector=acceptance_selector,
+            status_field="acceptance",
+            annotation=ANNOTATION_ACCEPTANCE,
+        ),
+    ),
 )
+BENCHMARK_RIVAL: Final = Rival(
+    noun="benchmark",
+    selector=benchmark_selector,
+    status_field="benchmark",
+    annotation=ANNOTATION_BENCHMARK,
+    goes_first=_benchmark_request,
+)
+"""The benchmark as the acceptance's rival: a benchmark asked for in the same pass goes first."""
 
 
 async def read_on_demand(
@@ -151,7 +176,12 @@ async def read_on_demand(
     name = ic.spec.admission.api_keys_secret_ref.name
     secret = await api.get(SECRET, name, ic.metadata.namespace or "default")
     keys = None if secret is None else frozenset((secret.get("data") or {}).keys())
-    return BenchmarkSeen(jobs=jobs, user_keys=keys)
+    rivals = {
+        rival.noun: await _job_results(api, ic, selector=rival.selector(ic.metadata.name))
+        for rival in kind.rivals
+        if rival_active(rival, obj)
+    }
+    return BenchmarkSeen(jobs=jobs, user_keys=keys, rival_jobs=rivals)
 
 
 async def read_benchmark(
@@ -208,9 +238,10 @@ def decide_on_demand(
         return _outcome(kind, rejected, request=None, previous=previous)
     if request is None and not in_flight(previous):
         return BenchmarkOutcome(status_field=kind.status_field)
-    key_problem = None
+    key_problem = wait_for = None
     if request is not None and request.job not in seen.jobs and ready:
         key_problem = _user_key_problem(ic, seen.user_keys, request.user)
+        wait_for = rival_wait(kind.rivals, ic=ic, obj=obj, jobs=seen.rival_jobs)
     plan = plan_benchmark(
         request=request,
         wanted=None if request is None else request.job,
@@ -220,6 +251,7 @@ def decide_on_demand(
         key_problem=key_problem,
         now=now,
         kind=kind.plan,
+        wait_for=wait_for,
     )
     namespace = ic.metadata.namespace or "default"
     delete = tuple(
@@ -274,6 +306,7 @@ def decide_benchmark(
 
 
 __all__ = [
+    "BENCHMARK_RIVAL",
     "BENCHMARK_STEP",
     "BenchmarkOutcome",
     "BenchmarkSeen",

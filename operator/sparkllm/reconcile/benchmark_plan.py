@@ -9,6 +9,9 @@ with plain asserts:
 - request, Job running: status ``Running``; any other unfinished benchmark Job of the
   cluster is superseded (another request, or an older spec generation) and deleted —
   two benchmarks at once would measure each other.
+- request, Job absent, while a run of the other kind (acceptance <-> benchmark) has a
+  Job that has not finished: status ``Waiting`` naming it, one Normal Event; it starts
+  by itself when that one ends (``reconcile.run_exclusion`` says what it waits for).
 - request, Job finished (succeeded, or failed: ``sparkllm bench`` exits 1 when a
   scenario did not pass): the summary from the pod's termination message goes into
   status (``Succeeded``/``Failed``) with ``BenchmarkCompleted``/``BenchmarkFailed``, and
@@ -102,6 +105,8 @@ class OnDemand:
     """Why a summary did not pass."""
     describe: Callable[[Mapping[str, Any]], str]
     """A passed summary in one line, for the Event."""
+    waiting: Reason
+    """The Normal Event when a request waits for a run of the other kind."""
 
 
 def _ts(moment: datetime) -> str:
@@ -193,12 +198,14 @@ def plan_benchmark(
     key_problem: str | None,
     now: datetime,
     kind: OnDemand | None = None,
+    wait_for: str | None = None,
 ) -> BenchmarkPlan:
     """What to do this pass; pure. ``wanted`` is the request's Job name.
 
     ``key_problem`` says why the user's key cannot be used (Secret or key missing); it
-    is only looked at when a Job would be created. Events come only with a status that
-    differs from ``previous`` (transitions), so a repeated pass posts nothing.
+    is only looked at when a Job would be created, as is ``wait_for``: the run of the
+    other kind this one must not overlap (None: nothing). Events come only with a status
+    that differs from ``previous`` (transitions), so a repeated pass posts nothing.
     """
     previous, kind = previous or {}, kind or BENCHMARK
     if request is None or wanted is None:
@@ -217,6 +224,7 @@ def plan_benchmark(
                 ready=ready,
                 key_problem=key_problem,
                 now=now,
+                wait_for=wait_for,
             ),
             delete=superseded,
         )
@@ -235,6 +243,7 @@ def _requested(
     ready: bool,
     key_problem: str | None,
     now: datetime,
+    wait_for: str | None,
 ) -> BenchmarkPlan:
     result = jobs.get(wanted)
     if result is not None and result.finished:
@@ -264,7 +273,16 @@ def _requested(
             events=(BenchmarkEvent(True, kind.failed, message),),
             remove_annotation=True,
         )
+    if wait_for is not None:
+        return _waiting_for_rival(wanted, user, wait_for, kind=kind)
     return BenchmarkPlan(status=_running(wanted, user, _ts(now)), create=True)
+
+
+def _waiting_for_rival(wanted: str, user: str, rival: str, *, kind: OnDemand) -> BenchmarkPlan:
+    why = "two runs at once would measure each other; this one starts when that one ends"
+    status = _waiting(wanted, user, f"{rival}: {why}")
+    message = f"{kind.noun} Job {wanted} (user {user}) waits for {rival}: {why}"
+    return BenchmarkPlan(status=status, events=(BenchmarkEvent(False, kind.waiting, message),))
 
 
 def _withdrawn(
@@ -319,6 +337,7 @@ BENCHMARK: Final = OnDemand(
     failed=Reason.BENCHMARK_FAILED,
     problems=summary_problems,
     describe=describe_summary,
+    waiting=Reason.BENCHMARK_WAITING,
 )
 
 
