@@ -24,39 +24,29 @@ What it guarantees:
   the read timeout (``UpstreamTimeoutError``), connection lost or unparseable answer
   (``UpstreamBrokenError``);
 * a slow client does not make the gateway buffer a fast upstream without bound: reading
-  from the upstream pauses while more than ``_HIGH_WATER`` bytes wait to be sent on.
+  from the upstream pauses while more than ``HIGH_WATER`` bytes wait to be sent on.
+
+One connection — parsing, flow control, the read timeout — is upstream_connection.py;
+this module is the pool around it: framing, pooling, the one retry, the typed errors
+raised to the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httptools
-
-Headers = list[tuple[bytes, bytes]]
-
-_HIGH_WATER = 256 * 1024  # buffered response bytes before reading from the upstream pauses
-
-
-class UpstreamError(Exception):
-    """The exchange with the upstream failed; the subclasses say how."""
-
-
-class UpstreamUnavailableError(UpstreamError):
-    """No connection could be made (refused, connect timeout, pool exhausted)."""
-
-
-class UpstreamTimeoutError(UpstreamError):
-    """The upstream sent nothing within the read timeout."""
-
-
-class UpstreamBrokenError(UpstreamError):
-    """The connection broke, or the upstream's answer was not valid HTTP/1.1."""
+from sparkllm.gateway.upstream_connection import (
+    Headers,
+    UpstreamBrokenError,
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,167 +75,6 @@ class Endpoint:
         )
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; one exchange at a time; httptools parses the answers."""
-
-    def __init__(self) -> None:
-        self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpResponseParser(self)
-        self._head_complete = False
-        self._headers: Headers = []
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._buffered = 0
-        self._paused = False
-        self._waiter: asyncio.Future[bool] | None = None  # True: timed out
-        # The read timeout: one timer per connection, re-armed only when it fires early,
-        # instead of a timer created and cancelled for every body chunk.
-        self._timer: asyncio.TimerHandle | None = None
-        self._active_at = 0.0  # loop time of the last data, or of the start of the wait
-        self._received_any = False
-        self._complete = False
-        self._close_requested = False
-        self.error: UpstreamError | None = None
-        self.closed = False
-
-    # -- asyncio.Protocol -------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._cancel_timer()
-        if not self._complete and self.error is None:
-            self.error = UpstreamBrokenError(
-                f"connection closed by the upstream{f': {exc}' if exc else ''}"
-            )
-        self._signal()
-
-    def data_received(self, data: bytes) -> None:
-        self._received_any = True
-        self._active_at = asyncio.get_running_loop().time()
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.error = UpstreamBrokenError(f"invalid HTTP from the upstream: {exc}")
-            self.close()
-
-    # -- httptools callbacks ------------------------------------------------------------
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
-
-    def on_headers_complete(self) -> None:
-        if (b"connection", b"close") in self._headers:
-            self._close_requested = True
-        self._head_complete = True
-        self._signal()
-
-    def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
-            self._transport.pause_reading()
-            self._paused = True
-        self._signal()
-
-    def on_message_complete(self) -> None:
-        self._complete = True
-        self._cancel_timer()
-        self._signal()
-
-    # -- the exchange ---------------------------------------------------------------------
-    @property
-    def received_any(self) -> bool:
-        return self._received_any
-
-    @property
-    def reusable(self) -> bool:
-        return self._complete and not self.closed and not self._close_requested
-
-    def send_request(self, request: bytes) -> None:
-        """Write a whole request; ``head()`` then waits for the answer's status and headers."""
-        assert self._transport is not None
-        self._headers, self._head_complete = [], False
-        self._complete, self._received_any = False, False
-        self._transport.write(request)
-
-    async def body(self, *, read_timeout: float) -> AsyncIterator[bytes]:
-        """The response body as it arrives (de-chunked), until the message is complete.
-
-        What has arrived is handed over at once, as one piece: under load one read from
-        the upstream often holds several SSE events, and relaying them in one send saves
-        a system call and a wake-up of the client per extra event. Nothing waits for more
-        data to be joined. The buffer is then empty, so reading resumes if it was paused.
-        """
-        while True:
-            if self._chunks:
-                chunks = self._chunks
-                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
-                self._buffered = 0
-                if self._paused:
-                    assert self._transport is not None
-                    self._transport.resume_reading()
-                    self._paused = False
-                yield chunk
-                continue  # more may have come while the caller had the chunk
-            if self._complete:
-                return
-            if self.error is not None:
-                raise self.error
-            await self._wait(read_timeout)
-
-    async def head(self, *, read_timeout: float) -> tuple[int, Headers]:
-        """The answer's status and headers, as soon as they are complete."""
-        while not self._head_complete:
-            if self.error is not None:
-                raise self.error
-            await self._wait(read_timeout)
-        return self._parser.get_status_code(), self._headers
-
-    async def _wait(self, read_timeout: float) -> None:
-        """Until the parser signals, or ``read_timeout`` passes without data."""
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        self._active_at = loop.time()
-        if self._timer is None:
-            self._timer = loop.call_at(self._active_at + read_timeout, self._expire, read_timeout)
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-        if waiter.result():
-            raise UpstreamTimeoutError(f"no data from the upstream for {read_timeout:g} s")
-
-    def _expire(self, read_timeout: float) -> None:
-        self._timer = None
-        waiter = self._waiter
-        if waiter is None or waiter.done():
-            return  # nobody waits: the next wait arms the timer again
-        loop = asyncio.get_running_loop()
-        due = self._active_at + read_timeout
-        if loop.time() >= due:
-            waiter.set_result(True)
-        else:  # data came, or a new wait began, since the timer was set
-            self._timer = loop.call_at(due, self._expire, read_timeout)
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _signal(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(False)
-
-    def close(self) -> None:
-        self._cancel_timer()
-        if self._transport is not None and not self.closed:
-            self._transport.close()
-        self.closed = True
-
-
 def _splits_request(text: bytes) -> bool:
     return b"\r" in text or b"\n" in text
 
@@ -260,7 +89,7 @@ class _Exchange:
         self, pool: UpstreamPool, request: bytes, on_wait: Callable[[], object] | None
     ) -> None:
         self._pool, self._request, self._on_wait = pool, request, on_wait
-        self._connection: _Connection | None = None
+        self._connection: UpstreamConnection | None = None
 
     async def __aenter__(self) -> Response:
         pool = self._pool
@@ -283,7 +112,7 @@ class Response:
 
     status: int
     headers: Headers
-    _connection: _Connection
+    _connection: UpstreamConnection
     _read_timeout: float
 
     def chunks(self) -> AsyncIterator[bytes]:
@@ -308,7 +137,7 @@ class UpstreamPool:
         self._read_timeout = read_timeout
         self._pool_timeout = read_timeout if pool_timeout is None else pool_timeout
         self._slots = asyncio.Semaphore(max_connections)
-        self._idle: list[_Connection] = []
+        self._idle: list[UpstreamConnection] = []
         self._ssl = ssl.create_default_context() if self.endpoint.tls else None
         self._host_and_default_headers = b"".join(
             name + b": " + value + b"\r\n"
@@ -362,7 +191,7 @@ class UpstreamPool:
         else:
             await self._slots.acquire()
 
-    def _release(self, connection: _Connection | None) -> None:
+    def _release(self, connection: UpstreamConnection | None) -> None:
         if connection is not None:
             if connection.reusable:
                 self._idle.append(connection)
@@ -372,7 +201,7 @@ class UpstreamPool:
 
     async def _send(
         self, request: bytes, on_wait: Callable[[], object] | None
-    ) -> tuple[_Connection, int, Headers]:
+    ) -> tuple[UpstreamConnection, int, Headers]:
         """Write ``request`` and wait for the head; once more on a fresh connection if a
         reused one broke before answering. The connection is closed on failure."""
         connection, reused = self._idle_connection()
@@ -392,27 +221,27 @@ class UpstreamPool:
         connection.send_request(request)
         return connection, *await self._head(connection)
 
-    async def _head(self, connection: _Connection) -> tuple[int, Headers]:
+    async def _head(self, connection: UpstreamConnection) -> tuple[int, Headers]:
         try:
             return await connection.head(read_timeout=self._read_timeout)
         except BaseException:
             connection.close()
             raise
 
-    def _idle_connection(self) -> tuple[_Connection | None, bool]:
+    def _idle_connection(self) -> tuple[UpstreamConnection | None, bool]:
         while self._idle:
             connection = self._idle.pop()
             if not connection.closed:
                 return connection, True
         return None, False
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
         endpoint = self.endpoint
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _transport, connection = await loop.create_connection(
-                    _Connection,
+                    UpstreamConnection,
                     endpoint.host,
                     endpoint.port,
                     ssl=self._ssl,
@@ -433,3 +262,15 @@ class UpstreamPool:
         """Close the idle connections (in-flight ones close when their exchange ends)."""
         while self._idle:
             self._idle.pop().close()
+
+
+__all__ = [
+    "Endpoint",
+    "Headers",
+    "Response",
+    "UpstreamBrokenError",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamTimeoutError",
+    "UpstreamUnavailableError",
+]
