@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from sparkllm.errors import GatewayError
+from sparkllm.gateway.chat_messages import prepare_messages
 from sparkllm.gateway.chat_template import (
     ChatTemplate,
     ChatTemplateError,
     ContentFormat,
     detect_content_format,
-    prepare_messages,
 )
 from sparkllm.gateway.tokens import TokenCounter, is_byte_level_bpe
 from tests.unit.gateway_fixtures import (

@@ -29,12 +29,8 @@ from typing import Any, NoReturn
 
 from sparkllm.gateway import replies, validation
 from sparkllm.gateway.allowlist import Allowlist, check_tool_features
-from sparkllm.gateway.chat_template import (
-    ChatTemplate,
-    ChatTemplateError,
-    message_dump,
-    prepare_messages,
-)
+from sparkllm.gateway.chat_messages import ChatTemplateError, message_dump, prepare_messages
+from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt, FieldError
 from sparkllm.gateway.replies import ErrorReply, RequestRejectedError

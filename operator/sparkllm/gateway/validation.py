@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from sparkllm.gateway import replies
-from sparkllm.gateway.chat_template import RESERVED_TEMPLATE_VARIABLES, tool_dump
+from sparkllm.gateway.chat_messages import tool_dump
+from sparkllm.gateway.chat_template import RESERVED_TEMPLATE_VARIABLES
 from sparkllm.gateway.replies import RequestRejectedError
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
