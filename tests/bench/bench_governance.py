@@ -27,10 +27,13 @@ import argparse
 import asyncio
 import functools
 import json
+import shutil
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import GatewayApp, build_gateway_app
 from sparkllm.gateway.governance.meter import UsageMeter
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm_dev.redis_fixture import start_redis_server
 from tests.bench.common import percentile
 from tests.unit.gateway_fixtures import (
     MODEL,
@@ -67,12 +71,18 @@ def _body(max_tokens: int = 128) -> bytes:
     return json.dumps({"model": MODEL, "messages": messages, "max_tokens": max_tokens}).encode()
 
 
-def _app(workdir: Path, *, policy: str | None, upstream_url: str = "http://127.0.0.1:9") -> Any:
+def _app(
+    workdir: Path,
+    *,
+    policy: str | None,
+    upstream_url: str = "http://127.0.0.1:9",
+    **store: str,
+) -> Any:
     model = workdir / "model"
     if not model.exists():
         write_model_dir(model, train_tokenizer())
     keys = write_keys(workdir / "keys", {"heavy": "key-heavy", "light": "key-light"})
-    overrides: dict[str, Any] = {"max_concurrent_requests": SLOTS, "queue_size": 32}
+    overrides: dict[str, Any] = {"max_concurrent_requests": SLOTS, "queue_size": 32, **store}
     if policy is not None:
         path = workdir / "policy.yaml"
         path.write_text(policy)
@@ -81,8 +91,17 @@ def _app(workdir: Path, *, policy: str | None, upstream_url: str = "http://127.0
     return build_gateway_app(config)
 
 
-async def _governed_path(app: GatewayApp, body: bytes) -> None:
-    """Everything a request's admission path does, with the relay replaced by ANSWER."""
+@dataclass(frozen=True, slots=True)
+class Cycle:
+    """One request's governance cycle, timed from the decision on (seconds)."""
+
+    admission: float  # decide + policy + admit + slot: the time before the request is relayed
+    total: float  # + release, reading usage and settle: the whole cycle
+
+
+async def _governed_path(app: GatewayApp, body: bytes) -> Cycle:
+    """Everything a request's path does, with the relay replaced by ANSWER."""
+    started = time.perf_counter()
     policy = app.governor.policy()
     assert not isinstance(policy, ErrorReply)
     decision = app.admission.decide(Route.CHAT, body, user="heavy")
@@ -91,9 +110,10 @@ async def _governed_path(app: GatewayApp, body: bytes) -> None:
         app.admission.decide, Route.CHAT, decision.body, user="heavy", exact=True
     )
     granted = await app.governor.admit("heavy", decision, policy=policy, recount=recount)
-    assert not isinstance(granted, ErrorReply)
+    assert not isinstance(granted, ErrorReply), granted
     holder = await app.governor.wait_for_slot(granted, _never_disconnects)
-    assert isinstance(holder, str)
+    assert isinstance(holder, str), holder
+    admitted = time.perf_counter()
 
     async def sink(_message: Any) -> None:
         return None
@@ -104,6 +124,7 @@ async def _governed_path(app: GatewayApp, body: bytes) -> None:
     await app.governor.release(holder)
     used = await app.governor.measure(meter, granted, answered=True)
     await app.governor.finish(granted, used=used, outcome="ok")
+    return Cycle(admitted - started, time.perf_counter() - started)
 
 
 async def _never_disconnects() -> dict[str, Any]:
@@ -117,32 +138,59 @@ def _timed(function: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def _paths(app: GatewayApp, body: bytes, *, runs: int) -> tuple[list[float], list[float]]:
-    """Per run: the decision alone, and the decision plus governance."""
+def _paths(app: GatewayApp, body: bytes, *, runs: int) -> tuple[list[float], list[Cycle]]:
+    """Per run: the decision alone, and the decision plus governance (then the store closes)."""
     loop = asyncio.new_event_loop()
     try:
+        loop.run_until_complete(_governed_path(app, body))  # connects, loads the scripts
         decide = [
             _timed(lambda: app.admission.decide(Route.CHAT, body, user="heavy"))
             for _ in range(runs)
         ]
-        governed = [
-            _timed(lambda: loop.run_until_complete(_governed_path(app, body))) for _ in range(runs)
-        ]
+        governed = [loop.run_until_complete(_governed_path(app, body)) for _ in range(runs)]
+        loop.run_until_complete(app.governor.store.aclose())
     finally:
         loop.close()
     return decide, governed
 
 
+def _print_mode(name: str, decide: list[float], governed: list[Cycle]) -> None:
+    admission = [cycle.admission for cycle in governed]
+    total = [cycle.total for cycle in governed]
+    for label, samples in (
+        ("decide", decide),
+        ("decide + admission path", admission),
+        ("decide + whole cycle", total),
+    ):
+        p50, p99 = percentile(samples, 0.5) * 1000, percentile(samples, 0.99) * 1000
+        print(f"{name + ': ' + label:<48} {p50:8.3f} {p99:8.3f}")
+    adds = statistics.median(a - d for a, d in zip(admission, decide, strict=True))
+    cycle = statistics.median(t - d for t, d in zip(total, decide, strict=True))
+    print(f"  governance adds ({name}): {adds * 1000:+.3f} ms p50 (paired median, admission path)")
+    print(f"  whole cycle ({name}): {cycle * 1000:+.3f} ms p50 (paired median, with settle)")
+
+
 def overhead(workdir: Path, *, runs: int) -> None:
     body = _body()
-    print(f"\n{'path':<34} {'p50 ms':>8} {'p99 ms':>8}   ({runs} runs, concurrency 1)")
+    print(f"\n{'path':<48} {'p50 ms':>8} {'p99 ms':>8}   ({runs} runs, concurrency 1)")
     for name, policy in (("no policy", None), ("token budgets", BUDGET_POLICY)):
-        decide, governed = _paths(_app(workdir, policy=policy), body, runs=runs)
-        paired = statistics.median(g - d for g, d in zip(governed, decide, strict=True))
-        for label, samples in (("decide", decide), ("decide + governance", governed)):
-            p50, p99 = percentile(samples, 0.5) * 1000, percentile(samples, 0.99) * 1000
-            print(f"{name + ': ' + label:<34} {p50:8.3f} {p99:8.3f}")
-        print(f"  governance adds ({name}): {paired * 1000:+.3f} ms p50 (paired median)")
+        _print_mode(name, *_paths(_app(workdir, policy=policy), body, runs=runs))
+    binary = shutil.which("redis-server")
+    if binary is None:
+        print("redis store: not measured (redis-server missing: bash hack/setup-test-tools.sh)")
+        return
+    server = start_redis_server(binary, workdir=workdir)
+    try:
+        for name, policy in (("redis, no policy", None), ("redis, token budgets", BUDGET_POLICY)):
+            store = {
+                "governance_redis_address": server.address,
+                "governance_redis_password": server.password,
+                "governance_key_prefix": f"sparkllm-bench:{{{uuid.uuid4().hex[:8]}}}",
+            }
+            app = _app(workdir, policy=policy, **store)
+            _print_mode(name, *_paths(app, body, runs=runs))
+    finally:
+        server.stop()
 
 
 class SlowEngine:

@@ -9,15 +9,23 @@ random use at most its grant, while taking and releasing global slots. Hypothesi
 the budget, sizes, minimum and limits. Afterwards the window holds exactly what was used
 and never more than the budget, the ledger matches what the workers saw, and counters
 each worker raised around its critical sections never passed the limits.
+
+The second property runs the same through each process's *governor* (gate.py), the
+path the gateway takes: the budget and the global slot in one script when a local slot
+is free, the two-step path when it must queue or every global slot is taken, global
+slots handed from one local request to the next (spares), settle and release in one
+script; some clients leave before asking for their slot. Afterwards, besides the above,
+no global slot and no local one is left held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -28,7 +36,12 @@ import pytest
 import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
+from sparkllm.gateway.admission import Admitted
+from sparkllm.gateway.governance.gate import Governor
+from sparkllm.gateway.governance.meter import Used
+from sparkllm.gateway.governance.policy import Policy
 from sparkllm.gateway.governance.redis_store import RedisStore, parse_address
 from sparkllm.gateway.governance.store import (
     Admit,
@@ -38,11 +51,15 @@ from sparkllm.gateway.governance.store import (
     utc_day,
     window_start,
 )
+from sparkllm.gateway.limits import ConcurrencyLimiter
+from sparkllm.gateway.metrics import UserMetrics
+from sparkllm.gateway.replies import ErrorReply
 from sparkllm_dev.redis_fixture import RedisServer
 
 USER = "heavy"
 WORKERS = 2
 SLOT_ATTEMPTS = 20_000
+SETTINGS: Any = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,80 @@ async def _hammer(job: Job) -> Report:
     finally:
         await store.aclose()
         await probe.aclose()
+    return _report(results, seen)
+
+
+def govern(job: Job) -> Report:
+    """One gateway process's governor (runs in a spawned worker)."""
+    job.barrier.wait(timeout=60)
+    return asyncio.run(_govern(job))
+
+
+async def _govern(job: Job) -> Report:
+    work, rng = job.work, random.Random(job.seed)
+    store = RedisStore.connect(job.address, password=job.password, key_prefix=job.prefix)
+    governor = Governor(
+        store=store,
+        limiter=ConcurrencyLimiter(max_in_flight=work.slots, queue_size=work.requests, timeout=60),
+        metrics=UserMetrics(CollectorRegistry()),
+        policy=None,
+        max_in_flight=work.slots,  # each replica's local bound is the global one, as deployed
+        queue_timeout=60,
+        replica=f"r{job.seed}",
+    )
+    policy = Policy.parse(
+        f"minOutputTokens: {work.min_output}\n"
+        f"defaults: {{tokensPerHour: {work.budget}, maxConcurrentRequests: {work.max_concurrent}}}"
+    )
+    host, port = parse_address(job.address)
+    probe = redis.asyncio.Redis(host=host, port=port, password=job.password)
+    seen = {"progress": 0, "flight": 0}
+
+    async def enter(name: str) -> None:
+        seen[name] = max(seen[name], int(await probe.incr(f"{job.prefix}:probe:{name}")))
+        await asyncio.sleep(rng.random() * 0.004)
+
+    async def one(_number: int) -> Served | None:
+        await asyncio.sleep(rng.random() * 0.05)  # arrivals spread, as clients come and go
+        # Small requests, so that many are admitted together and the slots are contended.
+        input_tokens, requested = (
+            rng.randint(1, work.budget // 40),
+            rng.randint(1, work.budget // 20),
+        )
+        body = json.dumps({"model": "m", "prompt": "p", "max_tokens": requested}).encode()
+        decision = Admitted(body, input_tokens, True, requested, stream=False)
+        granted = await governor.admit(USER, decision, policy=policy)
+        if isinstance(granted, ErrorReply):
+            assert granted.status == 429, granted
+            return None
+        await enter("progress")
+        output = 0
+        if rng.random() < 0.9:  # else the client leaves before asking for its slot
+            holder = await governor.wait_for_slot(granted, _never_disconnects)
+            assert isinstance(holder, str), holder
+            await enter("flight")
+            await probe.decr(f"{job.prefix}:probe:flight")
+            await governor.release(holder)
+            output = rng.randint(0, granted.reserved_output)
+        await probe.decr(f"{job.prefix}:probe:progress")
+        await governor.finish(granted, used=Used(input_tokens, output, measured=True), outcome="ok")
+        return Served(input_tokens, requested, granted.reserved_output, output)
+
+    try:
+        results = await asyncio.gather(*(one(n) for n in range(work.requests)))
+        assert governor.limiter.in_flight == 0  # every local slot given back
+    finally:
+        await store.aclose()
+        await probe.aclose()
+    return _report(results, seen)
+
+
+async def _never_disconnects() -> dict[str, Any]:
+    await asyncio.Event().wait()
+    return {}
+
+
+def _report(results: list[Served | None], seen: dict[str, int]) -> Report:
     served = [result for result in results if result is not None]
     return Report(
         pid=os.getpid(),
@@ -182,17 +273,38 @@ def workers() -> Iterator[tuple[ProcessPoolExecutor, SyncManager]]:
         yield pool, manager
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(max_examples=8, **SETTINGS)
 @given(work=WORKLOADS)
 def test_two_gateway_processes_never_overshoot(
     redis_server: RedisServer,
     workers: tuple[ProcessPoolExecutor, SyncManager],
     work: Workload,
 ) -> None:
+    _check_two_processes(redis_server, workers, work, serve=hammer)
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(work=WORKLOADS)
+def test_two_governors_never_overshoot_and_leave_no_slot_held(
+    redis_server: RedisServer,
+    workers: tuple[ProcessPoolExecutor, SyncManager],
+    work: Workload,
+) -> None:
+    prefix = _check_two_processes(redis_server, workers, work, serve=govern)
+    with redis_server.client() as client:
+        assert client.zcard(f"{prefix}:slots") == 0  # every global slot released, spares too
+        assert client.zcard(f"{prefix}:leases") == 0
+        assert not client.exists(f"{prefix}:busy:{USER}")
+
+
+def _check_two_processes(
+    redis_server: RedisServer,
+    workers: tuple[ProcessPoolExecutor, SyncManager],
+    work: Workload,
+    *,
+    serve: Callable[[Job], Report],
+) -> str:
+    """Run ``serve`` in two processes on one prefix; check what they did (the prefix)."""
     pool, manager = workers
     prefix = f"sparkllm-test:shared-{work.seed}-{time.monotonic_ns()}"
     now = time.time()
@@ -209,7 +321,7 @@ def test_two_gateway_processes_never_overshoot(
         )
         for worker in range(WORKERS)
     ]
-    reports = [future.result(timeout=120) for future in [pool.submit(hammer, j) for j in jobs]]
+    reports = [future.result(timeout=120) for future in [pool.submit(serve, j) for j in jobs]]
 
     assert len({report.pid for report in reports}) == WORKERS  # two processes, really
     served = [one for report in reports for one in report.served]
@@ -236,6 +348,7 @@ def test_two_gateway_processes_never_overshoot(
             sum(one.output_tokens for one in served),
         )
     ]
+    return prefix
 
 
 async def _usage(server: RedisServer, prefix: str, now: float) -> list[Any]:

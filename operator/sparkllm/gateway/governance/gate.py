@@ -14,15 +14,17 @@ is released — also when the client leaves or the upstream fails; the app calls
    gateway replicas share ``maxConcurrentRequests``; waits for it up to the queue
    timeout);
 4. after the relay, ``store.settle`` with what was used (meter.py) and the accounting.
+
+Round trips to a shared store: when a local slot is free at once, ``admit`` asks for
+the budget and the global slot in one call, and ``finish`` settles and releases a global
+slot in one; slots.py says how the slots pair up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
-import itertools
 import json
 import time
 from collections.abc import Callable
@@ -31,12 +33,13 @@ from typing import Any
 
 from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway.admission import Admitted
-from sparkllm.gateway.asgi import Receive, wait_for_disconnect
+from sparkllm.gateway.asgi import Receive
 from sparkllm.gateway.config import GatewayConfig
 from sparkllm.gateway.governance import replies
 from sparkllm.gateway.governance.meter import UsageMeter, Used
 from sparkllm.gateway.governance.policy import UNGOVERNED, Governed, Policy, PolicySource
 from sparkllm.gateway.governance.redis_store import open_store
+from sparkllm.gateway.governance.slots import SlotKeeper
 from sparkllm.gateway.governance.store import (
     Admit,
     AdmitRequest,
@@ -44,19 +47,13 @@ from sparkllm.gateway.governance.store import (
     Limit,
     Refusal,
 )
-from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
+from sparkllm.gateway.limits import ConcurrencyLimiter
 from sparkllm.gateway.metrics import UserMetrics
 from sparkllm.gateway.replies import ErrorReply
 
 OFFLOAD_METER_BYTES = 16 * 1024  # answers longer than this are metered on a worker thread
-GLOBAL_SLOT_POLL_SECONDS = 0.05  # how often a request holding a local slot retries the global
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
 _BUDGET_LIMITS = (Limit.TOKENS, Limit.MIN_OUTPUT)
-_QUEUE_LIMITS = {
-    SlotResult.QUEUE_FULL: Limit.QUEUE_FULL,
-    SlotResult.USER_QUEUE_FULL: Limit.USER_QUEUE,
-    SlotResult.TIMED_OUT: Limit.QUEUE_TIMEOUT,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +96,15 @@ class Governor:
         self.metrics = metrics
         self._policy = policy
         self.count_output = count_output  # the model's tokenizer, for streams without usage
-        self._max_in_flight = max_in_flight
-        self._queue_timeout = queue_timeout
-        self._replica = replica
         self._clock = clock
-        self._holders = itertools.count(1)
+        self.slots = SlotKeeper(
+            store=store,
+            limiter=limiter,
+            metrics=metrics,
+            max_in_flight=max_in_flight,
+            queue_timeout=queue_timeout,
+            replica=replica,
+        )
 
     @classmethod
     def from_config(
@@ -155,20 +156,24 @@ class Governor:
         is kept whole, and the grant grows by what the bound over-counted.
         """
         governed = policy.for_user(user)
-        admitted = await self._reserve(user, decision, policy=policy, governed=governed)
+        local = self.limiter.try_acquire()  # free at once: the global slot comes with admit
+        try:
+            reserved = await self._reserve_exact(
+                user, decision, policy=policy, governed=governed, recount=recount, local=local
+            )
+        except BaseException:
+            if local:
+                self.limiter.release()
+            raise
+        if not isinstance(reserved, tuple):
+            if local:
+                self.limiter.release()
+            return reserved
+        admitted, holder, decision = reserved
+        if local:
+            self.slots.keep(admitted.ticket, holder)
         exact = decision.input_tokens_exact or recount is None
         requested = decision.max_output_tokens * decision.sequences
-        if not exact and isinstance(admitted, Refusal) and admitted.limit in _BUDGET_LIMITS:
-            counted = recount() if recount is not None else decision  # a refusal reserved nothing
-            if isinstance(counted, ErrorReply):
-                return counted
-            decision, exact = counted, True
-            admitted = await self._reserve(user, decision, policy=policy, governed=governed)
-        if isinstance(admitted, ErrorReply):
-            return admitted
-        if isinstance(admitted, Refusal):
-            self.metrics.refused(user, reason=replies.reason(admitted))
-            return replies.refused(admitted, min_output_tokens=policy.min_output_tokens)
         reservation = decision.input_tokens + admitted.granted_output_tokens
         granted = admitted.granted_output_tokens
         if not exact and granted < requested and recount is not None:
@@ -190,9 +195,43 @@ class Governor:
             recount=None if exact else recount,
         )
 
+    async def _reserve_exact(
+        self,
+        user: str,
+        decision: Admitted,
+        *,
+        policy: Policy,
+        governed: Governed,
+        recount: Callable[[], Admitted | ErrorReply] | None,
+        local: bool,
+    ) -> tuple[Admit, str | None, Admitted] | ErrorReply:
+        """The reservation, the global slot's holder if one came with it, the decision.
+
+        A budget refusal of the byte bound is retried with the exact count (``admit``).
+        """
+        admitted, holder = await self._reserve(
+            user, decision, policy=policy, governed=governed, local=local
+        )
+        exact = decision.input_tokens_exact or recount is None
+        if not exact and isinstance(admitted, Refusal) and admitted.limit in _BUDGET_LIMITS:
+            counted = recount() if recount is not None else decision  # a refusal reserved nothing
+            if isinstance(counted, ErrorReply):
+                return counted
+            decision = counted
+            admitted, holder = await self._reserve(
+                user, decision, policy=policy, governed=governed, local=local
+            )
+        if isinstance(admitted, ErrorReply):
+            return admitted
+        if isinstance(admitted, Refusal):
+            self.metrics.refused(user, reason=replies.reason(admitted))
+            return replies.refused(admitted, min_output_tokens=policy.min_output_tokens)
+        return admitted, holder, decision
+
     async def _reserve(
-        self, user: str, decision: Admitted, *, policy: Policy, governed: Governed
-    ) -> Admit | Refusal | ErrorReply:
+        self, user: str, decision: Admitted, *, policy: Policy, governed: Governed, local: bool
+    ) -> tuple[Admit | Refusal | ErrorReply, str | None]:
+        """``store.admit``; holding a local slot, with the global one (its holder if taken)."""
         request = AdmitRequest(
             user=user,
             input_tokens=decision.input_tokens,
@@ -201,63 +240,35 @@ class Governor:
             limits=governed.limits,
             now=self._clock(),
         )
-        try:
-            return await self.store.admit(request)
+        asked = self.slots.ask() if local else None
+        try:  # cancelled after Redis took the slot, it lapses with its lease
+            admitted = await self.store.admit(request, slot=asked)
         except GovernanceStoreError as exc:  # a shared store down: no budget can be checked
-            return replies.store_unavailable(str(exc))
+            return replies.store_unavailable(str(exc)), None
+        taken = asked is not None and isinstance(admitted, Admit) and admitted.slot
+        return admitted, asked.holder if taken and asked is not None else None
 
     async def slot(self, granted: Pass) -> str | ErrorReply:
-        """Wait for a local slot (fairly), then the global one: the holder id, or the 429.
-
-        A caller cancelled meanwhile (the client left) gives back what it held.
-        """
-        waited_from = time.perf_counter()
-        queued = await self.limiter.acquire(
-            granted.user, weight=granted.governed.weight, max_queued=granted.governed.max_queued
+        """Wait for a local slot (fairly), then the global one: the holder id, or the 429."""
+        governed = granted.governed
+        return await self.slots.queue(
+            granted.user, weight=governed.weight, max_queued=governed.max_queued
         )
-        if queued is not SlotResult.ACQUIRED:
-            limit = _QUEUE_LIMITS[queued]
-            self.metrics.refused(granted.user, reason=limit.value)
-            return replies.queue_refused(limit, retry_after_seconds=self._retry_after())
-        return await self.claim(granted, waited_from=waited_from)
 
     async def claim(self, granted: Pass, *, waited_from: float | None = None) -> str | ErrorReply:
         """Holding a local slot: take the global one (or give the local one back, 429)."""
-        started = time.perf_counter() if waited_from is None else waited_from
-        holder = f"{self._replica}:{next(self._holders)}"
-        try:
-            acquired = await self._global_slot(holder, deadline=started + self._queue_timeout)
-        except GovernanceStoreError as exc:
-            self.limiter.release()
-            return replies.store_unavailable(str(exc))
-        except BaseException:
-            self.limiter.release()
-            raise
-        if not acquired:
-            self.limiter.release()
-            self.metrics.refused(granted.user, reason=Limit.QUEUE_TIMEOUT.value)
-            return replies.queue_refused(
-                Limit.QUEUE_TIMEOUT, retry_after_seconds=self._retry_after()
-            )
-        self.metrics.waited(granted.user, time.perf_counter() - started)
-        return holder
+        return await self.slots.claim(granted.user, waited_from=waited_from)
 
     async def wait_for_slot(self, granted: Pass, receive: Receive) -> str | ErrorReply | None:
         """A slot's holder id, the 429, or None if the client disconnects first."""
-        if self.limiter.try_acquire():  # the common case, without a task
-            return await self.claim(granted)
-        waiting = asyncio.ensure_future(self.slot(granted))
-        disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
-        try:
-            await asyncio.wait((waiting, disconnect), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            disconnect.cancel()
-            if not waiting.done():
-                waiting.cancel()  # slot() gives back what it held meanwhile
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiting
-        # A client gone just as a slot came is seen by the relay at once.
-        return None if waiting.cancelled() else waiting.result()
+        governed = granted.governed
+        return await self.slots.wait(
+            ticket=granted.ticket,
+            user=granted.user,
+            weight=governed.weight,
+            max_queued=governed.max_queued,
+            receive=receive,
+        )
 
     async def measure(
         self, meter: UsageMeter, granted: Pass, *, answered: bool, client_closed: bool = False
@@ -282,17 +293,23 @@ class Governor:
         return used
 
     async def release(self, holder: str) -> None:
-        self.limiter.release()
-        await self.store.release_slot(holder)
+        """Give the local slot back; the global one is released by ``finish``."""
+        self.slots.release(holder)
 
     async def finish(self, granted: Pass, *, used: Used, outcome: str) -> None:
-        """Charge what was used, give the rest back, and count it (once per Pass)."""
+        """Charge what was used, give the rest back, and count it (once per Pass).
+
+        Also gives back what ``admit`` took and no one asked for, and releases a spare
+        global slot in the same call to the store.
+        """
+        release = self.slots.finishing(granted.ticket)
         await self.store.settle(
             granted.ticket,
             input_tokens=used.input_tokens,
             output_tokens=used.output_tokens,
             outcome=outcome,
             now=self._clock(),
+            release=release,
         )
         self.metrics.finished(
             granted.user,
@@ -300,16 +317,6 @@ class Governor:
             input_tokens=used.input_tokens,
             output_tokens=used.output_tokens,
         )
-
-    async def _global_slot(self, holder: str, *, deadline: float) -> bool:
-        while not await self.store.acquire_slot(holder, limit=self._max_in_flight):
-            if time.perf_counter() >= deadline:
-                return False
-            await asyncio.sleep(GLOBAL_SLOT_POLL_SECONDS)
-        return True
-
-    def _retry_after(self) -> int:
-        return max(1, int(-(-self._queue_timeout // 1)))
 
 
 def _lower_max_tokens(body: bytes, granted: int) -> bytes:

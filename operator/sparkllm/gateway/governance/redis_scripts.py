@@ -23,6 +23,12 @@ with a wrong clock cannot keep another's reservations alive or let them die earl
 window's key expires an hour after its window ends (tolerating that much clock skew
 between gateways and Redis); the ledger never expires.
 
+Round trips: a request costs two. ``ADMIT`` reserves the budget and, when the gateway
+has a local slot free at once, takes the global slot too; ``SETTLE`` charges what was
+used and releases a global slot. ``ACQUIRE_SLOT`` is the extra trip of a request that
+queued (or found every global slot taken at admission); ``REFRESH`` runs once a third
+of a lease per gateway, not per request.
+
 A lease is refreshed while its request runs. One that expires (its gateway died) is
 settled at what it reserved: the windows keep the reservation, the ledger counts the
 request as ``expired`` with its input and granted output, the user's place is freed.
@@ -57,6 +63,16 @@ local function release_user(prefix, user)
   if redis.call('DECR', key) <= 0 then redis.call('DEL', key) end
 end
 
+-- Take one of `limit` global slots for `holder` (kept if it holds one): 1, or 0 if full.
+local function take_slot(slots, holder, limit, lease, now)
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  if not redis.call('ZSCORE', slots, holder) and redis.call('ZCARD', slots) >= limit then
+    return 0
+  end
+  redis.call('ZADD', slots, now + lease, holder)
+  return 1
+end
+
 -- Settle reservations whose gateway stopped refreshing them, at what they reserved.
 local function sweep(prefix, now)
   local leases = prefix .. ':leases'
@@ -75,36 +91,39 @@ local function sweep(prefix, now)
 end
 """
 
-# KEYS[1] = P:leases. ARGV: prefix, ticket, user, input, requested output, min output,
-# max concurrent (-1: none), requests per minute (-1: none), minute start, lease ms,
-# window count, then per window: name, start, seconds, limit.
-# Returns {admitted (0/1), granted, in progress, requests this minute, charged per window}:
-# the state it decided on, so the caller explains a refusal with store.grant().
+# KEYS[1] = P:leases, KEYS[2] = P:slots. ARGV: prefix, ticket, user, input, requested
+# output, min output, max concurrent (-1: none), requests per minute (-1: none), minute
+# start, lease ms, slot holder ('': no slot asked), slot limit, window count, then per
+# window: name, start, seconds, limit.
+# Returns {admitted (0/1), granted, in progress, requests this minute, slot taken (0/1),
+# charged per window}: the state it decided on, so the caller explains a refusal with
+# store.grant(). An admission never waits for the slot: all taken, it admits without.
 ADMIT: Final = (
     _PRELUDE
     + f"""
 local prefix, ticket, user = ARGV[1], ARGV[2], ARGV[3]
 local input, requested = tonumber(ARGV[4]), tonumber(ARGV[5])
 local min_output, max_busy, rpm = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local minute, lease, windows = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local minute, lease = tonumber(ARGV[9]), tonumber(ARGV[10])
+local holder, slot_limit, windows = ARGV[11], tonumber(ARGV[12]), tonumber(ARGV[13])
 local now = now_ms()
 sweep(prefix, now)
 local busy_key = prefix .. ':busy:' .. user
 local rpm_key = prefix .. ':rpm:' .. minute .. ':' .. user
 local busy = tonumber(redis.call('GET', busy_key) or '0')
 local this_minute = tonumber(redis.call('GET', rpm_key) or '0')
-local state = {{0, 0, busy, this_minute}}
+local state = {{0, 0, busy, this_minute, 0}}
 local refused = (max_busy >= 0 and busy >= max_busy) or (rpm >= 0 and this_minute >= rpm)
 local granted = requested
 local least = math.min(min_output, requested)  -- a request may ask for less than the minimum
 local keys, ends = {{}}, {{}}
 for i = 1, windows do
-  local at = 11 + (i - 1) * 4
+  local at = 13 + (i - 1) * 4
   local start = tonumber(ARGV[at + 2])
   keys[i] = prefix .. ':tokens:' .. ARGV[at + 1] .. ':' .. start .. ':' .. user
   ends[i] = start + tonumber(ARGV[at + 3])
   local charged = tonumber(redis.call('GET', keys[i]) or '0')
-  state[4 + i] = charged
+  state[5 + i] = charged
   local left = tonumber(ARGV[at + 4]) - charged - input
   if left < least or left <= 0 then refused = true end
   if left < granted then granted = left end
@@ -122,16 +141,19 @@ redis.call('HSET', prefix .. ':ticket:' .. ticket, 'user', user, 'input', input,
   'granted', granted, 'reserved', reserved, 'keys', table.concat(keys, ' '))
 redis.call('ZADD', KEYS[1], now + lease, ticket)
 state[1], state[2] = 1, granted
+if holder ~= '' then state[5] = take_slot(KEYS[2], holder, slot_limit, lease, now) end
 return state
 """
 )
 
-# KEYS[1] = P:leases. ARGV: prefix, ticket, input tokens, output tokens, outcome, day.
+# KEYS[1] = P:leases, KEYS[2] = P:slots. ARGV: prefix, ticket, input tokens, output
+# tokens, outcome, day, slot holder to release ('': none; released whatever the ticket).
 # Returns 1 when settled, 0 for an unknown ticket (settled before, or expired and swept).
 SETTLE: Final = (
     _PRELUDE
     + """
 local prefix, ticket = ARGV[1], ARGV[2]
+if ARGV[7] ~= '' then redis.call('ZREM', KEYS[2], ARGV[7]) end
 local key = prefix .. ':ticket:' .. ticket
 local held = redis.call('HMGET', key, 'user', 'reserved', 'keys')
 if not held[1] then return 0 end
@@ -152,20 +174,20 @@ return 1
 
 # KEYS[1] = P:leases, KEYS[2] = P:slots. ARGV: prefix, lease ms, ticket count, tickets...,
 # holders... Extends the leases this gateway holds (never revives a lost one) and
-# sweeps. Returns how many of them were no longer there (expired before this refresh).
+# sweeps. Returns the tickets and holders no longer there (expired before this refresh).
 REFRESH: Final = (
     _PRELUDE
     + """
 local prefix, lease, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
-local lost = 0
+local lost = {}
 for i = 4, #ARGV do
   local set = KEYS[1]
   if i > 3 + count then set = KEYS[2] end
   if redis.call('ZSCORE', set, ARGV[i]) then
     redis.call('ZADD', set, now + lease, ARGV[i])
   else
-    lost = lost + 1
+    lost[#lost + 1] = ARGV[i]
   end
 end
 sweep(prefix, now)
@@ -177,16 +199,7 @@ return lost
 ACQUIRE_SLOT: Final = (
     _PRELUDE
     + """
-local holder, limit, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = now_ms()
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], holder) then
-  redis.call('ZADD', KEYS[1], now + lease, holder)
-  return 1
-end
-if redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
-redis.call('ZADD', KEYS[1], now + lease, holder)
-return 1
+return take_slot(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
 """
 )
 

@@ -12,6 +12,11 @@ server's clock. A background task extends the ones this process holds every thir
 the lease; a gateway that dies stops extending them, and once they lapse the next
 admit (or any replica's refresh) settles the reservation at what it reserved and
 frees the slot. Nothing held by a dead gateway leaks for longer than one lease.
+``holds`` trusts a slot only while its last confirmed extension is younger than half
+a lease (a refresh that failed, or found it gone, makes it untrusted at once).
+
+Round trips per request: ``admit`` (with the slot when asked) and ``settle`` (with the
+release when asked) are one script each; redis_scripts.py says which costs what.
 
 Failures: ``admit`` and ``acquire_slot`` raise ``GovernanceStoreError`` when Redis
 cannot answer (the gateway answers 503: it cannot promise a budget it cannot check).
@@ -23,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from collections import defaultdict
-from datetime import date, timedelta
+from datetime import date
 from typing import TYPE_CHECKING, Final, cast
 
 import redis.asyncio as redis
@@ -35,6 +40,7 @@ from redis.exceptions import RedisError
 
 from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway.governance import redis_scripts as scripts
+from sparkllm.gateway.governance.redis_ledger import epoch_day, read_rows
 from sparkllm.gateway.governance.store import (
     MINUTE_SECONDS,
     Admit,
@@ -42,6 +48,7 @@ from sparkllm.gateway.governance.store import (
     GovernanceStore,
     MemoryStore,
     Refusal,
+    SlotRequest,
     UsageRow,
     grant,
     window_start,
@@ -55,7 +62,6 @@ DEFAULT_LEASE_SECONDS: Final = 30.0
 CONNECT_TIMEOUT_SECONDS: Final = 2.0
 COMMAND_TIMEOUT_SECONDS: Final = 2.0
 RETRY_BACKOFF_SECONDS: Final = 0.1
-EPOCH: Final = date(1970, 1, 1)
 NO_LIMIT: Final = -1
 
 log = logging.getLogger("sparkllm.gateway.governance")
@@ -74,11 +80,6 @@ def parse_address(address: str) -> tuple[str, int]:
     if not host or (port and not (port.isdigit() and 0 < int(port) < 65536)):
         raise ValueError(f"invalid Redis address {address!r}: expected host or host:port")
     return host, int(port) if port else DEFAULT_PORT
-
-
-def epoch_day(day: date) -> int:
-    """Days since 1970-01-01: how the ledger names a UTC day (Lua has no calendar)."""
-    return (day - EPOCH).days
 
 
 def _unavailable(what: str, exc: RedisError) -> GovernanceStoreError:
@@ -110,6 +111,7 @@ class RedisStore:
         self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
         self._tickets: set[str] = set()  # leases this process must keep alive
         self._holders: set[str] = set()  # as members of the slots zset: _member(holder)
+        self._confirmed: dict[str, float] = {}  # member -> when its lease was last extended
         # Holder names are the caller's (e.g. "local:1"); another replica may use the
         # same ones, so each store's members carry an id of their own.
         self._instance = uuid.uuid4().hex[:12]
@@ -149,9 +151,10 @@ class RedisStore:
         except RedisError as exc:
             raise _unavailable("be reached", exc) from exc
 
-    async def admit(self, req: AdmitRequest) -> Admit | Refusal:
+    async def admit(self, req: AdmitRequest, *, slot: SlotRequest | None = None) -> Admit | Refusal:
         limits = req.limits
         ticket = uuid.uuid4().hex
+        member = "" if slot is None else self._member(slot.holder)
         args: list[str | int] = [
             self._prefix,
             ticket,
@@ -163,20 +166,26 @@ class RedisStore:
             _limit(limits.requests_per_minute),
             window_start(req.now, MINUTE_SECONDS),
             self._lease_ms,
+            member,
+            0 if slot is None else slot.limit,
             len(limits.token_windows),
         ]
         for window in limits.token_windows:
             start = window_start(req.now, window.seconds)
             args += [window.name, start, window.seconds, window.limit]
         self._ensure_refresher()
+        asked = time.monotonic()
         try:
-            state = [int(value) for value in await self._admit([self._leases_key], args)]
+            keys = [self._leases_key, self._slots_key]
+            state = [int(value) for value in await self._admit(keys, args)]
         except RedisError as exc:
             raise _unavailable("admit the request", exc) from exc
-        admitted, granted, in_progress, this_minute, *charged = state
+        admitted, granted, in_progress, this_minute, taken, *charged = state
         if admitted:
             self._tickets.add(ticket)
-            return Admit(ticket, granted)
+            if taken:
+                self._hold(member, asked)
+            return Admit(ticket, granted, slot=bool(taken))
         # The script decided on this state; store.grant() says which limit and until when.
         names = [window.name for window in limits.token_windows]
         _, refusal = grant(
@@ -190,50 +199,51 @@ class RedisStore:
         return refusal
 
     async def settle(
-        self, ticket: str, *, input_tokens: int, output_tokens: int, outcome: str, now: float
+        self,
+        ticket: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        outcome: str,
+        now: float,
+        release: str | None = None,
     ) -> None:
         self._tickets.discard(ticket)
+        member = "" if release is None else self._drop(release)
         day = int(now // 86400)
-        args: list[str | int] = [self._prefix, ticket, input_tokens, output_tokens, outcome, day]
+        args: list[str | int] = [self._prefix, ticket, input_tokens, output_tokens, outcome]
+        args += [day, member]
         try:
-            await self._settle([self._leases_key], args)
+            await self._settle([self._leases_key, self._slots_key], args)
         except RedisError as exc:
             log.warning(
-                "governance settle failed; the reservation is charged when its lease ends",
+                "governance settle failed; the reservation is charged (and any slot "
+                "freed) when its lease ends",
                 extra={"ticket": ticket, "error": str(exc)},
             )
 
     async def usage(self, *, day_from: date, day_to: date) -> list[UsageRow]:
         try:
-            found = await self._client.zrangebyscore(
-                f"{self._prefix}:days", epoch_day(day_from), epoch_day(day_to)
+            return await read_rows(
+                self._client, prefix=self._prefix, day_from=day_from, day_to=day_to
             )
-            days = [int(cast(bytes, day)) for day in found]
-            async with self._client.pipeline(transaction=False) as pipe:
-                for day in days:
-                    pipe.hgetall(f"{self._prefix}:ledger:{day}")
-                ledgers = await pipe.execute()
         except RedisError as exc:
             raise _unavailable("read the ledger", exc) from exc
-        rows: list[UsageRow] = []
-        for day, fields in zip(days, ledgers, strict=True):
-            rows += _rows(EPOCH + timedelta(days=day), fields)
-        return rows
 
     async def acquire_slot(self, holder: str, *, limit: int) -> bool:
         self._ensure_refresher()
         member = self._member(holder)
+        asked = time.monotonic()
         try:
             got = await self._acquire([self._slots_key], [member, limit, self._lease_ms])
         except RedisError as exc:
             raise _unavailable("take a slot", exc) from exc
         if got:
-            self._holders.add(member)
+            self._hold(member, asked)
         return bool(got)
 
     async def release_slot(self, holder: str) -> None:
-        member = self._member(holder)
-        self._holders.discard(member)
+        member = self._drop(holder)
         try:
             await self._client.zrem(self._slots_key, member)
         except RedisError as exc:
@@ -242,14 +252,33 @@ class RedisStore:
                 extra={"holder": holder, "error": str(exc)},
             )
 
+    def holds(self, holder: str) -> bool:
+        member = self._member(holder)
+        confirmed = self._confirmed.get(member)
+        if member not in self._holders or confirmed is None:
+            return False
+        return time.monotonic() - confirmed < self._lease_ms / 2000
+
     async def refresh(self) -> int:
         """Extend this process's leases and settle lapsed ones; how many were already lost."""
         tickets, holders = sorted(self._tickets), sorted(self._holders)
         args: list[str | int] = [self._prefix, self._lease_ms, len(tickets), *tickets, *holders]
-        lost = int(await self._refresh([self._leases_key, self._slots_key], args))
+        asked = time.monotonic()
+        try:
+            found = await self._refresh([self._leases_key, self._slots_key], args)
+        except RedisError:
+            self._confirmed.clear()  # unconfirmed: no slot is handed on without asking
+            raise
+        lost = {cast(bytes, name).decode() for name in found}
+        for member in holders:
+            if member in lost:
+                self._drop_member(member)
+            elif member in self._holders:  # not released meanwhile
+                self._confirmed[member] = asked
+        self._tickets -= lost
         if lost:
-            log.warning("governance leases lapsed before refresh", extra={"lost": lost})
-        return lost
+            log.warning("governance leases lapsed before refresh", extra={"lost": len(lost)})
+        return len(lost)
 
     async def aclose(self) -> None:
         """Stop refreshing and disconnect (what this process holds lapses with its lease).
@@ -267,6 +296,20 @@ class RedisStore:
 
     def _member(self, holder: str) -> str:
         return f"{self._instance}/{holder}"
+
+    def _hold(self, member: str, asked: float) -> None:
+        self._holders.add(member)
+        self._confirmed[member] = asked
+
+    def _drop(self, holder: str) -> str:
+        """Forget ``holder``'s slot (stop refreshing it); its member name, to release."""
+        member = self._member(holder)
+        self._drop_member(member)
+        return member
+
+    def _drop_member(self, member: str) -> None:
+        self._holders.discard(member)
+        self._confirmed.pop(member, None)
 
     def _ensure_refresher(self) -> None:
         if self._closing:
@@ -330,26 +373,10 @@ def _limit(value: int | None) -> int:
     return NO_LIMIT if value is None else value
 
 
-def _rows(day: date, fields: dict[bytes, bytes]) -> list[UsageRow]:
-    """One ledger hash (``user|requests|outcome``, ``user|input``, ``user|output``) as rows."""
-    requests: dict[str, dict[str, int]] = defaultdict(dict)
-    tokens: dict[str, dict[str, int]] = defaultdict(lambda: {"input": 0, "output": 0})
-    for raw, value in fields.items():
-        user, kind, *outcome = raw.decode().split(scripts.FIELD_SEPARATOR)
-        if kind == "requests":
-            requests[user][outcome[0]] = int(value)
-        else:
-            tokens[user][kind] = int(value)
-    return [
-        UsageRow(day, user, requests[user], tokens[user]["input"], tokens[user]["output"])
-        for user in sorted(set(requests) | set(tokens))
-    ]
-
-
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "RedisStore",
-    "epoch_day",
+    "epoch_day",  # redis_ledger's, for callers of this module
     "open_store",
     "parse_address",
     "read_ledger",

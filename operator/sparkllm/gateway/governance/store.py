@@ -21,6 +21,11 @@ The rules every store keeps (tests/unit/test_governance_store.py pins them):
   Settling an unknown or already settled ticket does nothing (idempotent).
 * ``acquire_slot`` / ``release_slot`` bound the requests in flight across every gateway
   replica; in process there is one replica, so the local limiter and this agree.
+* Fewer round trips for a shared store: ``admit`` may take the global slot in the same
+  call (``slot=``; ``Admit.slot`` says whether it did — a full set of slots does not
+  refuse the admission), and ``settle`` may release one (``release=``), also when the
+  ticket is unknown. ``holds`` says whether a slot this process took is surely still
+  its own, so the governor may hand it to its next request without asking the store.
 """
 
 from __future__ import annotations
@@ -82,11 +87,23 @@ class AdmitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotRequest:
+    """A global slot asked for with an admission: ``holder`` takes one of ``limit``."""
+
+    holder: str
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Admit:
-    """Admitted: ``granted_output_tokens`` reserved with the input under ``ticket``."""
+    """Admitted: ``granted_output_tokens`` reserved with the input under ``ticket``.
+
+    ``slot``: the global slot asked for with the admission was taken (release it).
+    """
 
     ticket: str
     granted_output_tokens: int
+    slot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +135,19 @@ class GovernanceStore(Protocol):
         """Whether the state is shared by replicas and survives a restart."""
         ...
 
-    async def admit(self, req: AdmitRequest) -> Admit | Refusal: ...
+    async def admit(
+        self, req: AdmitRequest, *, slot: SlotRequest | None = None
+    ) -> Admit | Refusal: ...
 
     async def settle(
-        self, ticket: str, *, input_tokens: int, output_tokens: int, outcome: str, now: float
+        self,
+        ticket: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        outcome: str,
+        now: float,
+        release: str | None = None,
     ) -> None: ...
 
     async def usage(self, *, day_from: date, day_to: date) -> list[UsageRow]: ...
@@ -129,6 +155,10 @@ class GovernanceStore(Protocol):
     async def acquire_slot(self, holder: str, *, limit: int) -> bool: ...
 
     async def release_slot(self, holder: str) -> None: ...
+
+    def holds(self, holder: str) -> bool:
+        """Whether ``holder``'s global slot is surely still held (no lease near its end)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -211,7 +241,7 @@ class MemoryStore:
         self._ids = itertools.count(1)
         self._pruned_at = -math.inf
 
-    async def admit(self, req: AdmitRequest) -> Admit | Refusal:
+    async def admit(self, req: AdmitRequest, *, slot: SlotRequest | None = None) -> Admit | Refusal:
         user, limits = req.user, req.limits
         starts = {w.name: window_start(req.now, w.seconds) for w in limits.token_windows}
         charged = {name: self._charged[(user, name, start)] for name, start in starts.items()}
@@ -232,11 +262,21 @@ class MemoryStore:
         ticket = f"m{next(self._ids)}"
         self._tickets[ticket] = _Ticket(user, reserved, tuple(starts.items()))
         self._prune(req.now)
-        return Admit(ticket, granted)
+        taken = slot is not None and await self.acquire_slot(slot.holder, limit=slot.limit)
+        return Admit(ticket, granted, slot=taken)
 
     async def settle(
-        self, ticket: str, *, input_tokens: int, output_tokens: int, outcome: str, now: float
+        self,
+        ticket: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        outcome: str,
+        now: float,
+        release: str | None = None,
     ) -> None:
+        if release is not None:
+            self._slots.discard(release)
         held = self._tickets.pop(ticket, None)
         if held is None:
             return
@@ -264,6 +304,9 @@ class MemoryStore:
 
     async def release_slot(self, holder: str) -> None:
         self._slots.discard(holder)
+
+    def holds(self, holder: str) -> bool:
+        return holder in self._slots
 
     async def aclose(self) -> None:
         return None
