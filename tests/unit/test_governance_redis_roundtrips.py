@@ -28,6 +28,7 @@ from sparkllm.gateway.admission import Admitted
 from sparkllm.gateway.governance.gate import Governor, Pass
 from sparkllm.gateway.governance.meter import Used
 from sparkllm.gateway.governance.policy import UNGOVERNED, Policy
+from sparkllm.gateway.governance.redis_scripts import WINDOW_GRACE_SECONDS
 from sparkllm.gateway.governance.redis_store import RedisStore
 from sparkllm.gateway.governance.store import (
     Admit,
@@ -74,14 +75,14 @@ def decision(*, input_tokens: int = 10, output: int = 50) -> Admitted:
     )
 
 
-def request(*, output: int = 200, min_output: int = 1) -> AdmitRequest:
+def request(*, output: int = 200, min_output: int = 1, now: float | None = None) -> AdmitRequest:
     return AdmitRequest(
         user=USER,
         input_tokens=100,
         requested_output_tokens=output,
         min_output_tokens=min_output,
         limits=UserLimits(token_windows=(HOUR,)),
-        now=time.time(),
+        now=time.time() if now is None else now,
     )
 
 
@@ -206,6 +207,29 @@ def test_admit_takes_the_global_slot_with_the_budget_and_settle_releases_it(
         hour = int(time.time() // 3600) * 3600
         charged = int(client.get(f"{redis_prefix}:tokens:hour:{hour}:{USER}") or 0)
     assert charged == (100 + 7) + (100 + 200) + (100 + 10)  # one settled, two still reserved
+
+
+def test_window_keys_expire_an_hour_after_their_window_whoever_made_them(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    """The expiry is set when a key is made (not on every admit) and is the window's."""
+    now = time.time()
+
+    async def scenario() -> None:
+        store = store_for(redis_server, redis_prefix)
+        async with closing(store):
+            for _ in range(3):
+                assert isinstance(await store.admit(request(now=now)), Admit)
+
+    asyncio.run(scenario())
+    hour, minute = int(now // 3600) * 3600, int(now // 60) * 60
+    with redis_server.client() as client:
+        tokens = f"{redis_prefix}:tokens:hour:{hour}:{USER}"
+        per_minute = f"{redis_prefix}:rpm:{minute}:{USER}"
+        assert int(client.get(tokens) or 0) == 3 * 300
+        assert client.expiretime(tokens) == hour + 3600 + WINDOW_GRACE_SECONDS
+        assert int(client.get(per_minute) or 0) == 3  # counted with no limit set
+        assert client.expiretime(per_minute) == minute + 60 + WINDOW_GRACE_SECONDS
 
 
 def test_a_slot_lost_to_its_lease_is_no_longer_vouched_for(

@@ -110,8 +110,10 @@ local now = now_ms()
 sweep(prefix, now)
 local busy_key = prefix .. ':busy:' .. user
 local rpm_key = prefix .. ':rpm:' .. minute .. ':' .. user
-local busy = tonumber(redis.call('GET', busy_key) or '0')
-local this_minute = tonumber(redis.call('GET', rpm_key) or '0')
+-- A count whose limit is unset decides nothing: not read (still counted, below).
+local busy, this_minute = 0, 0
+if max_busy >= 0 then busy = tonumber(redis.call('GET', busy_key) or '0') end
+if rpm >= 0 then this_minute = tonumber(redis.call('GET', rpm_key) or '0') end
 local state = {{0, 0, busy, this_minute, 0}}
 local refused = (max_busy >= 0 and busy >= max_busy) or (rpm >= 0 and this_minute >= rpm)
 local granted = requested
@@ -130,12 +132,15 @@ for i = 1, windows do
 end
 if refused then return state end
 local reserved = input + granted
+-- A key's expiry is fixed by its window: set once, when the key is made.
 for i = 1, windows do
-  redis.call('INCRBY', keys[i], reserved)
-  redis.call('EXPIREAT', keys[i], ends[i] + {WINDOW_GRACE_SECONDS})
+  if redis.call('INCRBY', keys[i], reserved) == reserved then
+    redis.call('EXPIREAT', keys[i], ends[i] + {WINDOW_GRACE_SECONDS})
+  end
 end
-redis.call('INCR', rpm_key)
-redis.call('EXPIREAT', rpm_key, minute + 60 + {WINDOW_GRACE_SECONDS})
+if redis.call('INCR', rpm_key) == 1 then
+  redis.call('EXPIREAT', rpm_key, minute + 60 + {WINDOW_GRACE_SECONDS})
+end
 redis.call('INCR', busy_key)
 redis.call('HSET', prefix .. ':ticket:' .. ticket, 'user', user, 'input', input,
   'granted', granted, 'reserved', reserved, 'keys', table.concat(keys, ' '))
