@@ -7,13 +7,16 @@ repository root (about half a minute; no cluster needed):
 
 1. ``overhead``: the admission path at concurrency 1, in process (perf_counter), for a
    short chat (~256 prompt tokens, max_tokens 128), with and without a governance
-   policy that sets token budgets: the admission decision alone (the byte bound may
-   spare the exact count), and the decision plus every governance step on a request's
-   path — the policy lookup, ``store.admit`` (the reservation; the byte bound is
+   policy that sets token budgets, for the in-process store and for Redis (a
+   ``redis-server`` started on loopback as the tests do; skipped, saying so, without
+   one): the admission decision alone (the byte bound may spare the exact count); the
+   decision plus governance's *admission path*, everything before the request would be
+   relayed — the policy lookup, ``store.admit`` (the reservation; the byte bound is
    reserved when it leaves the requested output room, else the prompt is counted
-   exactly), the slot (free: no wait), release, reading ``usage`` from the answer and
-   ``store.settle``. Printed: p50/p99 of each and the paired median of the
-   per-run difference (the goal: governance adds at most 0.2 ms p50).
+   exactly) and the slot (free: no wait); and the *whole cycle*, which adds the release,
+   reading ``usage`` from the answer and ``store.settle``. Printed: p50/p99 of each and
+   the paired median of the per-run difference (the goal: governance adds at most 0.2 ms
+   p50 to the admission path).
 2. ``fairness``: a real gateway (uvicorn, 8 slots) in front of a stand-in engine that
    holds every request for ``SERVICE_SECONDS``: a heavy user keeps 16 requests in
    flight while a light user sends one at a time. Printed: both users' queue waits
