@@ -155,10 +155,7 @@ class RedisStore:
         limits = req.limits
         ticket = uuid.uuid4().hex
         member = "" if slot is None else self._member(slot.holder)
-        args: list[str | int] = [
-            self._prefix,
-            ticket,
-            req.user,
+        numbers: list[str | int] = [
             req.input_tokens,
             req.requested_output_tokens,
             req.min_output_tokens,
@@ -166,13 +163,13 @@ class RedisStore:
             _limit(limits.requests_per_minute),
             window_start(req.now, MINUTE_SECONDS),
             self._lease_ms,
-            member,
             0 if slot is None else slot.limit,
             len(limits.token_windows),
         ]
-        for window in limits.token_windows:
+        for window in limits.token_windows:  # names: minute, hour, day (no comma)
             start = window_start(req.now, window.seconds)
-            args += [window.name, start, window.seconds, window.limit]
+            numbers += [window.name, start, window.seconds, window.limit]
+        args = [self._prefix, ticket, req.user, member, ",".join(map(str, numbers))]
         self._ensure_refresher()
         asked = time.monotonic()
         try:
