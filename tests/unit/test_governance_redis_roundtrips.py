@@ -46,6 +46,9 @@ from sparkllm_dev.devcluster.gateway_io import free_port
 from sparkllm_dev.redis_fixture import RedisServer
 
 HOUR = TokenWindow("hour", 3600, 1000)
+# Every request of a test in one set of windows, whatever the wall clock does meanwhile
+# (the windows are aligned: an hour ending mid-test would split the charges).
+NOW = time.time()
 USER = "alice"
 
 
@@ -61,6 +64,7 @@ def governor_for(store: GovernanceStore, *, slots: int, queue_timeout: float = 1
         policy=None,
         max_in_flight=slots,
         queue_timeout=queue_timeout,
+        clock=lambda: NOW,
     )
 
 
@@ -82,14 +86,13 @@ def request(*, output: int = 200, min_output: int = 1, now: float | None = None)
         requested_output_tokens=output,
         min_output_tokens=min_output,
         limits=UserLimits(token_windows=(HOUR,)),
-        now=time.time() if now is None else now,
+        now=NOW if now is None else now,
     )
 
 
 async def settle(store: RedisStore, ticket: str, *, output: int, release: str) -> None:
-    now = time.time()
     await store.settle(
-        ticket, input_tokens=100, output_tokens=output, outcome="ok", now=now, release=release
+        ticket, input_tokens=100, output_tokens=output, outcome="ok", now=NOW, release=release
     )
 
 
@@ -204,7 +207,7 @@ def test_admit_takes_the_global_slot_with_the_budget_and_settle_releases_it(
 
     asyncio.run(scenario())
     with redis_server.client() as client:
-        hour = int(time.time() // 3600) * 3600
+        hour = int(NOW // 3600) * 3600
         charged = int(client.get(f"{redis_prefix}:tokens:hour:{hour}:{USER}") or 0)
     assert charged == (100 + 7) + (100 + 200) + (100 + 10)  # one settled, two still reserved
 

@@ -199,6 +199,7 @@ async def _govern(job: Job) -> Report:
         max_in_flight=work.slots,  # each replica's local bound is the global one, as deployed
         queue_timeout=60,
         replica=f"r{job.seed}",
+        clock=lambda: job.now,  # one hour window for the whole run, whatever the wall clock
     )
     policy = Policy.parse(
         f"minOutputTokens: {work.min_output}\n"
