@@ -100,9 +100,10 @@ def test_every_row_through_the_front_door(
         url, key = serving.gateway.admission_url, serving.alice
         status, first = accept(
             devcluster, url=url, key=key, namespace=namespace, out=tmp_path / "first",
-            extra=["--set-baseline"],
+            extra=["--set-baseline", "--tokenizer", str(model_dir)],
         )  # fmt: skip
         assert status == 0
+        assert first["sizes"]["tokens"]["inputCounting"].startswith("tokenizer (")
         passing = [f"functional/{name}" for name in FUNCTIONAL] + [
             *("stress/Scale8", "stress/Arrival", "soak/soak errors"),
             *("soak/rank restarts during the soak", "resources/rank restarts"),
@@ -329,3 +330,63 @@ def test_a_simulator_fault_fails_its_check_on_demand(
     assert event["type"] == "Warning"
     assert f"functional/{check}: " in event["message"]
     assert why in event["message"]
+
+
+# --- one run at a time: a benchmark and an acceptance never overlap (issue 19) ----------
+
+BENCHMARK = "sparkllm.io/benchmark"
+
+
+def _runs(cluster: DevCluster, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    status = _icl(cluster, namespace).get("status") or {}
+    return dict(status.get("benchmark") or {}), dict(status.get("acceptance") or {})
+
+
+@pytest.mark.cluster
+def test_an_acceptance_asked_with_a_benchmark_waits_for_it(
+    devcluster: DevCluster,
+    namespace: str,
+    operator: OperatorProcess,
+    model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """Both asked for in one annotate: the benchmark runs first, the acceptance says it
+    waits (status + one Normal Event, naming the benchmark's Job), then starts by itself
+    once the benchmark ended — its Job created after the benchmark's completion."""
+    with on_demand(devcluster, namespace, operator, model_dir=model_dir, out=tmp_path):
+        devcluster.kubectl(
+            "annotate", "icl", NAME, "-n", namespace, "--overwrite",
+            f"{BENCHMARK}=alice", f"{BENCHMARK}-scenarios=short-c1",
+            f"{ACCEPTANCE}=alice", f"{OPTIONS}=sections=functional timeout=60",
+        )  # fmt: skip
+        seen: list[tuple[str, str, str]] = []
+
+        def both_done() -> tuple[dict[str, Any], dict[str, Any]] | None:
+            benchmark, acceptance = _runs(devcluster, namespace)
+            snapshot = (
+                str(benchmark.get("phase")),
+                str(acceptance.get("phase")),
+                str(acceptance.get("message", "")),
+            )
+            if not seen or seen[-1] != snapshot:
+                seen.append(snapshot)
+                print(f"benchmark {snapshot[0]}, acceptance {snapshot[1]}: {snapshot[2]}")
+            ended = benchmark.get("phase") in TERMINAL and acceptance.get("phase") in TERMINAL
+            return (benchmark, acceptance) if ended else None
+
+        result = wait_until(both_done, timeout=3 * DEADLINE, what="both runs to finish")
+        assert result is not None
+        benchmark, acceptance = result
+    assert benchmark["phase"] == "Succeeded", benchmark.get("message")
+    assert acceptance["phase"] == "Succeeded", acceptance.get("message")
+    waiting = (
+        f"waiting for the benchmark Job {benchmark['job']} (user alice) to finish: two runs "
+        "at once would measure each other; this one starts when that one ends"
+    )
+    assert ("Running", "Waiting", waiting) in seen  # the wait, while the benchmark ran
+    assert all(not (b == "Running" and a == "Running") for b, a, _ in seen)  # never both
+    assert acceptance["requestedAt"] >= benchmark["completedAt"]  # its Job came after
+    (event,) = _events(devcluster, namespace, "AcceptanceWaiting")
+    assert event["type"] == "Normal"
+    assert f"waits for the benchmark Job {benchmark['job']} (user alice)" in event["message"]
+    assert not _events(devcluster, namespace, "BenchmarkWaiting")
