@@ -87,7 +87,16 @@ def test_the_env_becomes_the_store_with_the_specs_defaults() -> None:
 def test_a_bad_value_is_an_error_naming_the_variables(environ: Mapping[str, str]) -> None:
     with pytest.raises(SparkllmError, match=ADDRESS_ENV) as raised:
         governance_default_from(environ)
-    assert "invalid" in str(raised.value)
+    message = str(raised.value)
+    assert "invalid" in message
+    field = (
+        "password_secret_ref"
+        if PASSWORD_SECRET_ENV in environ
+        else ("database" if DATABASE_ENV in environ else "address")
+    )
+    assert f": {field}" in message  # the one field at fault, as `path: reason`
+    assert "errors.pydantic.dev" not in message
+    assert "invalid literal" not in message
 
 
 def test_a_bad_value_stops_sparkllm_run_with_one_line(

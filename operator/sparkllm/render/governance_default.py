@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from sparkllm.api import InferenceCluster
 from sparkllm.api.governance_store import RedisPasswordReference, RedisStoreSpec
+from sparkllm.api.validate import describe_errors
 from sparkllm.errors import SparkllmError
 
 ADDRESS_ENV: Final = "SPARKLLM_GOVERNANCE_REDIS_ADDRESS"
@@ -58,11 +59,14 @@ def governance_default(
             fields["password_secret_ref"] = RedisPasswordReference(name=secret, key=key)
         database = values.get(database_name, "").strip()
         if database:
+            if not database.isdigit():
+                raise ValueError(f"database: {database!r} is not a number (0, 1, ...)")
             fields["database"] = int(database)
         return RedisStoreSpec.model_validate(fields)
     except (ValidationError, ValueError) as exc:
         message = f"the default governance store {where} ({', '.join(names)}) is invalid"
-        raise SparkllmError(f"{message}: {exc}") from exc
+        detail = describe_errors(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise SparkllmError(f"{message}: {detail}") from exc
 
 
 def governance_default_from(environ: Mapping[str, str]) -> RedisStoreSpec | None:
