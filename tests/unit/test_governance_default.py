@@ -90,7 +90,7 @@ def test_a_bad_value_is_an_error_naming_the_variables(environ: Mapping[str, str]
     message = str(raised.value)
     assert "invalid" in message
     field = (
-        "password_secret_ref"
+        "name"
         if PASSWORD_SECRET_ENV in environ
         else ("database" if DATABASE_ENV in environ else "address")
     )
