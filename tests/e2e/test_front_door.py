@@ -35,7 +35,7 @@ from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.gateway_io import (
     localize_router_args,
     service_account_kubeconfig,
-    write_secret_volume,
+    write_atomic_volume,
 )
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
 from sparkllm_dev.errors import DevClusterError
@@ -66,14 +66,14 @@ def test_router_args_are_moved_to_free_loopback_ports() -> None:
 
 def test_secret_volume_has_the_kubelet_layout_and_follows_changes(tmp_path: Path) -> None:
     volume = tmp_path / "keys"
-    write_secret_volume(volume, {"alice": b"k1", "bob": b"k2"})
+    write_atomic_volume(volume, {"alice": b"k1", "bob": b"k2"})
     first_payload = os.readlink(volume / "..data")
     assert sorted(p.name for p in volume.iterdir() if not p.name.startswith("..")) == [
         "alice", "bob",
     ]  # fmt: skip
     assert os.readlink(volume / "alice") == "..data/alice"
     assert (volume / "bob").read_bytes() == b"k2"
-    write_secret_volume(volume, {"alice": b"k3"})
+    write_atomic_volume(volume, {"alice": b"k3"})
     assert (volume / "alice").read_bytes() == b"k3"
     assert not (volume / "bob").exists()
     assert os.readlink(volume / "..data") != first_payload

@@ -1,34 +1,48 @@
-"""Local I/O helpers of the dev cluster's gateway pods: ports, Secret volumes, credentials.
+"""Local I/O helpers of the dev cluster's gateway pods: ports, volumes, credentials.
 
 Also the pure rewrites of the router's rendered args for running it on this machine
 (``localize_router_args``, ``with_worker_url``), shared by the harness, tests and benches.
 
 Split from ``gateway_pods`` (the supervisor) because these are the kubelet-like chores —
-free loopback ports for the pod's listeners, a Secret volume in the kubelet's atomic
-``..data`` layout, a kubeconfig that authenticates as the pod's ServiceAccount, and the
-API calls behind them — and each can be tested on its own.
+free loopback ports for the pod's listeners, Secret and ConfigMap volumes in the
+kubelet's atomic ``..data`` layout, a kubeconfig that authenticates as the pod's
+ServiceAccount, and the API calls behind them — and each can be tested on its own.
+
+Secret and ConfigMap volumes are one mechanism with a kind (``SourceVolume``): the files
+the kubelet would show (every key or the ``items`` chosen, ``optional`` honoured: the
+reading of ``hostpaths.config_map_files``, which the engine harness uses too), written
+with one atomic swap and re-synced by the supervisor every tick, so a key added to the
+users' Secret or an edited governance policy reaches the running gateway as it would in
+a cluster. A missing object or key that is not ``optional`` keeps the pod from starting
+(the kubelet's ``MountVolume.SetUp failed``); once running, the pod keeps its files.
 """
 
 from __future__ import annotations
 
-import base64
+import logging
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Final, Literal
 
 from sparkllm.errors import ClusterAPIError
 from sparkllm.sglang_contract.argv import flag_name, option_value, replace_option_values
 from sparkllm_dev.devcluster import engine_io
+from sparkllm_dev.devcluster.hostpaths import VolumeNotReadyError, config_map_files
 from sparkllm_dev.devcluster.kubelet import JSON
 from sparkllm_dev.errors import DevClusterError
 
+logger = logging.getLogger(__name__)
+
 SELECTOR = "app.kubernetes.io/component=gateway"
 TOKEN_SECONDS = 2 * 3600
+VolumeKind = Literal["secret", "configMap"]
+VOLUME_KINDS: Final[tuple[VolumeKind, ...]] = ("secret", "configMap")
 # Router flags whose values are the pod's own ports and addresses: rewritten to free
 # loopback ports (several gateway pods, and other engineers, share this machine).
 ROUTER_PORT_FLAGS = ("--port", "--health-check-port", "--prometheus-port")
@@ -84,29 +98,141 @@ def with_worker_url(args: Sequence[str], *, url: str) -> list[str]:
     return [*out, "--worker-urls", url]
 
 
-def write_secret_volume(directory: Path, data: Mapping[str, bytes]) -> None:
-    """Lay ``data`` out as the kubelet does: ``..data`` -> a timestamped dir, key -> ..data/key.
+@dataclass
+class SourceVolume:
+    """A Secret or ConfigMap volume of a gateway pod, kept here as the kubelet keeps it."""
+
+    volume: str  # the pod's volume name
+    kind: VolumeKind
+    source: JSON  # the volume's ``secret`` / ``configMap`` stanza (items, optional)
+    directory: Path  # where its files are, in the kubelet's layout
+    written: dict[str, bytes] | None = None  # the files last written (None: never)
+    problem: str = ""  # why the last sync kept the files as they were ("" if it did not)
+
+    @property
+    def object_name(self) -> str:
+        """The Secret's or ConfigMap's name."""
+        return str(self.source.get("secretName" if self.kind == "secret" else "name") or "")
+
+
+def pod_volumes(
+    pod: Mapping[str, Any], container: Mapping[str, Any], *, workdir: Path, model_dir: Path
+) -> tuple[dict[str, Path], list[SourceVolume]]:
+    """(mountPath -> local directory, its Secret and ConfigMap volumes) for a container.
+
+    The model volume (hostPath or PVC) is ``model_dir``; any other kind (emptyDir) a fresh
+    directory under ``workdir``, as are the Secret and ConfigMap volumes' directories.
+    """
+    volumes = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or []}
+    paths: dict[str, Path] = {}
+    sources: list[SourceVolume] = []
+    for mount in container.get("volumeMounts") or []:
+        name = str(mount["name"])
+        volume = volumes.get(name) or {}
+        local = workdir / "volumes" / name
+        kinds = [kind for kind in VOLUME_KINDS if kind in volume]
+        if kinds:
+            sources.append(SourceVolume(name, kinds[0], dict(volume[kinds[0]]), local))
+        elif "hostPath" in volume or "persistentVolumeClaim" in volume:
+            local = model_dir
+        else:
+            local.mkdir(parents=True, exist_ok=True)
+        paths[str(mount["mountPath"])] = local
+    return paths, sources
+
+
+def volume_files(
+    kind: VolumeKind, source: Mapping[str, Any], obj: Mapping[str, Any] | None
+) -> dict[str, bytes]:
+    """The files a Secret or ConfigMap volume shows for ``obj`` (None: not found), as the
+    kubelet computes them: every key, or the ``items`` chosen; a missing object or key is
+    skipped when the volume is ``optional``, else VolumeNotReadyError names it."""
+    if kind == "configMap":
+        return config_map_files(source, obj, kind="configmap")
+    # A Secret's data is base64, as a ConfigMap's binaryData: one reading for both.
+    as_config_map = None if obj is None else {"binaryData": obj.get("data") or {}}
+    return config_map_files({**source, "name": source.get("secretName", "")}, as_config_map,
+                            kind="secret")  # fmt: skip
+
+
+def sync_volume(volume: SourceVolume, obj: Mapping[str, Any] | None) -> bool:
+    """One kubelet sync of ``volume`` from its object: rewrite the files when they changed.
+
+    True when the files were (re)written. VolumeNotReadyError when a non-optional object
+    or key is missing: nothing is written, so a running pod keeps the files it has (the
+    kubelet's failed remount), and a starting one must not start.
+    """
+    files = volume_files(volume.kind, volume.source, obj)
+    if files == volume.written:
+        return False
+    write_atomic_volume(volume.directory, files)
+    volume.written = files
+    return True
+
+
+def sync_volumes(
+    volumes: Sequence[SourceVolume],
+    *,
+    read: Callable[[SourceVolume], JSON | None],
+    starting: bool,
+    pod: str,
+) -> None:
+    """The kubelet's sync of a pod's Secret and ConfigMap volumes: each is read (``read``:
+    its object, None if not found) and rewritten when its files changed.
+
+    A missing non-optional object or key raises VolumeNotReadyError at ``starting`` (the
+    supervisor logs that the pod cannot start yet, and retries); later the volume keeps
+    its files and the problem is logged once, as the kubelet's failed remount.
+    """
+    for volume in volumes:
+        try:
+            written = sync_volume(volume, read(volume))
+        except VolumeNotReadyError as exc:
+            why = f"MountVolume.SetUp failed for volume {volume.volume!r}: {exc}"
+            if starting:
+                raise VolumeNotReadyError(why) from exc
+            if why != volume.problem:
+                logger.warning("gateway %s: %s (keeping its files)", pod, why)
+            volume.problem = why
+            continue
+        volume.problem = ""
+        if written:
+            logger.info("gateway %s: %s %s synced", pod, volume.kind, volume.object_name)
+
+
+def write_atomic_volume(directory: Path, files: Mapping[str, bytes]) -> None:
+    """Lay ``files`` out as the kubelet does: ``..data`` -> a timestamped dir, each
+    top-level name -> ``..data/name`` (a path ``a/b`` shows as ``a`` -> ``..data/a``).
 
     The swap of ``..data`` is one atomic rename, so a reader never sees a half-written set.
     """
+    tops = {_top_level(path) for path in files}
     directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("..%Y_%m_%d_%H_%M_%S.%f")
     payload = Path(tempfile.mkdtemp(prefix=stamp, dir=directory))
-    for key, value in data.items():
-        (payload / key).write_bytes(value)
+    for path, value in files.items():
+        (payload / path).parent.mkdir(parents=True, exist_ok=True)
+        (payload / path).write_bytes(value)
     link = directory / "..data_tmp"
     link.unlink(missing_ok=True)
     link.symlink_to(payload.name)
     previous = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
     os.replace(link, directory / "..data")
-    for key in data:
-        if not (directory / key).is_symlink():
-            (directory / key).symlink_to(Path("..data") / key)
+    for top in tops:
+        if not (directory / top).is_symlink():
+            (directory / top).symlink_to(Path("..data") / top)
     for entry in directory.iterdir():
-        if not entry.name.startswith("..") and entry.name not in data:
-            entry.unlink()  # a key removed from the Secret
+        if not entry.name.startswith("..") and entry.name not in tops:
+            entry.unlink()  # a key removed from the Secret or ConfigMap
     if previous is not None:
         shutil.rmtree(directory / previous, ignore_errors=True)
+
+
+def _top_level(path: str) -> str:
+    parts = PurePosixPath(path).parts
+    if not parts or parts[0] == "/" or ".." in parts or parts[0].startswith(".."):
+        raise DevClusterError(f"volume file path {path!r} must be relative, without '..'")
+    return parts[0]
 
 
 def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str) -> JSON:
@@ -127,14 +253,16 @@ def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str)
 class GatewayKube(engine_io.KubeClient):
     """The engine harness's API client, plus the calls a gateway pod needs."""
 
-    def secret_data(self, name: str, *, namespace: str) -> dict[str, bytes] | None:
+    def read_volume_source(self, kind: VolumeKind, name: str, *, namespace: str) -> JSON | None:
+        """The Secret or ConfigMap a volume shows, as JSON; None when it does not exist."""
+        if kind == "configMap":
+            return self.read_config_map(name, namespace=namespace)
         try:
-            secret = self._json(self.core.read_namespaced_secret, name, namespace)
+            return self._json(self.core.read_namespaced_secret, name, namespace)
         except ClusterAPIError as exc:
             if exc.status == 404:
                 return None
             raise
-        return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
     def service_account_token(self, name: str, *, namespace: str) -> str:
         body = {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}

@@ -7,10 +7,13 @@ for engine pods: for every Running gateway pod on a simulated node it runs the p
 (``$(VAR)`` and ``secretKeyRef`` resolved by the pure ``kubelet`` helpers), with what a
 kubelet would provide:
 
-- volumes: the users'-keys Secret volume is written in the kubelet's layout (``..data``
-  swapped atomically) and re-written when the Secret changes, so key reload is real; the
-  model volume (hostPath/PVC) is the local ``tokenizer_dir``; an emptyDir a temp dir.
-  Env values pointing into a mount are rewritten to the local directory.
+- volumes: Secret and ConfigMap volumes (the users' keys, the governance policy) are
+  written in the kubelet's layout (``..data`` swapped atomically, ``items`` and
+  ``optional`` honoured) and re-written when their object changes, so key and policy
+  reloads are real; a missing non-optional one keeps the pod from starting, said in the
+  harness's log ("cannot start yet: MountVolume.SetUp failed ..."). The model volume
+  (hostPath/PVC) is the local ``tokenizer_dir``; an emptyDir a temp dir. Env values
+  pointing into a mount are rewritten to the local directory.
 - the pod's loopback: its ports become free loopback ports (pods and engineers share
   this machine); the admission layer's address is reported by ``endpoint``.
 - in-cluster credentials: smg's ``KUBECONFIG`` authenticates as the pod's
@@ -52,10 +55,12 @@ from sparkllm_dev.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,
     SELECTOR,
     GatewayKube,
+    SourceVolume,
     free_port,
     localize_router_args,
+    pod_volumes,
     service_account_kubeconfig,
-    write_secret_volume,
+    sync_volumes,
 )
 from sparkllm_dev.devcluster.kubelet import JSON, ContainerView, ReadinessProbe
 from sparkllm_dev.devcluster.pod_supervisor import (
@@ -112,8 +117,7 @@ class _Gateway:
     workdir: Path
     info: GatewayInfo
     containers: list[_Container]
-    keys_secrets: dict[str, Path]  # Secret name -> its local volume directory
-    keys_seen: dict[str, dict[str, bytes] | None] = field(default_factory=dict)
+    volumes: list[SourceVolume]  # its Secret and ConfigMap volumes, synced every tick
     written: dict[str, ContainerView] | None = None  # the views the pod status shows
 
 
@@ -173,7 +177,7 @@ class GatewayPods(PodSupervisor[_Gateway]):
         return gateway
 
     def _follow(self, gateway: _Gateway, pod: JSON) -> None:
-        self._sync_keys(gateway)
+        self._sync_volumes(gateway, starting=False)
         _keep_running(gateway, on_change=self._wake.set)
         self._write_status(gateway, pod)
 
@@ -206,7 +210,7 @@ class GatewayPods(PodSupervisor[_Gateway]):
         if ROUTER not in containers or ADMISSION not in containers:
             raise DevClusterError(f"pod has no {ROUTER!r} and {ADMISSION!r} containers")
         workdir = self._workdir / f"{key[0]}_{key[1]}_{uid}"
-        paths, keys_secrets = _volume_paths(
+        paths, volumes = pod_volumes(
             pod, containers[ADMISSION], workdir=workdir, model_dir=self.tokenizer_dir
         )
         ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
@@ -243,12 +247,13 @@ class GatewayPods(PodSupervisor[_Gateway]):
         )  # fmt: skip
         gateway = _Gateway(
             key=key, workdir=workdir, info=info, containers=[router, admission],
-            keys_secrets=keys_secrets,
+            volumes=volumes,
         )  # fmt: skip
-        self._sync_keys(gateway)
-        missing = [secret for secret in keys_secrets if gateway.keys_seen.get(secret) is None]
-        if missing:  # the kubelet would keep the pod in ContainerCreating
-            raise DevClusterError(f"secret volume source {missing[0]!r} does not exist")
+        try:  # a missing non-optional source: the kubelet keeps the pod in ContainerCreating
+            self._sync_volumes(gateway, starting=True)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)  # retried from scratch next time
+            raise
         return gateway
 
     def _kubeconfig(self, pod: JSON, *, workdir: Path) -> Path:
@@ -270,36 +275,13 @@ class GatewayPods(PodSupervisor[_Gateway]):
         values = {ref: self._kube.read_key(ref, namespace=namespace) for ref in refs}
         return kubelet.container_env(pod, container, values=values)
 
-    def _sync_keys(self, gateway: _Gateway) -> None:
-        """Rewrite a Secret volume when the Secret changed (the kubelet's periodic sync)."""
-        assert self._kube is not None
-        for secret, directory in gateway.keys_secrets.items():
-            data = self._kube.secret_data(secret, namespace=gateway.key[0])
-            if data is None or data == gateway.keys_seen.get(secret):
-                continue
-            write_secret_volume(directory, data)
-            gateway.keys_seen[secret] = data
-            logger.info("gateway %s/%s: secret %s synced", *gateway.key, secret)
-
-
-def _volume_paths(
-    pod: JSON, container: JSON, *, workdir: Path, model_dir: Path
-) -> tuple[dict[str, Path], dict[str, Path]]:
-    """(mountPath -> local directory, Secret name -> local directory) for a container."""
-    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
-    paths: dict[str, Path] = {}
-    secrets: dict[str, Path] = {}
-    for mount in container.get("volumeMounts") or []:
-        volume = volumes.get(mount["name"]) or {}
-        local = workdir / "volumes" / str(mount["name"])
-        if "secret" in volume:
-            secrets[str(volume["secret"]["secretName"])] = local
-        elif "hostPath" in volume or "persistentVolumeClaim" in volume:
-            local = model_dir
-        else:
-            local.mkdir(parents=True, exist_ok=True)
-        paths[str(mount["mountPath"])] = local
-    return paths, secrets
+    def _sync_volumes(self, gateway: _Gateway, *, starting: bool) -> None:
+        kube = self._kube
+        assert kube is not None
+        sync_volumes(
+            gateway.volumes, starting=starting, pod="/".join(gateway.key),
+            read=lambda v: kube.read_volume_source(v.kind, v.object_name, namespace=gateway.key[0]),
+        )  # fmt: skip
 
 
 def _map_path(value: str, paths: Mapping[str, Path]) -> str:

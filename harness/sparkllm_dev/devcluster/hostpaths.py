@@ -129,14 +129,18 @@ def _projected_files(
 
 
 def config_map_files(
-    source: Mapping[str, Any], config_map: Mapping[str, Any] | None
+    source: Mapping[str, Any], config_map: Mapping[str, Any] | None, *, kind: str = "configmap"
 ) -> dict[str, bytes]:
-    """The files a configMap volume shows (pure); VolumeNotReadyError for what is missing."""
+    """The files a configMap volume shows (pure); VolumeNotReadyError for what is missing.
+
+    ``kind`` names the object in the errors: a Secret volume is read the same way, its
+    ``data`` given as ``binaryData`` (both base64) and ``kind="secret"`` (gateway_io).
+    """
     name, optional = str(source.get("name", "")), bool(source.get("optional", False))
     if config_map is None:
         if optional:
             return {}
-        raise VolumeNotReadyError(f"configmap {name!r} not found (volume)")
+        raise VolumeNotReadyError(f"{kind} {name!r} not found (volume)")
     content: dict[str, bytes] = {
         k: str(v).encode() for k, v in (config_map.get("data") or {}).items()
     }
@@ -144,7 +148,7 @@ def config_map_files(
         try:
             content[key] = base64.b64decode(value, validate=True)
         except binascii.Error as exc:
-            raise VolumeNotReadyError(f"configmap {name!r} key {key!r}: bad base64") from exc
+            raise VolumeNotReadyError(f"{kind} {name!r} key {key!r}: bad base64") from exc
     items = source.get("items")
     if not items:
         return content
@@ -154,7 +158,7 @@ def config_map_files(
         if key not in content:
             if optional:
                 continue
-            raise VolumeNotReadyError(f"configmap {name!r} has no key {key!r} (volume)")
+            raise VolumeNotReadyError(f"{kind} {name!r} has no key {key!r} (volume)")
         chosen[str(item.get("path") or key)] = content[key]
     return chosen
 
