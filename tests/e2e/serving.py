@@ -42,8 +42,12 @@ def inference_cluster(
     model_dir: Path,
     groups: Sequence[Sequence[str]],
     engine: dict[str, Any] | None = None,
+    admission: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An InferenceCluster of one replica per node group, PP 3, behind the admission layer."""
+    """An InferenceCluster of one replica per node group, PP 3, behind the admission layer.
+
+    ``engine`` and ``admission`` add to (or replace) the fields of those sections.
+    """
     return {
         "apiVersion": "sparkllm.io/v1alpha1",
         "kind": "InferenceCluster",
@@ -57,6 +61,7 @@ def inference_cluster(
                 "maxInputTokens": 8192,
                 # the benchmark Job runs as alice and sends ignore_eos (exact lengths)
                 "extensions": [{"parameter": "ignore_eos", "users": ["alice"]}],
+                **(admission or {}),
             },
             "placement": {"nodeGroups": [list(group) for group in groups]},
         },
@@ -78,6 +83,7 @@ def serve(
     groups: Sequence[Sequence[str]],
     log_dir: Path,
     engine: dict[str, Any] | None = None,
+    admission: dict[str, Any] | None = None,
 ) -> Iterator[Serving]:
     """Apply ``name`` and wait until its front door routes to every replica.
 
@@ -89,7 +95,9 @@ def serve(
         "create", "secret", "generic", USERS_SECRET, "-n", namespace,
         f"--from-literal=alice={alice}",
     )  # fmt: skip
-    manifest = inference_cluster(name, model_dir=model_dir, groups=groups, engine=engine)
+    manifest = inference_cluster(
+        name, model_dir=model_dir, groups=groups, engine=engine, admission=admission
+    )
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     replicas = len(groups)
     with GatewayPods(
