@@ -246,18 +246,7 @@ class Governor:
         except GovernanceStoreError as exc:  # a shared store down: no budget can be checked
             return replies.store_unavailable(str(exc)), None
         taken = asked is not None and isinstance(admitted, Admit) and admitted.slot
-        return admitted, asked.holder if taken and asked is not None else None
-
-    async def slot(self, granted: Pass) -> str | ErrorReply:
-        """Wait for a local slot (fairly), then the global one: the holder id, or the 429."""
-        governed = granted.governed
-        return await self.slots.queue(
-            granted.user, weight=governed.weight, max_queued=governed.max_queued
-        )
-
-    async def claim(self, granted: Pass, *, waited_from: float | None = None) -> str | ErrorReply:
-        """Holding a local slot: take the global one (or give the local one back, 429)."""
-        return await self.slots.claim(granted.user, waited_from=waited_from)
+        return admitted, asked.holder if asked is not None and taken else None
 
     async def wait_for_slot(self, granted: Pass, receive: Receive) -> str | ErrorReply | None:
         """A slot's holder id, the 429, or None if the client disconnects first."""

@@ -19,7 +19,8 @@ CODE_STORE_UNAVAILABLE = "governance_store_unavailable"
 STORE_RETRY_AFTER_SECONDS = 5  # a Redis failover or restart takes seconds
 
 
-def _seconds(value: float) -> int:
+def whole_seconds(value: float) -> int:
+    """A Retry-After: ``value`` seconds rounded up, at least one."""
     return max(1, math.ceil(value))
 
 
@@ -32,7 +33,7 @@ def reason(refusal: Refusal) -> str:
 
 def refused(refusal: Refusal, *, min_output_tokens: int) -> ErrorReply:
     """429 for a refusal by the store (the user's rate, concurrency or token budget)."""
-    wait = _seconds(refusal.retry_after)
+    wait = whole_seconds(refusal.retry_after)
     window = refusal.window or ""
     if refusal.limit is Limit.CONCURRENCY:
         why = "you have as many requests in progress as your policy allows"
