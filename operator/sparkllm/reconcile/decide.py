@@ -66,9 +66,9 @@ def decide(
     generation = int(obj["metadata"].get("generation") or 0)
     if ic is None:
         return _blocked(observation, obj, observation.spec_error or "invalid spec")
-    from_default = governance_default is not None and ic.spec.gateway.governance_store.redis is None
-    ic = with_governance_default(ic, governance_default)
-    gateway = gateway_status(ic.spec.gateway, from_default=from_default)
+    defaulted = with_governance_default(ic, governance_default)  # ``ic`` itself: unchanged
+    gateway = gateway_status(defaulted.spec.gateway, from_default=defaulted is not ic)
+    ic = defaulted
     try:
         capacity, fits = capacity_condition(ic.spec, generation=generation)
         if not fits:
