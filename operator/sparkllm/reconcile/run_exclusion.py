@@ -68,9 +68,9 @@ def rival_active(rival: Rival, obj: Mapping[str, Any]) -> bool:
     )
 
 
-def _busy(noun: str, result: JobResult) -> str:
-    going = "to be deleted" if result.deleting else "to finish"
-    return f"the {noun} Job {result.name} (user {result.user}) {going}"
+def _busy(noun: str, job: str, user: str, *, deleting: bool = False) -> str:
+    going = "to be deleted" if deleting else "to finish"
+    return f"the {noun} Job {job} (user {user}) {going}"
 
 
 def rival_wait(
@@ -90,7 +90,8 @@ def rival_wait(
         theirs = jobs.get(rival.noun) or {}
         for name in sorted(theirs):
             if not theirs[name].finished:
-                return _busy(rival.noun, theirs[name])
+                result = theirs[name]
+                return _busy(rival.noun, result.name, result.user, deleting=result.deleting)
         if rival.goes_first is None:
             continue
         try:
@@ -98,7 +99,7 @@ def rival_wait(
         except SpecError:
             continue  # an invalid request is refused this pass; it makes no Job
         if pending is not None and pending.job not in theirs:
-            return f"the {rival.noun} Job {pending.job} (user {pending.user}) to finish"
+            return _busy(rival.noun, pending.job, pending.user)
     return None
 
 
