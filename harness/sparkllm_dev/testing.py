@@ -31,12 +31,15 @@ import pytest
 
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm_dev.devcluster.engines import EngineHarness
-from sparkllm_dev.devcluster.paths import PROFILE_ENV, TEST
+from sparkllm_dev.devcluster.paths import PROFILE_ENV, TEST, TEST_PROFILES
 from sparkllm_dev.errors import DevClusterError
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (editable install)
-os.environ[PROFILE_ENV] = TEST.name  # never the demo's cluster (issue #16 item 8)
+# Never the demo's cluster: a test profile (test, or test2/test3 when chosen for a second
+# run beside the first).
+if os.environ.get(PROFILE_ENV) not in TEST_PROFILES:
+    os.environ[PROFILE_ENV] = TEST.name
 
 
 def source_pythonpath() -> str:

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -75,6 +76,19 @@ def test_the_tests_cluster_shares_nothing_with_the_demos() -> None:
     assert _cluster(Path("/c"), TEST).node_ip("spark-b1") == "127.0.0.122"
 
 
+def test_every_profile_owns_its_ports_addresses_and_directories() -> None:
+    profiles = list(PROFILES.values())
+    for i, one in enumerate(profiles):
+        ips = {n.ip for n in _cluster(Path("/c"), one).nodes()}
+        for other in profiles[i + 1 :]:
+            assert not set(one.ports().values()) & set(other.ports().values())
+            assert one.operator_metrics_port != other.operator_metrics_port
+            assert one.cluster_name != other.cluster_name
+            assert one.state_dir_name != other.state_dir_name
+            assert one.kwok_dir_name != other.kwok_dir_name
+            assert ips.isdisjoint({n.ip for n in _cluster(Path("/c"), other).nodes()})
+
+
 def test_node_addresses_stay_in_loopback() -> None:
     assert spark_nodes(address_base=100)[-1].ip == "127.0.0.123"
     with pytest.raises(ValueError, match="no loopback addresses"):
@@ -94,8 +108,9 @@ def test_profile_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_plugin_puts_the_tests_on_their_own_cluster() -> None:
-    assert os.environ[PROFILE_ENV] == "test"  # inherited by every child a test starts
-    assert DevCluster().paths.profile is TEST
+    # inherited by every child a test starts
+    assert os.environ[PROFILE_ENV] in {"test", "test2", "test3"}
+    assert DevCluster().paths.profile is PROFILES[os.environ[PROFILE_ENV]]
 
 
 @pytest.fixture
@@ -121,8 +136,19 @@ def fake_processes(tmp_path: Path) -> Iterator[dict[str, int]]:
 def test_each_cluster_finds_only_its_own_processes(
     tmp_path: Path, fake_processes: dict[str, int]
 ) -> None:
-    assert _cluster(tmp_path, DEMO)._our_processes() == [("etcd", fake_processes["demo"])]
-    assert _cluster(tmp_path, TEST)._our_processes() == [("kube-apiserver", fake_processes["test"])]
+    # Each fake shell forks its `sleep`; for an instant the child still looks like its parent
+    # (same executable, same arguments), so wait for the fork to have exec'd.
+    expected = {
+        DEMO.name: [("etcd", fake_processes["demo"])],
+        TEST.name: [("kube-apiserver", fake_processes["test"])],
+    }
+    seen: dict[str, list[tuple[str, int]]] = {}
+    for _ in range(100):
+        seen = {p.name: _cluster(tmp_path, p)._our_processes() for p in (DEMO, TEST)}
+        if seen == expected:
+            break
+        time.sleep(0.05)
+    assert seen == expected
 
 
 def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
@@ -150,7 +176,7 @@ def test_cli_acts_on_the_chosen_cluster(
     monkeypatch.setenv(PROFILE_ENV, "test")
     assert cli.main(["status"]) == 3
     assert f"{tmp_path}/devcluster-test/kubeconfig" in capsys.readouterr().out
-    assert sorted(PROFILES) == ["demo", "test"]
+    assert sorted(PROFILES) == ["demo", "test", "test2", "test3"]
 
 
 def test_files_move_whole_and_keep_their_inner_order() -> None:
