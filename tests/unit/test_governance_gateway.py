@@ -233,6 +233,11 @@ def test_a_policy_that_does_not_load_fails_closed_then_applies_without_restart(
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "governance_policy_unavailable"
         assert "tokensPerHour" in refused.json()["error"]["message"]
+        policy.write_text("# emptied: no policy at all\n")  # fails closed too (issue 25)
+        wait_until(
+            lambda: "the policy is empty" in client.post(CHAT, json=_chat(), headers=ALICE).text,
+            what="the emptied policy's 503",
+        )
         policy.write_text("users: {alice: {maxConcurrentRequests: 4}}\n")
         wait_until(
             lambda: client.post(CHAT, json=_chat(), headers=ALICE).status_code == 200,

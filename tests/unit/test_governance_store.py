@@ -6,13 +6,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from datetime import date
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkllm.gateway.governance.policy import DEFAULT_MIN_OUTPUT_TOKENS, UNGOVERNED, Policy
+from sparkllm.gateway.governance.policy import (
+    DEFAULT_MIN_OUTPUT_TOKENS,
+    UNGOVERNED,
+    Policy,
+    PolicySource,
+)
 from sparkllm.gateway.governance.store import (
     Admit,
     AdmitRequest,
@@ -233,3 +239,26 @@ def test_a_users_policy_overrides_the_defaults_field_by_field() -> None:
         Policy.parse("users: {bob: {weight: 0}}")
     with pytest.raises(ValueError, match="tokensPerWeek"):
         Policy.parse("defaults: {tokensPerWeek: 1}")
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n", "# limits to come\n# soon\n", "null\n", "~"])
+def test_an_empty_policy_is_refused_not_read_as_no_limits(
+    text: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25: an emptied policy file loaded as a valid policy without limits."""
+    with pytest.raises(ValueError, match="the policy is empty"):
+        Policy.parse(text)
+    assert not Policy.parse("{}").for_user("alice").budgeted  # "no limits", said explicitly
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    source = PolicySource(path, reload_interval=0)
+    problem = source.current()
+    assert isinstance(problem, str)  # at start: no policy, so every request is refused
+    assert problem.startswith(f"governance policy {path} not loaded: the policy is empty")
+    path.write_text("defaults: {tokensPerHour: 50}\n")
+    good = source.current()
+    assert isinstance(good, Policy)
+    path.write_text(text + "\n" * 3)  # a later edit empties it (another size: re-read)
+    assert source.current() is good  # the last good policy stays, as for an invalid edit
+    assert "the policy is empty (" in caplog.text
+    assert "keeping the last good policy" in caplog.text

@@ -25,6 +25,9 @@ A user's fields override the defaults' one by one; a field unset in both is unli
 A file that fails validation is refused as a whole: at start the gateway then refuses
 every generation request with 503 naming the problem (fail closed: a policy that does
 not load must not mean "no limits"); on a later reload it keeps the last good policy.
+An empty file (nothing, only comments, or ``null``) is refused the same way: an emptied
+ConfigMap key is a mistake far more often than a decision, so "no limits" must be said
+explicitly, as ``{}``.
 """
 
 from __future__ import annotations
@@ -139,8 +142,13 @@ class Policy:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ValueError(f"not valid YAML: {exc}") from exc
+        if raw is None:  # "", only comments, ``null``: an emptied file is no policy
+            raise ValueError(
+                "the policy is empty (no YAML document, only comments, or null); "
+                "write {} to mean no limits"
+            )
         try:
-            return cls(PolicyDocument.model_validate(raw or {}))
+            return cls(PolicyDocument.model_validate(raw))
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in error['loc']) or 'policy'}: {error['msg']}"
