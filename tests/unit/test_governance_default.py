@@ -17,8 +17,9 @@ from sparkllm.api.status import InferenceClusterStatus
 from sparkllm.cli import main
 from sparkllm.errors import SparkllmError
 from sparkllm.gateway_settings import env_var_name
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.reconciler import ClusterReconciler
 from sparkllm.render.gateway import admission_env
 from sparkllm.render.governance_default import (

@@ -19,6 +19,8 @@ from typing import Any, NamedTuple, cast
 import pytest
 
 from sparkllm.api import Reason, validate_inference_cluster
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON, Kind
 from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark, read_benchmark
 from sparkllm.reconcile.benchmark_plan import (
@@ -33,7 +35,6 @@ from sparkllm.reconcile.benchmark_plan import (
     terminal_status,
 )
 from sparkllm.reconcile.execute import benchmark_jobs
-from sparkllm.reconcile.kube import JSON, Kind, KubeAPI
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,
     ANNOTATION_BENCHMARK_USER,

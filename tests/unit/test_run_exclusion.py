@@ -19,6 +19,8 @@ from typing import Any, cast
 import pytest
 
 from sparkllm.api import Reason, validate_inference_cluster
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON, Kind
 from sparkllm.reconcile.acceptance import ACCEPTANCE_STEP, decide_acceptance
 from sparkllm.reconcile.benchmark import (
     BENCHMARK_RIVAL,
@@ -30,7 +32,6 @@ from sparkllm.reconcile.benchmark import (
 )
 from sparkllm.reconcile.benchmark_plan import JobResult, job_result
 from sparkllm.reconcile.decide import decide as decide_pass
-from sparkllm.reconcile.kube import JSON, Kind, KubeAPI
 from sparkllm.reconcile.observation import Observation
 from sparkllm.reconcile.run_exclusion import rival_active, rival_wait
 from sparkllm.render.acceptance import (

@@ -35,7 +35,8 @@ from typing import Any, Final
 from sparkllm.api.meta import API_VERSION, KIND
 from sparkllm.errors import ClusterAPIError
 from sparkllm.gateway.replies import SERVER_ERROR, ErrorReply
-from sparkllm.reconcile.kube import KubeAPI, load_configuration, lookup_kind
+from sparkllm.kube.client import KubeAPI, load_configuration
+from sparkllm.kube.kinds import lookup_kind
 
 logger = logging.getLogger(__name__)
 

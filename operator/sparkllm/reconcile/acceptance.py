@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from sparkllm.api import InferenceCluster, Reason
 from sparkllm.bench.accept.regression import BASELINE_ANNOTATION, make_baseline
+from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.benchmark import (
     BENCHMARK_RIVAL,
     Requested,
@@ -36,7 +37,6 @@ from sparkllm.reconcile.benchmark import (
     read_on_demand,
 )
 from sparkllm.reconcile.benchmark_plan import OnDemand
-from sparkllm.reconcile.kube import JSON
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,
     ANNOTATION_ACCEPTANCE_SET_BASELINE,

@@ -26,6 +26,8 @@ from typing import Any, Final
 
 from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.actions import Removal
 from sparkllm.reconcile.benchmark_plan import (
     BENCHMARK,
@@ -39,7 +41,6 @@ from sparkllm.reconcile.benchmark_plan import (
     plan_benchmark,
     plan_rejected,
 )
-from sparkllm.reconcile.kube import JSON, KubeAPI
 from sparkllm.reconcile.owned import JOB, POD, SECRET
 from sparkllm.reconcile.run_exclusion import Rival, rival_active, rival_wait
 from sparkllm.render.acceptance import ANNOTATION_ACCEPTANCE, acceptance_selector

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SpecError
+from sparkllm.kube.client import KubeAPI, load_configuration
 from sparkllm.reconcile import metrics
-from sparkllm.reconcile.kube import KubeAPI, load_configuration
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
 from sparkllm.render.gateway import gateway_image_from

@@ -20,10 +20,11 @@ from typing import Any
 
 from sparkllm.api import KIND
 from sparkllm.errors import ClusterAPIError
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import lookup_kind
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.actions import JSON, Plan, Removal
 from sparkllm.reconcile.events import event_manifest
-from sparkllm.reconcile.kube import KubeAPI, lookup_kind
 from sparkllm.reconcile.owned import IC, POD
 from sparkllm.reconcile.secrets import generate_token
 

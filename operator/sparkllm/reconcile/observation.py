@@ -31,11 +31,12 @@ from sparkllm.api import (
 )
 from sparkllm.configcheck import Mismatch
 from sparkllm.errors import ClusterAPIError, SpecError
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON, OPTIONAL_API_GROUPS, lookup_kind
 from sparkllm.reconcile import owned
 from sparkllm.reconcile.acceptance import read_acceptance
 from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
 from sparkllm.reconcile.drain import RunningRequests, draining_replicas, rank0_address
-from sparkllm.reconcile.kube import JSON, OPTIONAL_API_GROUPS, KubeAPI, lookup_kind
 from sparkllm.reconcile.observe import pod_ready, pods_by_rank
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.reconcile.replicas import Observed, label

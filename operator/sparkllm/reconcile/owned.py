@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Final
 
 from sparkllm.api import API_VERSION, KIND, InferenceCluster
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON, lookup_kind
 from sparkllm.reconcile.actions import Removal
-from sparkllm.reconcile.kube import JSON, KubeAPI, lookup_kind
 from sparkllm.reconcile.replicas import Observed
 from sparkllm.render.names import cluster_selector
 from sparkllm.render.objects import is_current

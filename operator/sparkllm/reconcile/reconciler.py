@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sparkllm.api.governance_store import RedisStoreSpec
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import kind_of
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.drain import RunningRequests
 from sparkllm.reconcile.execute import execute
-from sparkllm.reconcile.kube import KubeAPI, kind_of
 from sparkllm.reconcile.observation import Engines, Key, observe
 from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE

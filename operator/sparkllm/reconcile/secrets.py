@@ -17,8 +17,8 @@ import secrets
 from dataclasses import dataclass
 
 from sparkllm.api import InferenceCluster
+from sparkllm.kube.client import KubeAPI
 from sparkllm.reconcile.actions import JSON, GeneratedSecret
-from sparkllm.reconcile.kube import KubeAPI
 from sparkllm.reconcile.owned import SECRET
 from sparkllm.render.names import (
     COMPONENT_ENGINE,

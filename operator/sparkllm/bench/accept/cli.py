@@ -35,7 +35,7 @@ from sparkllm.bench.accept.run import AcceptConfig, StatusReader, run_acceptance
 from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SparkllmError, SpecError
-from sparkllm.reconcile.kube import KubeAPI, load_configuration
+from sparkllm.kube.client import KubeAPI, load_configuration
 from sparkllm.reconcile.owned import IC
 
 EXIT_PASSED: Final = 0
