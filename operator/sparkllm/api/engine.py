@@ -30,6 +30,7 @@ from sparkllm.sglang_contract.fields import (
 from sparkllm.sglang_contract.flags import SGLANG_VERSION, known_flags
 
 MAX_PIPELINE_PARALLEL: Final = 8
+MAX_UNIX_ID: Final = 2_147_483_647  # what Kubernetes accepts for runAsUser / runAsGroup
 
 # An image reference pinned to a tag or a digest: [host[:port]/]path[:tag][@sha256:digest]
 # with at least one of tag and digest.
@@ -261,4 +262,22 @@ class EngineSpec(ApiModel):
         description="env is extra environment for every rank, as literal name/value "
         "pairs. Default empty; at most 64 entries with unique names. Must not set the "
         "NCCL/Gloo or layer-partition variables the operator derives from the spec.",
+    )
+    run_as_user: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_UNIX_ID,
+        description="runAsUser is the user ID the engine image's containers (the engine and "
+        "the network preflight's verify-bandwidth) run as; when set they also require a "
+        "non-root user (runAsNonRoot). Optional; when absent they run as the image's own "
+        "user, which is root in nvcr.io/nvidia/sglang and lmsysorg/sglang. 1 to "
+        f"{MAX_UNIX_ID}. A non-root engine needs an image (or engine.env HOME) with a "
+        "writable home for SGLang's kernel caches (docs/pod-security.md).",
+    )
+    run_as_group: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_UNIX_ID,
+        description="runAsGroup is the primary group ID of the engine image's containers. "
+        f"Optional; when absent, the image's (or the user's) group. 0 to {MAX_UNIX_ID}.",
     )
