@@ -82,6 +82,63 @@ def test_headers_over_the_cap_get_431_and_the_connection_closes(server: ServerTh
     assert answer.startswith(b"HTTP/1.1 431 ")
 
 
+def _send_until_cut(conn: socket.socket, pieces: list[bytes]) -> bytes:
+    """Send ``pieces`` one write each (the server may cut in between); its answer."""
+    try:
+        for piece in pieces:
+            conn.sendall(piece)
+    except OSError:
+        pass  # refused and closed before the rest: what it said is still readable
+    try:
+        return _read_all(conn)
+    except ConnectionResetError:  # unread bytes made the close a reset
+        return b""
+
+
+PAD = 100_000  # issue 25: an X-Pad of 100,000 bytes in one write got 200 under 32 KiB
+
+
+def _pieces(data: bytes, first: int, size: int) -> list[bytes]:
+    """``data`` as a first write of ``first`` bytes, then writes of ``size`` bytes."""
+    rest = data[first:]
+    return [data[:first], *(rest[i : i + size] for i in range(0, len(rest), size))]
+
+
+@pytest.mark.parametrize(
+    ("first", "size"),
+    [(PAD * 2, 0), (1000, PAD * 2), (1000, 1000), (50, 50)],
+    ids=["one write", "ending in a second write", "1000-byte writes", "50-byte writes"],
+)
+def test_the_header_cap_holds_however_the_bytes_arrive(
+    server: ServerThread, first: int, size: int
+) -> None:
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * PAD + b"\r\n\r\n"
+    with _connect(server) as conn:
+        answer = _send_until_cut(conn, _pieces(request, first, size or 1))
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+    assert answer.count(b"HTTP/1.1 ") == 1  # the 431 alone: no 400 after it, no 200
+
+
+def test_the_cap_counts_every_header_and_the_target_in_one_write(server: ServerThread) -> None:
+    """Many small headers, and a long URL, each under the cap alone, over it together."""
+    fields = b"".join(b"x-h%d: %s\r\n" % (i, b"v" * 90) for i in range(100))  # ~10 KB
+    many = b"GET /health HTTP/1.1\r\nhost: x\r\n" + fields + b"\r\n"
+    long_target = b"GET /health?q=" + b"q" * 9000 + b" HTTP/1.1\r\nhost: x\r\n\r\n"
+    for request in (many, long_target):
+        with _connect(server) as conn:
+            answer = _send_until_cut(conn, [request])
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+
+
+def test_headers_just_under_the_cap_in_one_write_are_served(server: ServerThread) -> None:
+    limit = PROTOCOL.max_header_bytes
+    request = b"GET /health HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * (limit - 200) + b"\r\n\r\n"
+    with _connect(server) as conn:
+        conn.sendall(request)
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+
+
 def test_normal_requests_keep_their_connection(server: ServerThread) -> None:
     with _connect(server) as conn:
         for _ in range(2):

@@ -7,7 +7,11 @@ reads a body for as long as the client trickles it (one byte every few seconds k
 connection open indefinitely). This protocol, a subclass of uvicorn's, adds:
 
 * a cap on the bytes of one request's start line and headers: above it the client gets
-  431 and the connection closes, before the parser buffers more;
+  431 and the connection closes, before the parser buffers more. It holds however the
+  bytes arrive: headers still incomplete after a read are bounded by the bytes received
+  (the parser keeps a header's pieces until it ends), and headers that end within a read
+  by what the parser hands over (target, names, values and their separators), checked
+  as each arrives — so one write of a 100 KB header is refused like a slow trickle;
 * a deadline for those headers from the connection's (or the previous response's) end
   of idleness: 408, then close;
 * a deadline for the request body once the headers are in: the connection closes (the
@@ -24,6 +28,13 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+# What a parsed header field costs beyond its name and value: ": " and CRLF.
+_FIELD_SEPARATORS = 4
+
+
+class _HeadersTooLargeError(Exception):
+    """Raised from a parser callback to stop parsing a request already refused with 431."""
+
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header size and read deadlines (class settings)."""
@@ -35,7 +46,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reading_headers = True
-        self._header_bytes = 0
+        self._header_bytes = 0  # bytes received while this request's headers are incomplete
+        self._parsed_bytes = 0  # this request's target and header fields, as parsed
+        self._refused = False
         self._deadline: asyncio.TimerHandle | None = None
 
     @classmethod
@@ -72,6 +85,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._reading_headers = True
+        self._parsed_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._count_parsed(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._reading_headers:  # not a chunked body's trailer (the body deadline holds)
+            self._count_parsed(len(name) + len(value) + _FIELD_SEPARATORS)
+        super().on_header(name, value)
+
+    def _count_parsed(self, size: int) -> None:
+        """Refuse once the parsed headers pass the cap, even if they ended in this read."""
+        self._parsed_bytes += size
+        if self._parsed_bytes > self.max_header_bytes:
+            self._refuse(431)
+            raise _HeadersTooLargeError  # stops the parser: no application call follows
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:  # uvicorn's answer to the parser stopping is not sent twice
+            super().send_400_response(msg)
 
     def on_headers_complete(self) -> None:
         self._reading_headers = False
@@ -114,6 +148,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, status: int) -> None:
         self._disarm()
         self._reading_headers = False
+        self._refused = True
         body = b"request header fields too large" if status == 431 else b"request timeout"
         self.transport.write(
             b"".join(
