@@ -31,12 +31,11 @@ import yaml
 from sparkllm.api import validate_inference_cluster
 from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SparkllmError, SpecError
-from sparkllm.reconcile import owned
-from sparkllm.reconcile.actions import Plan
-from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.decide import decide, owned
+from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.replicas import Observed
+from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
 from sparkllm.reconcile.observation import Observation
-from sparkllm.reconcile.replicas import Observed
-from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 from sparkllm.render.governance_default import governance_default
 from sparkllm.render.placement import NodeFacts

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkllm.reconcile.observe import describe_pod_failure
+from sparkllm.reconcile.decide.replica_state import describe_pod_failure
 from sparkllm_dev.devcluster import DevCluster, FaultInjector
 from sparkllm_dev.errors import DevClusterError
 from tests.bench.bench_reconcile import (

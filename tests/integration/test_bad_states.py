@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from sparkllm.reconcile.observe import UNSCHEDULABLE_GRACE_SECONDS
+from sparkllm.reconcile.decide.replica_state import UNSCHEDULABLE_GRACE_SECONDS
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 

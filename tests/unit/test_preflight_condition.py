@@ -12,9 +12,9 @@ from typing import Any
 from sparkllm.preflight import Check, Finding, Severity
 from sparkllm.preflight.bandwidth import MIB, BandwidthResult
 from sparkllm.preflight.findings import to_json
-from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.network_proof import network_condition, network_status
+from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.network_proof import network_condition, network_status
 from sparkllm.render.network_preflight import BANDWIDTH_CONTAINER, NETWORK_CONTAINER
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,

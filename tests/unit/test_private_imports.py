@@ -34,8 +34,8 @@ def private_imports(source: str) -> list[str]:
 
 
 def test_the_check_sees_a_private_import() -> None:
-    source = "def f():\n    from sparkllm.reconcile.proofs import _secret, public\n"
-    assert private_imports(source) == ["sparkllm.reconcile.proofs._secret"]
+    source = "def f():\n    from sparkllm.reconcile.decide.proofs import _secret, public\n"
+    assert private_imports(source) == ["sparkllm.reconcile.decide.proofs._secret"]
     assert private_imports("from os import _exit\nfrom .x import __all__\n") == []
 
 

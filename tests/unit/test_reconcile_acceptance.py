@@ -16,16 +16,16 @@ from typing import Any
 from sparkllm.api import Reason, validate_inference_cluster
 from sparkllm.bench.accept.regression import BASELINE_ANNOTATION
 from sparkllm.kube.kinds import JSON
-from sparkllm.reconcile import owned
-from sparkllm.reconcile.acceptance import (
+from sparkllm.reconcile.decide import decide as decide_pass
+from sparkllm.reconcile.decide import owned
+from sparkllm.reconcile.decide.acceptance import (
     acceptance_keep,
     acceptance_problems,
     decide_acceptance,
     describe_acceptance,
 )
-from sparkllm.reconcile.benchmark import BenchmarkOutcome, BenchmarkSeen
-from sparkllm.reconcile.decide import decide as decide_pass
-from sparkllm.reconcile.job_result import job_result
+from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, BenchmarkSeen
+from sparkllm.reconcile.decide.job_result import job_result
 from sparkllm.reconcile.observation import Observation
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from sparkllm.api import Reason
-from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.replica_state import UNSCHEDULABLE_GRACE_SECONDS, unschedulable
 from sparkllm.reconcile.observation import Observation
-from sparkllm.reconcile.observe import UNSCHEDULABLE_GRACE_SECONDS, unschedulable
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,
     NOW,

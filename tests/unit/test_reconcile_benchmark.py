@@ -21,9 +21,9 @@ import pytest
 from sparkllm.api import Reason, validate_inference_cluster
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, Kind
-from sparkllm.reconcile.actions import Plan
-from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark, read_benchmark
-from sparkllm.reconcile.benchmark_plan import (
+from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark, read_benchmark
+from sparkllm.reconcile.decide.benchmark_plan import (
     BenchmarkPlan,
     JobResult,
     describe_summary,

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from sparkllm.api import Reason
-from sparkllm.reconcile.events import COMPONENT, PendingEvent, event_manifest
+from sparkllm.reconcile.decide.actions import PendingEvent
+from sparkllm.reconcile.events import COMPONENT, event_manifest
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 3, 1, 12, 34, 56, 789000, tzinfo=UTC)

@@ -16,8 +16,8 @@ from typing import Any
 
 from sparkllm.api import Reason, validate_inference_cluster
 from sparkllm.kube.kinds import Kind
-from sparkllm.reconcile.actions import Plan
 from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.observation import Observation, absent_apis
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, cluster, serving, with_status
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from sparkllm.reconcile.drain import (
+from sparkllm.reconcile.decide.drain import (
     ANNOTATION_DRAIN_REASON,
     draining_replicas,
     mark_patch,
     restart_drain,
 )
-from sparkllm.reconcile.hang import HUNG_AFTER, hung_cause, unready_since
-from sparkllm.reconcile.replicas import Observed, cause_class
-from sparkllm.reconcile.restarts import FORCE_CAUSE, DrainFacts
+from sparkllm.reconcile.decide.hang import HUNG_AFTER, hung_cause, unready_since
+from sparkllm.reconcile.decide.replicas import Observed, cause_class
+from sparkllm.reconcile.decide.restarts import FORCE_CAUSE, DrainFacts
 from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
 STARTED = "2026-03-01T11:00:00Z"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sparkllm.reconcile.observe import (
+from sparkllm.reconcile.decide.replica_state import (
     RankState,
     ReplicaState,
     describe_pod_failure,

@@ -20,7 +20,7 @@ import yaml
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
 from sparkllm.configcheck import Mismatch
 from sparkllm.integrity import ModelSummary
-from sparkllm.reconcile.proofs import capacity_condition, config_condition, model_condition
+from sparkllm.reconcile.decide.proofs import capacity_condition, config_condition, model_condition
 
 JSON = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]

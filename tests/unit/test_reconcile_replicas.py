@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sparkllm.api import RestartPolicySpec
-from sparkllm.reconcile import replicas
-from sparkllm.reconcile.replicas import (
+from sparkllm.reconcile.decide import replicas
+from sparkllm.reconcile.decide.replicas import (
     Observed,
     ReplicaInputs,
     history_from_status,
@@ -21,7 +21,7 @@ from sparkllm.reconcile.replicas import (
     precise_timestamp,
     timestamp,
 )
-from sparkllm.reconcile.restarts import backoff_delay
+from sparkllm.reconcile.decide.restarts import backoff_delay
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.placement import NodeFacts
 from tests.unit.test_render_ranks import KEY, NODES, RANK0_IP, sample

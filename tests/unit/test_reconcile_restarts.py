@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from sparkllm.api import Phase, RestartPolicySpec
-from sparkllm.reconcile.hang import hung_cause
-from sparkllm.reconcile.observe import RankState, ReplicaState
-from sparkllm.reconcile.restarts import (
+from sparkllm.reconcile.decide.hang import hung_cause
+from sparkllm.reconcile.decide.replica_state import RankState, ReplicaState
+from sparkllm.reconcile.decide.restarts import (
     FORCE_CAUSE,
     HOUR,
     UPDATE_CAUSE,

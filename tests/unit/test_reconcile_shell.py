@@ -21,13 +21,12 @@ from sparkllm.configcheck import Mismatch
 from sparkllm.errors import ClusterAPIError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, Kind
-from sparkllm.reconcile.actions import GeneratedSecret, Plan, PodPatch, Removal
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.drain import RunningRequests
-from sparkllm.reconcile.events import PendingEvent
+from sparkllm.reconcile.decide.actions import GeneratedSecret, PendingEvent, Plan, PodPatch, Removal
+from sparkllm.reconcile.decide.drain import RunningRequests
+from sparkllm.reconcile.decide.proofs import ConfigProbe
 from sparkllm.reconcile.execute import execute
 from sparkllm.reconcile.observation import Engines, observe
-from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.reconcile.reconciler import ClusterReconciler
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,

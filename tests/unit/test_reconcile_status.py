@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sparkllm.api import ConditionType, InferenceClusterStatus, Phase, Reason
-from sparkllm.reconcile.status import (
+from sparkllm.reconcile.decide.status import (
     ClusterReport,
     ReplicaReport,
     cluster_phase,

@@ -16,7 +16,7 @@ import yaml
 from sparkllm.api import InferenceCluster
 from sparkllm.gateway.config import load_gateway_config
 from sparkllm.offline import fresh_plan
-from sparkllm.reconcile.owned import OWNED, empty, to_prune
+from sparkllm.reconcile.decide.owned import OWNED, empty, to_prune
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.exposure import PROXY_TIMEOUT_SECONDS, TLS_DIR, render_exposure
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT, admission_env, render_gateway

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
-from sparkllm.reconcile.secrets import engine_key_ref
+from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.render import DEFAULT_TOOLS_IMAGE, EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
 from sparkllm.render.names import (
@@ -369,7 +369,16 @@ def test_host_network_and_infiniband(host_network: bool, dns_policy: str) -> Non
     mounts = [m["name"] for m in engine_container(sts)["volumeMounts"]]
     assert ("infiniband" in volumes) is host_network
     assert ("infiniband" in mounts) is host_network
-    assert engine_container(sts)["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    # RDMA (only with host networking) is the one reason for a capability.
+    rdma = {"add": ["IPC_LOCK"]} if host_network else {}
+    assert engine_container(sts)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": False,
+        "capabilities": {"drop": ["ALL"], **rdma},
+    }
+    for mount in engine_container(sts)["volumeMounts"]:
+        if mount["name"] == "infiniband":
+            assert mount["readOnly"] is True
 
 
 @pytest.mark.parametrize(("running", "replicas"), [(True, 1), (False, 0)])

@@ -29,7 +29,7 @@ from smg.launch_router import parse_router_args
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.errors import SpecError
-from sparkllm.reconcile.secrets import engine_key_ref
+from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
 from sparkllm.sglang_contract.argv import attached, flag_name, option_value, replace_option_values

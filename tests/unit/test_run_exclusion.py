@@ -21,8 +21,9 @@ import pytest
 from sparkllm.api import Reason, validate_inference_cluster
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, Kind
-from sparkllm.reconcile.acceptance import ACCEPTANCE_STEP, decide_acceptance
-from sparkllm.reconcile.benchmark import (
+from sparkllm.reconcile.decide import decide as decide_pass
+from sparkllm.reconcile.decide.acceptance import ACCEPTANCE_STEP, decide_acceptance
+from sparkllm.reconcile.decide.benchmark import (
     BENCHMARK_RIVAL,
     BENCHMARK_STEP,
     BenchmarkOutcome,
@@ -30,10 +31,9 @@ from sparkllm.reconcile.benchmark import (
     decide_benchmark,
     read_on_demand,
 )
-from sparkllm.reconcile.benchmark_plan import JobResult, job_result
-from sparkllm.reconcile.decide import decide as decide_pass
+from sparkllm.reconcile.decide.benchmark_plan import JobResult, job_result
+from sparkllm.reconcile.decide.run_exclusion import rival_active, rival_wait
 from sparkllm.reconcile.observation import Observation
-from sparkllm.reconcile.run_exclusion import rival_active, rival_wait
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,
     acceptance_job_name,

@@ -1,9 +1,10 @@
 """Kubernetes Events for InferenceClusters: only on transitions and failures.
 
-``decide`` lists a pass's Events in its plan and ``execute`` posts them at the pass's end
-through ``KubeAPI`` (the one module that talks to the API server), so Events never depend
-on kopf's per-handler context and a pass that decided nothing posts nothing. Reasons come
-from ``api.Reason``; messages carry the specifics.
+``decide`` lists a pass's Events in its plan (``PendingEvent``: a reason and the words,
+pure) and ``execute`` posts them at the pass's end through ``KubeAPI`` (the one module that
+talks to the API server), made here with the writer's clock and host name, so Events never
+depend on kopf's per-handler context and a pass that decided nothing posts nothing.
+Reasons come from ``api.Reason``; messages carry the specifics.
 """
 
 from __future__ import annotations
@@ -11,20 +12,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sparkllm.api import Reason
+from sparkllm.reconcile.decide.actions import PendingEvent
 
 COMPONENT = "sparkllm-operator"
-
-
-@dataclass(frozen=True)
-class PendingEvent:
-    warning: bool
-    reason: Reason
-    message: str
 
 
 def event_manifest(obj: Mapping[str, Any], event: PendingEvent, *, now: datetime) -> dict[str, Any]:

@@ -23,10 +23,10 @@ from sparkllm.errors import ClusterAPIError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import lookup_kind
 from sparkllm.reconcile import metrics
-from sparkllm.reconcile.actions import JSON, Plan, Removal
+from sparkllm.reconcile.decide.actions import JSON, Plan, Removal
+from sparkllm.reconcile.decide.owned import IC, POD
+from sparkllm.reconcile.decide.secrets import generate_token
 from sparkllm.reconcile.events import event_manifest
-from sparkllm.reconcile.owned import IC, POD
-from sparkllm.reconcile.secrets import generate_token
 
 logger = logging.getLogger(__name__)
 

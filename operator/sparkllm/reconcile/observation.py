@@ -33,14 +33,14 @@ from sparkllm.configcheck import Mismatch
 from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, OPTIONAL_API_GROUPS, lookup_kind
-from sparkllm.reconcile import owned
-from sparkllm.reconcile.acceptance import read_acceptance
-from sparkllm.reconcile.benchmark import BenchmarkSeen, read_benchmark
-from sparkllm.reconcile.drain import RunningRequests, draining_replicas, rank0_address
-from sparkllm.reconcile.observe import pod_ready, pods_by_rank
-from sparkllm.reconcile.proofs import ConfigProbe
-from sparkllm.reconcile.replicas import Observed, label
-from sparkllm.reconcile.secrets import EngineKeySeen, read_engine_key
+from sparkllm.reconcile.decide import owned
+from sparkllm.reconcile.decide.acceptance import read_acceptance
+from sparkllm.reconcile.decide.benchmark import BenchmarkSeen, read_benchmark
+from sparkllm.reconcile.decide.drain import RunningRequests, draining_replicas, rank0_address
+from sparkllm.reconcile.decide.proofs import ConfigProbe
+from sparkllm.reconcile.decide.replica_state import pod_ready, pods_by_rank
+from sparkllm.reconcile.decide.replicas import Observed, label
+from sparkllm.reconcile.decide.secrets import EngineKeySeen, read_engine_key
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.names import LABEL_GENERATION
 

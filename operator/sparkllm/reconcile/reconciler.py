@@ -21,10 +21,10 @@ from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import kind_of
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.drain import RunningRequests
+from sparkllm.reconcile.decide.drain import RunningRequests
+from sparkllm.reconcile.decide.proofs import ConfigProbe
 from sparkllm.reconcile.execute import execute
 from sparkllm.reconcile.observation import Engines, Key, observe
-from sparkllm.reconcile.proofs import ConfigProbe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 
 

@@ -36,7 +36,7 @@ from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.kube.client import KubeAPI, load_configuration
-from sparkllm.reconcile.owned import IC
+from sparkllm.reconcile.decide.owned import IC
 
 EXIT_PASSED: Final = 0
 EXIT_NOT_PASSED: Final = 1

@@ -16,18 +16,17 @@ from datetime import datetime
 from typing import Any
 
 from sparkllm.api import LABEL_REPLICA, InferenceCluster, Phase
-from sparkllm.reconcile.actions import JSON, PodPatch, earliest
-from sparkllm.reconcile.drain import mark_patch, restart_drain, undrain_patch
-from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.observe import pods_by_rank
-from sparkllm.reconcile.replicas import (
+from sparkllm.reconcile.decide.actions import JSON, PendingEvent, PodPatch, earliest
+from sparkllm.reconcile.decide.drain import mark_patch, restart_drain, undrain_patch
+from sparkllm.reconcile.decide.replica_state import pods_by_rank
+from sparkllm.reconcile.decide.replicas import (
     Observed,
     ReplicaInputs,
     cause_class,
     label,
     plan_replica,
 )
-from sparkllm.reconcile.status import ClusterReport, ReplicaReport
+from sparkllm.reconcile.decide.status import ClusterReport, ReplicaReport
 from sparkllm.render import EngineKeyRef
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway

@@ -42,8 +42,8 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from sparkllm.api import Phase, RestartPolicySpec
-from sparkllm.reconcile.hang import HUNG_AFTER, hung_cause
-from sparkllm.reconcile.observe import ReplicaState
+from sparkllm.reconcile.decide.hang import HUNG_AFTER, hung_cause
+from sparkllm.reconcile.decide.replica_state import ReplicaState
 
 HOUR = timedelta(hours=1)
 FORCE_CAUSE = "restart requested (annotation sparkllm.io/restart)"

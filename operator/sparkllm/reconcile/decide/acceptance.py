@@ -29,14 +29,14 @@ from typing import Any, Final
 from sparkllm.api import InferenceCluster, Reason
 from sparkllm.bench.accept.regression import BASELINE_ANNOTATION, make_baseline
 from sparkllm.kube.kinds import JSON
-from sparkllm.reconcile.benchmark import (
+from sparkllm.reconcile.decide.benchmark import (
     BENCHMARK_RIVAL,
     Requested,
     StepKind,
     decide_on_demand,
     read_on_demand,
 )
-from sparkllm.reconcile.benchmark_plan import OnDemand
+from sparkllm.reconcile.decide.benchmark_plan import OnDemand
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,
     ANNOTATION_ACCEPTANCE_SET_BASELINE,

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
-from sparkllm.reconcile.benchmark_plan import JobResult, in_flight
+from sparkllm.reconcile.decide.benchmark_plan import JobResult, in_flight
 
 
 class Pending(Protocol):

@@ -36,7 +36,7 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple, Protocol
 
 from sparkllm.api import Reason
-from sparkllm.reconcile.job_result import (
+from sparkllm.reconcile.decide.job_result import (
     JobResult,
     job_result,
     parse_termination_message,

@@ -22,31 +22,30 @@ from typing import Any
 from sparkllm.api import ConditionType, InferenceCluster, Phase, Reason
 from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
 from sparkllm.errors import SpecError
-from sparkllm.reconcile import owned
-from sparkllm.reconcile.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
-from sparkllm.reconcile.acceptance import acceptance_keep, decide_acceptance
-from sparkllm.reconcile.actions import JSON, GeneratedSecret, Plan, earliest
-from sparkllm.reconcile.benchmark import BenchmarkOutcome, decide_benchmark
-from sparkllm.reconcile.decide_replicas import (
+from sparkllm.reconcile.decide import owned
+from sparkllm.reconcile.decide.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
+from sparkllm.reconcile.decide.acceptance import acceptance_keep, decide_acceptance
+from sparkllm.reconcile.decide.actions import JSON, GeneratedSecret, PendingEvent, Plan, earliest
+from sparkllm.reconcile.decide.all_replicas import (
     PassFacts,
     cluster_report,
     decide_replicas,
     place,
 )
-from sparkllm.reconcile.drain import plan_drain
-from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.network_proof import network_report, network_verdict
-from sparkllm.reconcile.observation import ConfigResult, Observation
-from sparkllm.reconcile.observe import unschedulable
-from sparkllm.reconcile.proofs import capacity_condition, config_condition, model_verdict
-from sparkllm.reconcile.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
-from sparkllm.reconcile.status import (
+from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
+from sparkllm.reconcile.decide.drain import plan_drain
+from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
+from sparkllm.reconcile.decide.proofs import capacity_condition, config_condition, model_verdict
+from sparkllm.reconcile.decide.replica_state import unschedulable
+from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
+from sparkllm.reconcile.decide.status import (
     ClusterReport,
     cluster_phase,
     condition,
     derive_status,
     progressing_verdict,
 )
+from sparkllm.reconcile.observation import ConfigResult, Observation
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
 from sparkllm.render.placement import node_holders

@@ -16,8 +16,8 @@ from typing import Final
 from sparkllm.api import API_VERSION, KIND, InferenceCluster
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, lookup_kind
-from sparkllm.reconcile.actions import Removal
-from sparkllm.reconcile.replicas import Observed
+from sparkllm.reconcile.decide.actions import Removal
+from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.render.names import cluster_selector
 from sparkllm.render.objects import is_current
 from sparkllm.render.placement import node_facts

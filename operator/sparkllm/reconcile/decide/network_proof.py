@@ -19,9 +19,9 @@ from sparkllm.api import LABEL_REPLICA, ConditionType, InferenceCluster, Reason
 from sparkllm.api.network_status import MAX_FINDINGS
 from sparkllm.preflight.bandwidth import MIB, BandwidthResult, result_from_json
 from sparkllm.preflight.findings import Check, Finding, Severity, failed, from_json, summarize
-from sparkllm.reconcile.proofs import init_container_result, keep_failed, rank_pods
-from sparkllm.reconcile.replicas import Observed
-from sparkllm.reconcile.status import condition
+from sparkllm.reconcile.decide.proofs import init_container_result, keep_failed, rank_pods
+from sparkllm.reconcile.decide.replicas import Observed
+from sparkllm.reconcile.decide.status import condition
 from sparkllm.render.network_preflight import BANDWIDTH_CONTAINER, NETWORK_CONTAINER
 
 JSON = dict[str, Any]

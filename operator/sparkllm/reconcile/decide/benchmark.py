@@ -28,8 +28,8 @@ from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON
-from sparkllm.reconcile.actions import Removal
-from sparkllm.reconcile.benchmark_plan import (
+from sparkllm.reconcile.decide.actions import Removal
+from sparkllm.reconcile.decide.benchmark_plan import (
     BENCHMARK,
     TERMINAL,
     BenchmarkEvent,
@@ -41,8 +41,8 @@ from sparkllm.reconcile.benchmark_plan import (
     plan_benchmark,
     plan_rejected,
 )
-from sparkllm.reconcile.owned import JOB, POD, SECRET
-from sparkllm.reconcile.run_exclusion import Rival, rival_active, rival_wait
+from sparkllm.reconcile.decide.owned import JOB, POD, SECRET
+from sparkllm.reconcile.decide.run_exclusion import Rival, rival_active, rival_wait
 from sparkllm.render.acceptance import ANNOTATION_ACCEPTANCE, acceptance_selector
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from sparkllm.api import InferenceCluster
 from sparkllm.kube.client import KubeAPI
-from sparkllm.reconcile.actions import JSON, GeneratedSecret
-from sparkllm.reconcile.owned import SECRET
+from sparkllm.reconcile.decide.actions import JSON, GeneratedSecret
+from sparkllm.reconcile.decide.owned import SECRET
 from sparkllm.render.names import (
     COMPONENT_ENGINE,
     cluster_labels,

@@ -12,10 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkllm.api import Phase
-from sparkllm.reconcile.events import PendingEvent
+from sparkllm.api import Phase, Reason
 
 JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An Event the pass will post about its InferenceCluster (``events.event_manifest``
+    makes the object at write time: the clock and the host are the writer's)."""
+
+    warning: bool
+    reason: Reason
+    message: str
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from sparkllm.api import (
     Phase,
     Reason,
 )
-from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.hang import unready_since
-from sparkllm.reconcile.observe import ReplicaState, observe_replica, pods_by_rank
-from sparkllm.reconcile.restarts import (
+from sparkllm.reconcile.decide.actions import PendingEvent
+from sparkllm.reconcile.decide.hang import unready_since
+from sparkllm.reconcile.decide.replica_state import ReplicaState, observe_replica, pods_by_rank
+from sparkllm.reconcile.decide.restarts import (
     FORCE_CAUSE,
     Action,
     Decision,
@@ -33,7 +33,7 @@ from sparkllm.reconcile.restarts import (
     History,
     decide,
 )
-from sparkllm.reconcile.status import ReplicaReport
+from sparkllm.reconcile.decide.status import ReplicaReport
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.names import ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
 from sparkllm.render.placement import NodeFacts

@@ -32,10 +32,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, Reason
-from sparkllm.reconcile.actions import PodPatch, earliest
-from sparkllm.reconcile.events import PendingEvent
-from sparkllm.reconcile.replicas import Observed, label, timestamp
-from sparkllm.reconcile.restarts import DrainFacts
+from sparkllm.reconcile.decide.actions import PendingEvent, PodPatch, earliest
+from sparkllm.reconcile.decide.replicas import Observed, label, timestamp
+from sparkllm.reconcile.decide.restarts import DrainFacts
 from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
 ROUTER_LET_GO: Final = timedelta(seconds=6)  # smg drains a vanished worker for 5 s

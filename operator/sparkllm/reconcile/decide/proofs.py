@@ -28,8 +28,8 @@ from sparkllm.configcheck import Mismatch, compare_server_info, describe_mismatc
 from sparkllm.integrity import ModelSummary, compare_rank_summaries
 from sparkllm.integrity.summary import SummaryError
 from sparkllm.plan import plan_capacity
-from sparkllm.reconcile.replicas import Observed, label
-from sparkllm.reconcile.status import condition
+from sparkllm.reconcile.decide.replicas import Observed, label
+from sparkllm.reconcile.decide.status import condition
 from sparkllm.render.ranks import VERIFY_CONTAINER
 
 JSON = dict[str, Any]
