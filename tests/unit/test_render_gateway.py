@@ -360,7 +360,6 @@ def test_only_the_admission_layer_is_exposed() -> None:
             [[("metadata.name", node)] for node in
              ["spark-a0", "spark-a1", "spark-a2", "spark-b0", "spark-b1", "spark-b2"]],
         ),
-        ({"placement": {"nodeGroupLabel": "example.com/group"}}, [[("example.com/group", None)]]),
         ({"model__persistentVolumeClaim": {"claimName": "weights"}}, None),
     ],
 )  # fmt: skip
@@ -383,6 +382,36 @@ def test_hostpath_model_keeps_the_gateway_on_model_nodes(
         for term in terms
     ]
     assert seen == expected_terms
+
+
+def test_label_placement_keeps_the_gateway_on_nodes_running_its_own_ranks() -> None:
+    """Issue 25: "any node with the group label" let the front door land on another
+    object's group, which holds another model. Only nodes where this object's rank pods
+    run qualify; the selector matches those pods and no other object's."""
+    ic = cluster(placement={"nodeGroupLabel": "example.com/group"})
+    spec = pod_spec(render(ic))
+    assert list(spec["affinity"]) == ["podAffinity"]
+    (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    selector = term["labelSelector"]["matchLabels"]
+    plan = ReplicaPlan(index=0, group_key="a", nodes=("n0", "n1", "n2"), rank0_ip="10.0.0.1",
+                       generation=1)  # fmt: skip
+    ranks = [o for o in render_replica(ic, plan=plan, engine_key=ENGINE_KEY)
+             if o["kind"] == "StatefulSet"]  # fmt: skip
+    assert len(ranks) == 3
+    assert all(matches(selector, r["spec"]["template"]["metadata"]["labels"]) for r in ranks)
+    doc = copy.deepcopy(BASE)
+    doc["metadata"]["name"] = "other"
+    doc["spec"]["placement"] = {"nodeGroupLabel": "example.com/group"}
+    other = validate_inference_cluster(doc)
+    other_ranks = render_replica(other, plan=plan, engine_key=ENGINE_KEY)
+    assert not any(
+        matches(selector, r["spec"]["template"]["metadata"]["labels"])
+        for r in other_ranks
+        if r["kind"] == "StatefulSet"
+    )
+    gateway_labels = render(ic)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert not matches(selector, gateway_labels)  # not satisfied by itself
 
 
 def test_containers_run_non_root_with_read_only_root() -> None:

@@ -369,7 +369,16 @@ def test_host_network_and_infiniband(host_network: bool, dns_policy: str) -> Non
     mounts = [m["name"] for m in engine_container(sts)["volumeMounts"]]
     assert ("infiniband" in volumes) is host_network
     assert ("infiniband" in mounts) is host_network
-    assert engine_container(sts)["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    # RDMA (only with host networking) is the one reason for a capability.
+    rdma = {"add": ["IPC_LOCK"]} if host_network else {}
+    assert engine_container(sts)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": False,
+        "capabilities": {"drop": ["ALL"], **rdma},
+    }
+    for mount in engine_container(sts)["volumeMounts"]:
+        if mount["name"] == "infiniband":
+            assert mount["readOnly"] is True
 
 
 @pytest.mark.parametrize(("running", "replicas"), [(True, 1), (False, 0)])

@@ -20,7 +20,8 @@ failed benchmark is a result to report, and running the load twice would distort
 Why the model directory is mounted: the benchmark fits prompts to exact token counts
 with the model's ``tokenizer.json`` (``--tokenizer``), the documents' basis; without it
 lengths would be whitespace words, labelled approximate. It is mounted read-only, on
-the nodes that hold the model, as the gateway mounts it.
+the nodes that hold the model, as the gateway mounts it (``render/model_access.py``).
+The pod runs as the image's non-root user with nothing else (``render/pod_security.py``).
 
 Pure: no I/O, no clock. The user's key never appears in the output: the container reads
 it from ``SPARKLLM_BENCH_API_KEY``, set from a ``secretKeyRef``.
@@ -37,18 +38,14 @@ from typing import Final
 
 from sparkllm.api import BENCHMARK_SCENARIOS, LABEL_CLUSTER, InferenceCluster
 from sparkllm.errors import SpecError
-
-# The gateway's helpers for the model volume are shared on purpose: the benchmark must
-# mount the model exactly where (and on the nodes where) the front door finds it.
 from sparkllm.gateway_settings import GATEWAY_HTTP_PORT
-from sparkllm.render.gateway import (
-    RESTRICTED_CONTAINER_SECURITY,
-    RUN_AS_ID,
-    model_node_affinity,
-    model_volume,
-)
+
+# The model volume and placement are the gateway's on purpose: the benchmark must mount
+# the model exactly where (and on the nodes where) the front door finds it.
+from sparkllm.render.model_access import model_node_affinity, model_tolerations, model_volume
 from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, gateway_name, owner_reference
 from sparkllm.render.objects import JSON, render_template, stamp_hash
+from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
 
 ANNOTATION_BENCHMARK: Final = "sparkllm.io/benchmark"
 ANNOTATION_BENCHMARK_SCENARIOS: Final = "sparkllm.io/benchmark-scenarios"
@@ -224,15 +221,11 @@ def render_bench_job(ic: InferenceCluster, *, job: BenchJob, image: str, generat
         backoff_limit=BACKOFF_LIMIT,
         active_deadline_seconds=ACTIVE_DEADLINE_SECONDS,
         ttl_seconds_after_finished=TTL_SECONDS_AFTER_FINISHED,
-        pod_security={
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_ID,
-            "runAsGroup": RUN_AS_ID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        pod_security=restricted_pod_security(),
         container_security=RESTRICTED_CONTAINER_SECURITY,
-        affinity=model_node_affinity(ic),
-        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        # Only with the model mounted does the pod need this object's nodes (a Spark).
+        affinity=model_node_affinity(ic) if job.model_mount else None,
+        tolerations=model_tolerations(ic) if job.model_mount else [],
         image=image,
         service_account=job.service_account,
         container={

@@ -13,7 +13,8 @@ The router's own command line and the reasons for each of its knobs are in
 Why the model directory is mounted: the admission layer counts tokens with the model's
 own ``tokenizer.json`` and chat template, which live beside the weights. It is mounted
 read-only exactly as the ranks mount it; with a hostPath, the pod is therefore kept on
-nodes that hold the model (the placement's nodes).
+this object's own nodes, which hold the model (``render/model_access.py``). Its security
+settings (non-root 65532, no capabilities, read-only root) are ``render/pod_security.py``'s.
 
 Pure: no I/O, no clock. Keys never appear in the output: ``$(VAR)`` in args, VAR from a
 ``secretKeyRef``.
@@ -40,6 +41,7 @@ from sparkllm.render.exposure import (
     gateway_tls_settings,
     gateway_tls_volumes,
 )
+from sparkllm.render.model_access import model_node_affinity, model_tolerations, model_volume
 from sparkllm.render.names import (
     COMPONENT_GATEWAY,
     LABEL_COMPONENT,
@@ -48,6 +50,7 @@ from sparkllm.render.names import (
     owner_reference,
 )
 from sparkllm.render.objects import JSON, render_template, stamp_hash
+from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.render.router import (
     ROUTER_COMMAND,
@@ -70,13 +73,6 @@ ADMISSION_COMMAND: Final = ("python", "-m", "sparkllm.gateway")
 # Replicas: spec.gateway.replicas (default 1). More than one only with a shared
 # governance store (api/governance_store.py), which keeps spec.admission's limits
 # "across all replicas"; smg's cache-aware view stays per pod.
-RUN_AS_ID: Final = 65532  # the image's non-root user
-# The restricted Pod Security profile for the image's containers (gateway, benchmark Job).
-RESTRICTED_CONTAINER_SECURITY: Final[JSON] = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "capabilities": {"drop": ["ALL"]},
-}
 # A rollout waits this long after the new pod is Ready: smg lists the rank-0 pods and
 # registers them in about a second; the old pod keeps serving meanwhile.
 MIN_READY_SECONDS: Final = 5
@@ -189,34 +185,6 @@ def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
     return settings
 
 
-def model_volume(ic: InferenceCluster) -> JSON:
-    model = ic.spec.model
-    if model.persistent_volume_claim is not None:
-        claim = {"claimName": model.persistent_volume_claim.claim_name, "readOnly": True}
-        return {"name": "model", "persistentVolumeClaim": claim}
-    return {"name": "model", "hostPath": {"path": model.path, "type": "Directory"}}
-
-
-def model_node_affinity(ic: InferenceCluster) -> JSON | None:
-    """With a hostPath model, only the placement's nodes are known to hold the files."""
-    spec = ic.spec
-    if spec.model.persistent_volume_claim is not None:
-        return None
-    placement = spec.placement
-    if placement.node_groups is not None:
-        # A node-name field selector takes one value per term; terms are ORed.
-        nodes = sorted({node for group in placement.node_groups for node in group})
-        terms: list[JSON] = [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-            for node in nodes
-        ]
-    else:
-        label = str(placement.node_group_label)
-        terms = [{"matchExpressions": [{"key": label, "operator": "Exists"}]}]
-    required = {"nodeSelectorTerms": terms}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-
-
 def _http_probe(path: str, *, scheme: str, period: int, timeout: int, failures: int) -> JSON:
     return {
         "httpGet": {"path": path, "port": "http", "scheme": scheme},
@@ -322,15 +290,17 @@ def _volumes(ic: InferenceCluster) -> list[JSON]:
     return volumes
 
 
-# Spark nodes may carry the GPU taint; a dead node should not hold the front door for the
-# default five minutes.
-GATEWAY_TOLERATIONS: Final[list[JSON]] = [
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-    *(
-        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
-        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-    ),
+# A dead node should not hold the front door for the default five minutes.
+NODE_FAILURE_TOLERATIONS: Final[list[JSON]] = [
+    {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 ]
+
+
+def gateway_tolerations(ic: InferenceCluster) -> list[JSON]:
+    """The GPU taint only with a hostPath model (the pod must run on a Spark), then the
+    shortened node-failure ones."""
+    return [*model_tolerations(ic), *NODE_FAILURE_TOLERATIONS]
 
 
 def _deployment(
@@ -347,16 +317,10 @@ def _deployment(
         pod_labels=common["labels"],
         service_account=rbac,
         termination_grace_seconds=TERMINATION_GRACE_SECONDS,
-        pod_security={
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_ID,
-            "runAsGroup": RUN_AS_ID,
-            "fsGroup": RUN_AS_ID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        pod_security=restricted_pod_security(fs_group=True),
         container_security=RESTRICTED_CONTAINER_SECURITY,
         affinity=model_node_affinity(ic),
-        tolerations=GATEWAY_TOLERATIONS,
+        tolerations=gateway_tolerations(ic),
         image=gateway_image,
         admission=_admission(ic, engine_key=engine_key),
         router=_router(ic, engine_key=engine_key),

@@ -18,6 +18,11 @@ from typing import Final
 from sparkllm.api import InferenceCluster
 from sparkllm.render.engine import engine_env
 from sparkllm.render.objects import JSON
+from sparkllm.render.pod_security import (
+    engine_container_security,
+    tools_container_security,
+    uses_rdma,
+)
 
 NETWORK_CONTAINER: Final = "verify-network"
 BANDWIDTH_CONTAINER: Final = "verify-bandwidth"
@@ -41,11 +46,6 @@ CODE_DIR: Final = "/opt/sparkllm-preflight"
 # Every rank's node address: a change of ANY of them changes the pod template, so the
 # replica rolls and the checks run again (not only rank 0's, which --dist-init-addr has).
 RANK_ADDRESSES_ENV: Final = "SPARKLLM_RANK_ADDRESSES"
-_RESTRICTED: Final[JSON] = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "capabilities": {"drop": ["ALL"]},
-}
 
 
 def network_init_container(
@@ -85,7 +85,9 @@ def network_init_container(
         "env": [*env, NODE_NAME_ENV, addresses_env],
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
-        "securityContext": _RESTRICTED,
+        # Non-root without capabilities: of the host's /etc it reads what any user may
+        # (nccl.conf), never e.g. /etc/shadow; of /proc, no other user's environment.
+        "securityContext": tools_container_security(),
     }
 
 
@@ -110,8 +112,8 @@ def bandwidth_init_container(
         {"name": CODE_VOLUME, "mountPath": CODE_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
-    if ic.spec.network.host_network:
-        mounts.append({"name": "infiniband", "mountPath": "/dev/infiniband"})
+    if uses_rdma(ic):
+        mounts.append({"name": "infiniband", "mountPath": "/dev/infiniband", "readOnly": True})
     return {
         "name": BANDWIDTH_CONTAINER,
         "image": ic.spec.engine.image,
@@ -121,9 +123,10 @@ def bandwidth_init_container(
         "env": [*env, NODE_NAME_ENV, *rendezvous],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # The engine's GPU (a pod's request is the larger of init and app containers', so
-        # this claims nothing more) and its locked-memory capability for RDMA.
+        # this claims nothing more) and, as the engine, its user and locked-memory
+        # capability for RDMA.
         "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "securityContext": engine_container_security(ic),
         "volumeMounts": mounts,
     }
 

@@ -6,7 +6,9 @@ StatefulSets with ``updateStrategy: OnDelete``: the operator, not the StatefulSe
 controller, decides when pods go away, because a pipeline must restart all its ranks
 together; the restart generation label on the pod template tells old ranks from new.
 Only rank 0 gets HTTP probes: ranks > 0 run SGLang's dummy health server that always
-answers 200, so their health is read from container state.
+answers 200, so their health is read from container state. What each container may do
+(users, capabilities, seccomp) is ``render/pod_security.py``'s; the host's devices and
+the model are mounted read-only.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
 from sparkllm.render.engine import engine_env
+from sparkllm.render.model_access import model_volume
 from sparkllm.render.names import (
     ANNOTATION_TEMPLATE_HASH,
     LABEL_GENERATION,
@@ -31,6 +34,12 @@ from sparkllm.render.names import (
 )
 from sparkllm.render.network_preflight import network_preflight
 from sparkllm.render.objects import JSON, render_template, stamp_hash, template_hash
+from sparkllm.render.pod_security import (
+    engine_container_security,
+    rank_pod_security,
+    tools_container_security,
+    uses_rdma,
+)
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
@@ -104,31 +113,31 @@ def _probes(ic: InferenceCluster) -> dict[str, Any]:
     }
 
 
+# The RDMA device nodes, read-only: the kernel's read-only mount check covers regular
+# files, directories and links, not device nodes, so NCCL still opens uverbs read-write;
+# what it prevents is a root engine removing or adding nodes in the host's /dev/infiniband.
+INFINIBAND_MOUNT: Final[JSON] = {
+    "name": "infiniband",
+    "mountPath": "/dev/infiniband",
+    "readOnly": True,
+}
+
+
 def _volumes(ic: InferenceCluster) -> tuple[list[JSON], list[JSON]]:
     model = ic.spec.model
-    if model.persistent_volume_claim is not None:
-        model_volume: JSON = {
-            "name": "model",
-            "persistentVolumeClaim": {
-                "claimName": model.persistent_volume_claim.claim_name,
-                "readOnly": True,
-            },
-        }
-    else:
-        model_volume = {"name": "model", "hostPath": {"path": model.path, "type": "Directory"}}
     volumes: list[JSON] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
-        model_volume,
+        model_volume(ic),
     ]
     mounts: list[JSON] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "model", "mountPath": model.path, "readOnly": True},
     ]
-    if ic.spec.network.host_network:
+    if uses_rdma(ic):
         volumes.append(
             {"name": "infiniband", "hostPath": {"path": "/dev/infiniband", "type": "Directory"}}
         )
-        mounts.append({"name": "infiniband", "mountPath": "/dev/infiniband"})
+        mounts.append(dict(INFINIBAND_MOUNT))
     return volumes, mounts
 
 
@@ -162,16 +171,12 @@ def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSO
         "args": args,
         "terminationMessagePolicy": "File",
         "volumeMounts": model_mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": tools_container_security(),
     }
 
 
 # A failed node's pods are evicted soon (a gang restart follows); Spark nodes may carry
-# the GPU taint.
+# the GPU taint, and a rank must run on its Spark.
 RANK_TOLERATIONS: Final[list[JSON]] = [
     *(
         {
@@ -235,6 +240,8 @@ def render_rank_statefulset(
         dns_policy="ClusterFirstWithHostNet" if host_network else "ClusterFirst",
         node=plan.nodes[rank],
         tolerations=RANK_TOLERATIONS,
+        pod_security=rank_pod_security(),
+        engine_security=engine_container_security(ic),
         image=ic.spec.engine.image,
         command=list(ENGINE_COMMAND),
         args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip, api_key=serves_api),
