@@ -14,6 +14,7 @@ class Reason(StrEnum):
 
     # --- spec and planning -------------------------------------------------------------
     INVALID_SPEC = "InvalidSpec"  # the spec cannot work; the message names the field
+    POLICY_DENIED = "PolicyDenied"  # the spec leaves the administrator's policy (chart values)
     CAPACITY_FITS = "CapacityFits"  # CapacityPlanned=True: every rank fits in memory
     CAPACITY_EXCEEDED = "CapacityExceeded"  # CapacityPlanned=False: a rank would not fit
     CAPACITY_UNKNOWN = "CapacityUnknown"  # CapacityPlanned=Unknown: spec.model.weightsGB unset

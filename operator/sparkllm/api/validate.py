@@ -11,7 +11,9 @@ callers handle sparkllm's errors, not pydantic's: failures become one
 manifest path (``spec.engine.layerPartition: ...``), as ``kubectl`` does.
 
 Transition rules (immutable fields) need the previous object; the operator calls
-:func:`validate_inference_cluster_update` with the last spec it acted on.
+:func:`validate_inference_cluster_update` with the last spec it acted on. The
+administrator's policy (:mod:`sparkllm.api.admin_policy`) is checked here too when the
+caller has one (the operator, ``sparkllm render --admin-policy``), after the spec itself.
 """
 
 import json
@@ -21,24 +23,31 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sparkllm.api.admin_policy import AdminPolicy, enforce
 from sparkllm.api.rules import RULE_ERROR_TYPE, ApiModel, Rule
 from sparkllm.api.spec import InferenceCluster
 from sparkllm.errors import SpecError
 
 
-def validate_inference_cluster(obj: Mapping[str, Any]) -> InferenceCluster:
+def validate_inference_cluster(
+    obj: Mapping[str, Any], *, policy: AdminPolicy | None = None
+) -> InferenceCluster:
     """Validate a manifest (or an object read from the API server) as an InferenceCluster.
 
-    Raises :class:`SpecError` naming every invalid field.
+    Raises :class:`SpecError` naming every invalid field; with the administrator's
+    ``policy``, :class:`PolicyDeniedError` naming every field outside it (a valid spec).
     """
     try:
         document = json.dumps(_integral_floats_as_ints(obj), default=_jsonable)
     except (TypeError, ValueError) as exc:
         raise SpecError(f"InferenceCluster is not a JSON document: {exc}") from exc
     try:
-        return InferenceCluster.model_validate_json(document, strict=True)
+        ic = InferenceCluster.model_validate_json(document, strict=True)
     except ValidationError as exc:
         raise SpecError(f"{_object_label(obj)} is invalid: {describe_errors(exc)}") from exc
+    if policy is not None:
+        enforce(ic, policy)
+    return ic
 
 
 def validate_inference_cluster_update(old: InferenceCluster, new: InferenceCluster) -> None:

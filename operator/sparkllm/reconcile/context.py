@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from sparkllm.api.admin_policy import AdminPolicy
 from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SpecError
 from sparkllm.kube.client import KubeAPI, load_configuration
@@ -39,6 +40,7 @@ class OperatorContext:
     kubeconfig: str | None = None
     resync_seconds: float = 60.0
     governance_default: RedisStoreSpec | None = None  # the chart's governance.redis
+    admin_policy: AdminPolicy | None = None  # the chart's policy
     _runtime: dict[str, object] = field(default_factory=dict)
     _node_users: dict[str, set[Key]] = field(default_factory=dict)
     _waiting: set[Key] = field(default_factory=set)
@@ -51,6 +53,7 @@ class OperatorContext:
             api,
             gateway_image=gateway_image_from(os.environ),
             governance_default=self.governance_default,
+            admin_policy=self.admin_policy,
         )
         self._runtime["api"] = api
         self._runtime["reconciler"] = reconciler

@@ -27,8 +27,10 @@ from sparkllm.api import (
     ENGINE_HTTP_PORT,
     LABEL_REPLICA,
     InferenceCluster,
+    Reason,
     validate_inference_cluster,
 )
+from sparkllm.api.admin_policy import AdminPolicy, PolicyDeniedError
 from sparkllm.configcheck import Mismatch
 from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.kube.client import KubeAPI
@@ -70,6 +72,7 @@ class Observation:
     now: datetime
     ic: InferenceCluster | None = None
     spec_error: str | None = None
+    spec_error_reason: Reason = Reason.INVALID_SPEC  # PolicyDenied: outside the admin policy
     observed: Observed = field(default_factory=owned.empty)
     engine_key: EngineKeySeen | None = None
     benchmark: BenchmarkSeen = field(default_factory=BenchmarkSeen)
@@ -89,12 +92,18 @@ class Engines:
 
 
 async def observe(
-    api: KubeAPI, key: Key, *, engines: Engines, clock: Callable[[], datetime]
+    api: KubeAPI,
+    key: Key,
+    *,
+    engines: Engines,
+    clock: Callable[[], datetime],
+    policy: AdminPolicy | None = None,
 ) -> Observation:
     """Read everything a pass decides from; reads only. A spec that validates but fails a
-    later read (SpecError) is observed as invalid, with the error's message."""
+    later read (SpecError) is observed as invalid, with the error's message; one outside
+    the administrator's ``policy`` is observed as denied, before any other read."""
     try:
-        observation = await _read(api, key, engines=engines, clock=clock)
+        observation = await _read(api, key, engines=engines, clock=clock, policy=policy)
     except SpecError as exc:
         obj = await api.get(owned.IC, key[1], key[0])
         return Observation(key=key, obj=obj, now=clock(), spec_error=str(exc))
@@ -120,16 +129,28 @@ async def read_other_clusters(api: KubeAPI, key: Key) -> tuple[JSON, ...]:
 
 
 async def _read(
-    api: KubeAPI, key: Key, *, engines: Engines, clock: Callable[[], datetime]
+    api: KubeAPI,
+    key: Key,
+    *,
+    engines: Engines,
+    clock: Callable[[], datetime],
+    policy: AdminPolicy | None,
 ) -> Observation:
     namespace, name = key
     obj = await api.get(owned.IC, name, namespace)
     if obj is None or obj["metadata"].get("deletionTimestamp"):
         return Observation(key=key, obj=None, now=clock())
     try:
-        ic = validate_inference_cluster(obj)
+        ic = validate_inference_cluster(obj, policy=policy)
     except SpecError as exc:
-        return Observation(key=key, obj=obj, now=clock(), spec_error=str(exc))
+        reason = Reason.POLICY_DENIED if isinstance(exc, PolicyDeniedError) else None
+        return Observation(
+            key=key,
+            obj=obj,
+            now=clock(),
+            spec_error=str(exc),
+            spec_error_reason=reason or Reason.INVALID_SPEC,
+        )
     observed = await owned.observe(api, ic)
     engine_key = await read_engine_key(api, ic)
     benchmark = await read_benchmark(api, ic, obj)

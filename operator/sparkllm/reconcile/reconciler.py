@@ -8,7 +8,8 @@ returns the plan of every write, and ``execute.execute`` makes them. A pass with
 to do plans, and so makes, no write. This module holds what lives between passes: the
 API client, the engine readers (whose ``/get_server_info`` verdicts are cached per
 restart generation), the clock, and the operator's settings decide is given: the
-gateway image and the default governance store (the chart's ``governance.redis``).
+gateway image and the default governance store (the chart's ``governance.redis``); and
+the administrator's policy (the chart's ``policy``), which observe checks first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sparkllm.api.admin_policy import AdminPolicy
 from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import kind_of
@@ -52,18 +54,22 @@ class ClusterReconciler:
         *,
         gateway_image: str = DEFAULT_GATEWAY_IMAGE,
         governance_default: RedisStoreSpec | None = None,
+        admin_policy: AdminPolicy | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.api = api
         self.gateway_image = gateway_image
         self.governance_default = governance_default
+        self.admin_policy = admin_policy
         self.clock = clock
         self.config_probe = ConfigProbe()
         self.running_requests = RunningRequests()
 
     async def reconcile(self, key: Key) -> PassOutcome:
         engines = Engines(config_probe=self.config_probe, running_requests=self.running_requests)
-        observation = await observe(self.api, key, engines=engines, clock=self.clock)
+        observation = await observe(
+            self.api, key, engines=engines, clock=self.clock, policy=self.admin_policy
+        )
         plan = decide(
             observation,
             gateway_image=self.gateway_image,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import kopf
 from prometheus_client import start_http_server
 
+from sparkllm.api.admin_policy import admin_policy_from_env
 from sparkllm.reconcile import handlers  # noqa: F401  (registers the kopf handlers)
 from sparkllm.reconcile.context import OperatorContext
 from sparkllm.render.governance_default import governance_default_from
@@ -34,6 +35,7 @@ def run_operator(
     """Run until SIGINT/SIGTERM. Watches ``namespaces``, or all namespaces when empty."""
     # Read before anything starts: a bad value is one clear error (exit 1), no traceback.
     governance_default = governance_default_from(os.environ)
+    admin_policy = admin_policy_from_env(os.environ)  # the chart's policy; unset: no limits
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     logging.basicConfig(
@@ -47,6 +49,7 @@ def run_operator(
         kubeconfig=kubeconfig,
         resync_seconds=resync_seconds,
         governance_default=governance_default,
+        admin_policy=admin_policy,
     )
     asyncio.run(
         kopf.operator(

@@ -64,7 +64,8 @@ def decide(
         return Plan()  # gone: garbage collection removes what it owned
     generation = int(obj["metadata"].get("generation") or 0)
     if ic is None:
-        return _blocked(observation, obj, observation.spec_error or "invalid spec")
+        message = observation.spec_error or "invalid spec"
+        return _blocked(observation, obj, message, reason=observation.spec_error_reason)
     defaulted = with_governance_default(ic, governance_default)  # ``ic`` itself: unchanged
     gateway = gateway_status(defaulted.spec.gateway, from_default=defaulted is not ic)
     ic = defaulted

@@ -1,0 +1,296 @@
+"""The administrator's policy: which images, host paths, nodes and hosts tenants may use.
+
+Why: an InferenceCluster becomes pods that run ``spec.engine.image`` on the nodes the
+spec names, with host networking, RDMA devices and ``spec.model.path`` mounted from the
+host — so the right to create one is node-level access (docs/security.md). The cluster
+administrator bounds it operator-wide, in the chart's ``policy`` values, and the bound is
+enforced twice: first by the API server (a ValidatingAdmissionPolicy the chart renders
+from the same values, charts/sparkllm/templates/admission-policy.yaml), then here, by the
+operator, before it creates anything — for an object admitted before the policy was
+tightened, or on a cluster where the binding was removed. Both halves report the same
+message, naming the field, the value and what is allowed.
+
+The rules, each a list the administrator writes (``*`` alone allows anything):
+
+- ``images.allowedRepositories``: the image's repository (without tag and digest) equals
+  an entry, or starts with an entry ending in ``/`` (a registry or namespace);
+  ``images.requireDigest`` also asks for ``@sha256:``.
+- ``modelPaths.allowedPrefixes``: a hostPath model directory (no PersistentVolumeClaim)
+  is an entry or below it, with no ``..`` segment. Entries are whole path components:
+  ``/models`` allows ``/models/x``, not ``/models-x``.
+- ``placement``: per namespace (``namespaces``, else ``default``), the node names
+  ``spec.placement.nodeGroups`` may list and the label keys ``nodeGroupLabel`` may be.
+  A label key is the administrator's way to hand a namespace a set of nodes (only node
+  administrators set node labels); label values are read at reconcile time, which an
+  admission check cannot see, so the key is what is checked.
+- ``exposure.allowedHosts``: every host the front door claims (the Ingress host, each
+  HTTPRoute hostname; an HTTPRoute without hostnames claims the whole listener, allowed
+  only by ``*``) equals an entry, or is below an entry ``*.suffix``. A wildcard host
+  (``*.corp.example.com``) is allowed only when listed as such.
+- ``exposure.allowedIssuers``: the cert-manager issuer (kind and name; name ``*`` for
+  every issuer of that kind).
+
+Pure: :func:`policy_violations` is a function of the policy and the object. The operator
+reads the policy from its env (:data:`POLICY_ENV`, JSON, set by the chart), ``sparkllm
+render`` from a YAML file (:func:`admin_policy_from_yaml`; the CLI reads the file).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from sparkllm.api.spec import InferenceCluster
+from sparkllm.errors import SparkllmError, SpecError
+
+POLICY_ENV: Final = "SPARKLLM_ADMIN_POLICY"
+ANY: Final = "*"
+
+
+class PolicyDeniedError(SpecError):
+    """The spec is valid but outside the administrator's policy (reason PolicyDenied)."""
+
+
+class PolicyModel(BaseModel):
+    """camelCase on the wire (the chart's values), unknown keys refused, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ImagePolicy(PolicyModel):
+    """``policy.images``: where engine images may come from."""
+
+    allowed_repositories: tuple[str, ...] = (
+        "nvcr.io/nvidia/sglang",
+        "lmsysorg/sglang",
+        "docker.io/lmsysorg/sglang",
+    )
+    require_digest: bool = False
+
+
+class ModelPathPolicy(PolicyModel):
+    """``policy.modelPaths``: which host directories may be mounted as the model."""
+
+    allowed_prefixes: tuple[str, ...] = ("/models",)
+
+
+class NodeRule(PolicyModel):
+    """The nodes one namespace may use: node names, and node-group label keys."""
+
+    nodes: tuple[str, ...] = ()
+    node_group_labels: tuple[str, ...] = ()
+
+
+class PlacementPolicy(PolicyModel):
+    """``policy.placement``: per namespace the nodes it may use; ``default`` for the rest."""
+
+    default: NodeRule = NodeRule(nodes=(ANY,), node_group_labels=(ANY,))
+    namespaces: dict[str, NodeRule] = Field(default_factory=dict)
+
+    def rule_for(self, namespace: str) -> NodeRule:
+        return self.namespaces.get(namespace, self.default)
+
+
+class IssuerRef(PolicyModel):
+    """A cert-manager issuer a tenant may ask for (name ``*``: any of that kind)."""
+
+    kind: Literal["Issuer", "ClusterIssuer"]
+    name: str = Field(min_length=1)
+
+
+class ExposurePolicy(PolicyModel):
+    """``policy.exposure``: the hosts and certificate issuers tenants may claim."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_issuers: tuple[IssuerRef, ...] = ()
+
+
+class AdminPolicy(PolicyModel):
+    """The chart's ``policy`` values (without ``enabled``); defaults equal the chart's."""
+
+    images: ImagePolicy = ImagePolicy()
+    model_paths: ModelPathPolicy = ModelPathPolicy()
+    placement: PlacementPolicy = PlacementPolicy()
+    exposure: ExposurePolicy = ExposurePolicy()
+
+
+def policy_violations(ic: InferenceCluster, policy: AdminPolicy) -> list[str]:
+    """Every way ``ic`` leaves ``policy``, one message each (empty: allowed)."""
+    spec = ic.spec
+    problems: list[str] = []
+    image = spec.engine.image
+    repositories = policy.images.allowed_repositories
+    if not any(_repository_allowed(repository_of(image), entry) for entry in repositories):
+        problems.append(
+            f"spec.engine.image '{image}' is not from an allowed repository "
+            f"(allowed: {_listing(repositories)})"
+        )
+    if policy.images.require_digest and "@sha256:" not in image:
+        problems.append(
+            f"spec.engine.image '{image}' is not pinned by digest (the administrator "
+            "requires @sha256:)"
+        )
+    model = spec.model
+    prefixes = policy.model_paths.allowed_prefixes
+    if model.persistent_volume_claim is None and not path_allowed(model.path, prefixes):
+        problems.append(
+            f"spec.model.path '{model.path}' is not under an allowed host path prefix "
+            f"(allowed: {_listing(prefixes)})"
+        )
+    problems.extend(_placement_violations(ic, policy.placement))
+    problems.extend(_exposure_violations(ic, policy.exposure))
+    return problems
+
+
+def enforce(ic: InferenceCluster, policy: AdminPolicy) -> None:
+    """Raise :class:`PolicyDeniedError` naming every field of ``ic`` outside ``policy``."""
+    problems = policy_violations(ic, policy)
+    if problems:
+        raise PolicyDeniedError("; ".join(problems))
+
+
+def repository_of(image: str) -> str:
+    """``host:5000/a/b:tag@sha256:..`` -> ``host:5000/a/b`` (the CEL rule's twin)."""
+    name = image.split("@", 1)[0]
+    colon = name.rfind(":")
+    return name[:colon] if colon > name.rfind("/") else name
+
+
+def path_allowed(path: str, prefixes: tuple[str, ...]) -> bool:
+    """``path`` is a prefix or below one, by whole components, with no ``..`` segment."""
+    if ".." in path.split("/"):
+        return False
+    return any(
+        path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/")
+        for prefix in prefixes
+    )
+
+
+def host_allowed(host: str, patterns: tuple[str, ...]) -> bool:
+    """``host`` is listed, or below a listed ``*.suffix`` without being a wildcard itself."""
+    return any(
+        pattern in (ANY, host)
+        or (pattern.startswith("*.") and not host.startswith("*") and host.endswith(pattern[1:]))
+        for pattern in patterns
+    )
+
+
+def _repository_allowed(repository: str, entry: str) -> bool:
+    if entry == ANY:
+        return True
+    return repository.startswith(entry) if entry.endswith("/") else repository == entry
+
+
+def _allowed(value: str, entries: tuple[str, ...]) -> bool:
+    return ANY in entries or value in entries
+
+
+def _listing(entries: tuple[str, ...]) -> str:
+    return ", ".join(entries) if entries else "none"
+
+
+def _placement_violations(ic: InferenceCluster, policy: PlacementPolicy) -> list[str]:
+    namespace = ic.metadata.namespace or "default"
+    rule = policy.rule_for(namespace)
+    placement = ic.spec.placement
+    if placement.node_groups is not None:
+        denied = [
+            n for group in placement.node_groups for n in group if not _allowed(n, rule.nodes)
+        ]
+        if denied:
+            return [
+                f"spec.placement.nodeGroups names nodes namespace '{namespace}' may not use: "
+                f"{', '.join(denied)} (allowed: {_listing(rule.nodes)})"
+            ]
+        return []
+    label = placement.node_group_label or ""
+    if not _allowed(label, rule.node_group_labels):
+        return [
+            f"spec.placement.nodeGroupLabel '{label}' is not a node group label namespace "
+            f"'{namespace}' may use (allowed: {_listing(rule.node_group_labels)})"
+        ]
+    return []
+
+
+def _exposure_violations(ic: InferenceCluster, policy: ExposurePolicy) -> list[str]:
+    exposure = ic.spec.exposure
+    hosts = policy.allowed_hosts
+    problems: list[str] = []
+    claimed: list[tuple[str, str]] = []
+    if exposure.ingress is not None:
+        claimed.append(("spec.exposure.ingress.host", exposure.ingress.host))
+    if exposure.http_route is not None:
+        names = exposure.http_route.hostnames
+        if not names and ANY not in hosts:
+            problems.append(
+                "spec.exposure.httpRoute.hostnames is empty, which claims every host of the "
+                f"Gateway listener (allowed: {_listing(hosts)})"
+            )
+        claimed.extend((f"spec.exposure.httpRoute.hostnames[{i}]", h) for i, h in enumerate(names))
+    problems.extend(
+        f"{field} '{host}' is not an allowed host (allowed: {_listing(hosts)})"
+        for field, host in claimed
+        if not host_allowed(host, hosts)
+    )
+    issuer = exposure.ingress.cert_manager_issuer if exposure.ingress is not None else None
+    if issuer is not None and not any(
+        ref.kind == issuer.kind and ref.name in (ANY, issuer.name) for ref in policy.allowed_issuers
+    ):
+        listing = _listing(tuple(f"{r.kind}/{r.name}" for r in policy.allowed_issuers))
+        problems.append(
+            f"spec.exposure.ingress.certManagerIssuer {issuer.kind}/{issuer.name} is not an "
+            f"allowed issuer (allowed: {listing})"
+        )
+    return problems
+
+
+def admin_policy_from(values: Any, *, where: str) -> AdminPolicy:
+    """The policy in ``values`` (the chart's ``policy`` mapping; ``enabled`` is ignored).
+
+    Validated as JSON in strict mode, as the chart's schema is: ``"true"`` is no boolean.
+    Raises SparkllmError naming ``where`` and the field when a value is not a policy.
+    """
+    if not isinstance(values, Mapping):
+        raise SparkllmError(f"the admin policy {where} is not a mapping")
+    fields = {key: value for key, value in values.items() if key != "enabled"}
+    try:
+        return AdminPolicy.model_validate_json(json.dumps(fields), strict=True)
+    except TypeError as exc:
+        raise SparkllmError(f"the admin policy {where} is not JSON data: {exc}") from exc
+    except ValidationError as exc:
+        lines = [
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        ]
+        raise SparkllmError(f"the admin policy {where} is invalid: {'; '.join(lines)}") from exc
+
+
+def admin_policy_from_env(environ: Mapping[str, str]) -> AdminPolicy | None:
+    """The operator's policy from :data:`POLICY_ENV` (JSON); None when unset (no limits)."""
+    text = environ.get(POLICY_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        values = json.loads(text)
+    except ValueError as exc:
+        raise SparkllmError(f"{POLICY_ENV} is not JSON: {exc}") from exc
+    return admin_policy_from(values, where=f"in {POLICY_ENV}")
+
+
+def admin_policy_from_yaml(text: str, *, where: str) -> AdminPolicy:
+    """The policy in a YAML document: the ``policy`` mapping itself, or chart values
+    holding it under ``policy`` (unset keys take the chart's defaults)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SparkllmError(f"the admin policy {where} is not YAML: {exc}") from exc
+    if isinstance(doc, Mapping) and "policy" in doc:
+        doc = doc["policy"]
+    return admin_policy_from(doc, where=where)
