@@ -11,8 +11,13 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkllm.errors import SparkllmError
+
+if TYPE_CHECKING:
+    from sparkllm.api.admin_policy import AdminPolicy
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -42,9 +47,23 @@ def _render(args: argparse.Namespace) -> int:
         node_ips=dict(args.node_ip or []),
         namespace=args.namespace,
         governance_default=default,
+        admin_policy=_admin_policy(args.admin_policy),
     )
     print(text, end="")
     return 0
+
+
+def _admin_policy(path: str | None) -> AdminPolicy | None:
+    """The policy in the ``--admin-policy`` file (chart values or the policy itself)."""
+    from sparkllm.api.admin_policy import admin_policy_from_yaml
+
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SparkllmError(f"--admin-policy: cannot read {path}: {exc}") from exc
+    return admin_policy_from_yaml(text, where=f"in {path}")
 
 
 def _node_ip(text: str) -> tuple[str, str]:
@@ -109,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
          "(governance.redis.database; default 0)"),
     ):  # fmt: skip
         store.add_argument(flag, dest=dest, metavar=metavar, help=help_text)
+    render.add_argument(
+        "--admin-policy",
+        metavar="FILE",
+        help="the administrator's policy, as the operator enforces it (chart values file "
+        "or its policy mapping); a spec outside it is refused",
+    )
     render.set_defaults(handler=_render)
 
     for name, module, help_text in (

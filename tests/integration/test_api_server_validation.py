@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkllm.api import validate_inference_cluster
+from sparkllm.api.admin_policy import admin_policy_from, policy_violations
 from sparkllm.errors import SpecError
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from tests.fixtures.invalid import (
@@ -31,6 +32,7 @@ from tests.fixtures.invalid import (
     load_base_manifest,
     load_invalid_cases,
 )
+from tests.unit.test_chart_render import render_chart
 
 pytestmark = pytest.mark.cluster
 
@@ -345,3 +347,91 @@ def test_pydantic_agrees_with_the_api_server(
         )
     assert verdicts["accepted"] > 0
     assert verdicts["rejected"] > 0
+
+
+# --- the administrator's policy: the chart's ValidatingAdmissionPolicy ---------------------
+
+POLICY_NODES = ["spark-a0", "spark-a1", "spark-a2"]
+POLICY_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("foreign-image", {"spec.engine.image": "evil.io/x:1"}),
+    ("host-path", {"spec.model.path": "/var/lib/kubelet"}),
+    ("dot-dot-path", {"spec.model.path": "/models/../var/lib/kubelet"}),
+    ("foreign-nodes", {"spec.placement.nodeGroups": [["spark-a0", "spark-b1", "spark-b2"]]}),
+    ("foreign-label", {"spec.placement": {"nodeGroupLabel": "sparkllm.io/node-group"}}),
+    ("wildcard-host", {"spec.exposure": {"type": "Ingress", "ingress": {
+        "host": "*.corp.example.com", "tlsSecretName": "tls",
+        "certManagerIssuer": {"kind": "ClusterIssuer", "name": "letsencrypt-prod"}}}}),
+    ("foreign-issuer", {"spec.exposure": {"type": "Ingress", "ingress": {
+        "host": "llm.example.com", "tlsSecretName": "tls",
+        "certManagerIssuer": {"kind": "ClusterIssuer", "name": "letsencrypt-prod"}}}}),
+    ("whole-listener", {"spec.exposure": {"type": "HTTPRoute", "httpRoute": {
+        "parentRefs": [{"name": "gw"}]}}}),
+    ("foreign-route-host", {"spec.exposure": {"type": "HTTPRoute", "httpRoute": {
+        "parentRefs": [{"name": "gw"}], "hostnames": ["llm.example.com", "evil.com"]}}}),
+]  # fmt: skip
+
+
+def test_the_charts_admission_policy_refuses_what_the_operator_would(
+    crd_installed: DevCluster, namespace: str
+) -> None:
+    """The chart's ValidatingAdmissionPolicy and binding (bound to this namespace only),
+    rendered from policy values, on the real API server: each case is refused on create
+    with the message the operator's own check (admin_policy.py) gives for it; the sample
+    passes; on update a changed spec is checked and a metadata-only change is not."""
+    policy = {
+        "placement": {"namespaces": {namespace: {"nodes": POLICY_NODES}}},
+        "exposure": {
+            "allowedHosts": ["llm.example.com"],
+            "allowedIssuers": [{"kind": "ClusterIssuer", "name": "letsencrypt-staging"}],
+        },
+    }
+    values = {"watchNamespaces": [namespace], "policy": policy}
+    rendered = render_chart(values, release=f"vap-{namespace[-5:]}", namespace=namespace)
+    objs = [o for o in rendered if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert sorted(o["kind"] for o in objs) == [
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"
+    ]  # fmt: skip
+    operator_policy = admin_policy_from(policy, where="in the test")
+    base = yaml.safe_load(ONE_REPLICA_SAMPLE.read_text())
+    manifest = yaml.safe_dump_all(objs)
+    crd_installed.kubectl("apply", "--server-side", "-f", "-", input=manifest)
+    try:
+        first = apply_changes(base, set_values=dict(POLICY_CASES[0][1]), delete=[])
+        wait_until(
+            lambda: _apply(crd_installed, first, namespace=namespace, dry_run=True).returncode != 0,
+            timeout=30,
+            interval=0.2,
+            what="the admission policy to take effect",
+        )
+        vap = crd_installed.kubectl_json(
+            "get", "validatingadmissionpolicy", objs[0]["metadata"]["name"]
+        )
+        assert not (vap.get("status") or {}).get("typeChecking", {}).get("expressionWarnings")
+        messages = []
+        for name, change in POLICY_CASES:
+            changed = apply_changes(base, set_values=dict(change), delete=[])
+            changed["metadata"]["namespace"] = namespace
+            expected = policy_violations(validate_inference_cluster(changed), operator_policy)
+            result = _apply(crd_installed, changed, namespace=namespace, dry_run=True)
+            assert result.returncode != 0, f"{name}: admitted"
+            assert "is forbidden: ValidatingAdmissionPolicy" in result.stderr, result.stderr
+            assert expected, f"{name}: the operator's check allows it"
+            assert expected[0] in result.stderr, f"{name}: {result.stderr}"
+            messages.append(f"{name}: {result.stderr.strip()}")
+        # The policy's own sample passes; an update that changes spec is checked, one that
+        # only labels the object is not.
+        crd_installed.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(base))
+        name = base["metadata"]["name"]
+        patch = json.dumps({"spec": {"engine": {"image": "evil.io/x:2"}}})
+        refused = crd_installed.kubectl(
+            "patch", "icl", name, "-n", namespace, "--type=merge", "-p", patch, check=False
+        )
+        assert refused.returncode != 0
+        assert "spec.engine.image 'evil.io/x:2' is not from an allowed repository" in refused.stderr
+        messages.append(f"update: {refused.stderr.strip()}")
+        crd_installed.kubectl("label", "icl", name, "-n", namespace, "team=a")
+    finally:
+        crd_installed.kubectl(
+            "delete", "--ignore-not-found", "-f", "-", input=manifest, check=False
+        )
+    print("\n" + "\n".join(messages))

@@ -93,6 +93,7 @@ def test_install_upgrade_uninstall(devcluster: DevCluster, release: Release) -> 
         [
             "ClusterRole", "ClusterRole", "ClusterRoleBinding", "KopfPeering",
             "PodDisruptionBudget", "RoleBinding", "Service", "ServiceAccount", "StatefulSet",
+            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
         ]
         + (["ServiceMonitor"] if monitoring else [])
     )  # fmt: skip

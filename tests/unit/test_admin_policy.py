@@ -1,7 +1,7 @@
 """The administrator's policy, the operator's second line (sparkllm.api.admin_policy).
 
 Each rule allowed and refused, with the message both halves report (the chart's
-ValidatingAdmissionPolicy says the same words: tests/integration/test_admin_policy_vap.py);
+ValidatingAdmissionPolicy says the same words: tests/integration/test_api_server_validation.py);
 the loaders (the operator's env, a YAML file for ``sparkllm render``); and the hook: a
 pass over a denied object is phase Failed, reason PolicyDenied, one Warning Event, with
 no read beyond the object itself and nothing applied.
@@ -14,6 +14,7 @@ import copy
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -32,6 +33,7 @@ from sparkllm.api.admin_policy import (
     policy_violations,
     repository_of,
 )
+from sparkllm.cli import main
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.observation import Engines, observe
@@ -279,8 +281,8 @@ def test_http_route_hostnames_and_the_whole_listener() -> None:
     named = copy.deepcopy(route)
     named["httpRoute"]["hostnames"] = ["a.team.example.com", "b.other.com"]
     assert violations(sample(exposure=named), rules) == [
-        "spec.exposure.httpRoute.hostnames[1] 'b.other.com' is not an allowed host (allowed: "
-        "*.team.example.com)"
+        "spec.exposure.httpRoute.hostnames has hosts that are not allowed: b.other.com "
+        "(allowed: *.team.example.com)"
     ]
     anything = policy(exposure={"allowedHosts": ["*"]})
     assert violations(sample(exposure=route), anything) == []
@@ -405,3 +407,29 @@ def test_a_denied_object_is_failed_policy_denied_before_anything_else_is_read() 
 def test_without_a_policy_the_same_object_is_acted_on() -> None:
     obj = sample(model__path="/var/lib/kubelet")
     assert validate_inference_cluster(obj, policy=None).spec.model.path == "/var/lib/kubelet"
+
+
+# --- sparkllm render --admin-policy -----------------------------------------------------------
+
+
+def test_render_refuses_what_the_operator_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "icl.yaml"
+    spec.write_text(yaml.safe_dump(sample(model__path="/var/lib/kubelet")))
+    (tmp_path / "values.yaml").write_text(CHART_VALUES.read_text())
+    assert main(["render", "-f", str(spec)]) == 0  # no policy given: rendered
+    capsys.readouterr()
+    args = ["render", "-f", str(spec), "--admin-policy", str(tmp_path / "values.yaml")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "sparkllm: error: spec.model.path '/var/lib/kubelet' is not under an allowed host path "
+        "prefix (allowed: /models)\n"
+    )
+    spec.write_text(yaml.safe_dump(sample()))
+    assert main(args) == 0
+    assert "kind: StatefulSet" in capsys.readouterr().out
+    (tmp_path / "bad.yaml").write_text("policy: {images: {requireDigest: maybe}}")
+    assert main(["render", "-f", str(spec), "--admin-policy", str(tmp_path / "bad.yaml")]) == 1
+    assert "images.requireDigest" in capsys.readouterr().err

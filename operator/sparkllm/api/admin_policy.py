@@ -220,26 +220,26 @@ def _placement_violations(ic: InferenceCluster, policy: PlacementPolicy) -> list
 
 
 def _exposure_violations(ic: InferenceCluster, policy: ExposurePolicy) -> list[str]:
-    exposure = ic.spec.exposure
-    hosts = policy.allowed_hosts
+    exposure, hosts = ic.spec.exposure, policy.allowed_hosts
+    allowed = f"(allowed: {_listing(hosts)})"
     problems: list[str] = []
-    claimed: list[tuple[str, str]] = []
-    if exposure.ingress is not None:
-        claimed.append(("spec.exposure.ingress.host", exposure.ingress.host))
-    if exposure.http_route is not None:
-        names = exposure.http_route.hostnames
-        if not names and ANY not in hosts:
-            problems.append(
-                "spec.exposure.httpRoute.hostnames is empty, which claims every host of the "
-                f"Gateway listener (allowed: {_listing(hosts)})"
-            )
-        claimed.extend((f"spec.exposure.httpRoute.hostnames[{i}]", h) for i, h in enumerate(names))
-    problems.extend(
-        f"{field} '{host}' is not an allowed host (allowed: {_listing(hosts)})"
-        for field, host in claimed
-        if not host_allowed(host, hosts)
-    )
-    issuer = exposure.ingress.cert_manager_issuer if exposure.ingress is not None else None
+    ingress, route = exposure.ingress, exposure.http_route
+    if ingress is not None and not host_allowed(ingress.host, hosts):
+        problems.append(
+            f"spec.exposure.ingress.host '{ingress.host}' is not an allowed host {allowed}"
+        )
+    if route is not None and not route.hostnames and ANY not in hosts:
+        problems.append(
+            "spec.exposure.httpRoute.hostnames is empty, which claims every host of the "
+            f"Gateway listener {allowed}"
+        )
+    denied = [host for host in route.hostnames if not host_allowed(host, hosts)] if route else []
+    if denied:
+        problems.append(
+            "spec.exposure.httpRoute.hostnames has hosts that are not allowed: "
+            f"{', '.join(denied)} {allowed}"
+        )
+    issuer = ingress.cert_manager_issuer if ingress is not None else None
     if issuer is not None and not any(
         ref.kind == issuer.kind and ref.name in (ANY, issuer.name) for ref in policy.allowed_issuers
     ):
