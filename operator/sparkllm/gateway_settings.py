@@ -66,6 +66,9 @@ def env_var_name(field: str) -> str:
     """The environment variable that sets the gateway setting ``field`` (a GatewayConfig
     field name, e.g. ``max_input_tokens`` -> ``SPARKLLM_GATEWAY_MAX_INPUT_TOKENS``)."""
     return ENV_PREFIX + field.upper()
+# The admission layer's /metrics (series labelled by user): a container port only, in no
+# Service, so no exposure object can route it; Prometheus scrapes the pod (a PodMonitor).
+GATEWAY_METRICS_PORT: Final = 8001
 
 
 __all__ = [

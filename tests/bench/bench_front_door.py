@@ -115,11 +115,12 @@ def _wait_ok(url: str, *, timeout: float = 60) -> None:
     raise SystemExit(f"not ready in {timeout:.0f} s: {url}")
 
 
-def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], list[Any]]:
-    """Simulator, smg and admission processes; returns the three base URLs and the processes."""
+def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], str, list[Any]]:
+    """Simulator, smg and admission processes: the three base URLs, the admission layer's
+    metrics URL (its own port) and the processes."""
     ic = bench_cluster(model_dir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKLLM_GATEWAY_")}
-    sim_port, smg_port, gate_port = (free_port("127.0.0.1") for _ in range(3))
+    sim_port, smg_port, gate_port, metrics_port = (free_port("127.0.0.1") for _ in range(4))
     sim = [
         sys.executable, "-m", "sparkllm_dev.sim", "--sim-host", "127.0.0.1", "--sim-port",
         str(sim_port), "--sim-answer-tokens", str(OUTPUT_TOKENS), "--",
@@ -145,6 +146,7 @@ def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], list[An
     gate_env.update({
         env_var_name("listen_host"): "127.0.0.1",
         env_var_name("listen_port"): str(gate_port),
+        env_var_name("metrics_port"): str(metrics_port),  # /metrics is only there
         env_var_name("upstream_url"): f"http://127.0.0.1:{smg_port}",
         env_var_name("api_keys_dir"): str(keys),
         env_var_name("log_level"): "warning",
@@ -162,7 +164,7 @@ def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], list[An
     _wait_ok(urls["direct"] + "/health")
     _wait_ok(urls["smg"] + "/readiness")
     _wait_ok(urls["admission"] + "/ready")
-    return urls, processes
+    return urls, f"http://127.0.0.1:{metrics_port}/metrics", processes
 
 
 async def _one(client: httpx.AsyncClient, url: str, key: str, body: bytes) -> tuple[float, float]:
@@ -235,9 +237,9 @@ def summarize(samples: Sequence[tuple[float, float]], *, elapsed: float) -> dict
     }  # fmt: skip
 
 
-def _admission_seconds(url: str) -> tuple[float, float]:
+def _admission_seconds(metrics_url: str) -> tuple[float, float]:
     """(sum, count) of the admission layer's decision-time histogram."""
-    text = httpx.get(url + "/metrics", timeout=5).text
+    text = httpx.get(metrics_url, timeout=5).text
     found = {"sum": 0.0, "count": 0.0}
     for family in text_string_to_metric_families(text):
         if family.name == "sparkllm_gateway_admission_duration_seconds":
@@ -261,9 +263,9 @@ def main() -> None:
             TokenCounter.from_dir(model_dir),
             ChatTemplate.load(tokenizer_dir=model_dir),
         )
-        urls, processes = start_stack(scratch, model_dir)
+        urls, metrics_url, processes = start_stack(scratch, model_dir)
         try:
-            _report(urls, counter, template, scale=args.scale)
+            _report(urls, counter, template, scale=args.scale, metrics_url=metrics_url)
         finally:
             for process in processes:
                 process.terminate()
@@ -306,8 +308,9 @@ def _concurrency_one(
 
 
 def _report(
-    urls: dict[str, str], counter: TokenCounter, template: ChatTemplate, *, scale: float
-) -> None:
+    urls: dict[str, str], counter: TokenCounter, template: ChatTemplate, *, scale: float,
+    metrics_url: str,
+) -> None:  # fmt: skip
     messages = _prompt_of_tokens(counter, template, 256)
     body = json.dumps({"model": MODEL, "messages": messages, "stream": True,
                        "max_tokens": OUTPUT_TOKENS}).encode()  # fmt: skip
@@ -358,11 +361,11 @@ def _report(
         via_smg = asyncio.run(
             run_load(urls["smg"], ENGINE_KEY, long_body, concurrency=1, total=total)
         )
-        before = _admission_seconds(urls["admission"])
+        before = _admission_seconds(metrics_url)
         via_gate = asyncio.run(
             run_load(urls["admission"], USER_KEY, long_body, concurrency=1, total=total)
         )
-        after = _admission_seconds(urls["admission"])
+        after = _admission_seconds(metrics_url)
         decide_ms = (after[0] - before[0]) / max(1.0, after[1] - before[1]) * 1000
         diff = via_gate["e2e_p50"] - via_smg["e2e_p50"]
         print(f"{target:>7} {via_smg['e2e_p50']:>15.1f} {via_gate['e2e_p50']:>21.1f} "

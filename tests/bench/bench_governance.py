@@ -263,7 +263,7 @@ def fairness(workdir: Path, *, seconds: float) -> None:
         with running(app) as gateway:
             url = f"{gateway.url}/v1/chat/completions"
             heavy, light = asyncio.run(_clients(url, seconds=seconds))
-            exposition = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+            exposition = app.metrics.exposition()[0].decode()  # what its metrics port serves
     waits = _queue_waits(exposition)
     print(f"\nfair queue: 8 slots, service {SERVICE_SECONDS * 1000:.0f} ms = one slot turnover; "
           f"heavy user {HEAVY_CONCURRENCY} in flight, light user one at a time")  # fmt: skip

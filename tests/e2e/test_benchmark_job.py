@@ -114,7 +114,7 @@ class _Running:
 def test_the_gateway_service_resolves_to_its_deployments_pod(tmp_path: Path) -> None:
     def info(namespace: str, pod: str, port: int) -> GatewayInfo:
         url = f"http://127.0.0.1:{port}"
-        return GatewayInfo(namespace, pod, "uid", url, url, url, tmp_path)
+        return GatewayInfo(namespace, pod, "uid", url, url, url, tmp_path, url)
 
     resolve = gateway_service_resolver(
         _Running(info("ns", "front-x-abc-7d9f8-qwzx5", 1), info("ns", "front-7d9f8-qwzx5", 2))

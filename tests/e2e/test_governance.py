@@ -147,7 +147,7 @@ def test_a_light_user_waits_at_most_one_slot_turnover_behind_a_heavy_one(
         heavy_seconds, heavy_failures, light_seconds = _load(
             url, heavy_key=serving.alice, light_key=light
         )
-        metrics = httpx.get(f"{base}/metrics", timeout=30).text
+        metrics = httpx.get(serving.gateway.metrics_url, timeout=30).text  # its own port
         report = "\n".join(
             table(fetch_usage(base, key=key, day_from=None, day_to=None))
             for key in (serving.alice, light)

@@ -124,7 +124,8 @@ def scrape_config(
         return [{"targets": [f"127.0.0.1:{ports[name]}"]}]
 
     # namespace: the target label a ServiceMonitor/PodMonitor gives every target
-    admission = host_port(serving.gateway.admission_url)
+    # The admission layer's metrics port (the pod's port "metrics"), as a PodMonitor would.
+    admission = host_port(serving.gateway.metrics_url)
     gateway = [{"targets": [admission], "labels": {"namespace": serving.gateway.namespace}}]
 
     return {

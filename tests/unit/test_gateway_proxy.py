@@ -77,12 +77,22 @@ def _app(model_dir: Path, keys_dir: Path, upstream_url: str, **overrides: Any) -
 
 
 @pytest.fixture
-def gateway(
+def served(
     model_dir: Path, keys_dir: Path, upstream: tuple[UpstreamRecorder, ServerThread]
-) -> Iterator[httpx.Client]:
+) -> Iterator[tuple[GatewayApp, httpx.Client]]:
     app = _app(model_dir, keys_dir, upstream[1].url)
     with running(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
-        yield client
+        yield app, client
+
+
+@pytest.fixture
+def gateway(served: tuple[GatewayApp, httpx.Client]) -> httpx.Client:
+    return served[1]
+
+
+def _metrics(app: GatewayApp) -> str:
+    """What the metrics port serves (server.py); the users' port has no /metrics."""
+    return app.metrics.exposition()[0].decode()
 
 
 def _chat(content: str = "hello", **fields: Any) -> dict[str, Any]:
@@ -391,13 +401,20 @@ def test_upstream_errors_pass_through_unchanged(
     assert response.json() == {"error": {"message": "teapot", "code": 418}}
 
 
-def test_models_ready_and_metrics(gateway: httpx.Client, recorder: UpstreamRecorder) -> None:
+def test_models_ready_and_metrics(
+    served: tuple[GatewayApp, httpx.Client], recorder: UpstreamRecorder
+) -> None:
+    app, gateway = served
     models = gateway.get("/v1/models", headers=ALICE)
     assert models.json()["data"][0]["id"] == MODEL
     assert gateway.get("/ready").json() == {"status": "ready"}
     gateway.post(CHAT, json=_chat(max_tokens=5), headers=ALICE)
     gateway.post(CHAT, json=_chat(), headers={"authorization": "Bearer wrong"})
-    metrics = gateway.get("/metrics").text
+    # not on the users' port (issue 25: per-user series were public), key or none
+    for headers in ({}, ALICE):
+        hidden = gateway.get("/metrics", headers=headers)
+        assert (hidden.status_code, hidden.json()["error"]["code"]) == (404, "unknown_url")
+    metrics = _metrics(app)
     ok = 'sparkllm_gateway_requests_total{outcome="ok",route="/v1/chat/completions"} 1.0'
     unauthorized = (
         'sparkllm_gateway_requests_total{outcome="unauthorized",route="/v1/chat/completions"} 1.0'
@@ -445,7 +462,7 @@ def test_a_client_leaving_the_queue_frees_its_place_and_never_reaches_upstream(
         assert first.result().status_code == 200
         wait_until(lambda: app.limiter.in_flight == 0, what="the slot to be released")
     assert len(recorder.received) == 1
-    assert 'outcome="client_closed"' in app.metrics.exposition()[0].decode()
+    assert 'outcome="client_closed"' in _metrics(app)
 
 
 def test_large_prompts_are_counted_off_the_event_loop(
@@ -461,8 +478,11 @@ def test_large_prompts_are_counted_off_the_event_loop(
 
 
 def test_a_stream_that_breaks_off_ends_with_an_error_event(
-    gateway: httpx.Client, recorder: UpstreamRecorder, caplog: pytest.LogCaptureFixture
+    served: tuple[GatewayApp, httpx.Client],
+    recorder: UpstreamRecorder,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    app, gateway = served
     body = _chat(BREAK_MARKER, stream=True, max_tokens=5)
     with caplog.at_level(logging.CRITICAL, logger="uvicorn.error"):  # the stand-in's crash
         response = gateway.post(CHAT, json=body, headers=ALICE)
@@ -470,8 +490,7 @@ def test_a_stream_that_breaks_off_ends_with_an_error_event(
     events = [line for line in response.text.splitlines() if line]
     assert "tok0" in events[0]
     assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "upstream_failed"
-    metrics = gateway.get("/metrics").text
-    assert 'outcome="upstream_error",route="/v1/chat/completions"} 1.0' in metrics
+    assert 'outcome="upstream_error",route="/v1/chat/completions"} 1.0' in _metrics(app)
 
 
 @contextlib.contextmanager

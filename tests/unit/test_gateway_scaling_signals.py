@@ -44,13 +44,13 @@ def test_requests_turned_away_at_zero_replicas_are_counted_by_code(
     app = build_gateway_app(gateway_config(model_dir=model_dir, keys_dir=keys, upstream_url=router))
     app.serving = _ReadCounter(_cluster(0), clock=[100.0])
     with running(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
-        before = samples(client.get("/metrics").text)
+        before = samples(app.metrics.exposition()[0].decode())  # the metrics port's text
         assert ("sparkllm_gateway_queued_requests", ()) in before
         assert ("sparkllm_gateway_in_flight_requests", ()) in before
         for _ in range(3):
             answer = client.post("/v1/chat/completions", json=_chat(), headers=ALICE)
             assert answer.status_code == 503
-        after = samples(client.get("/metrics").text)
+        after = samples(app.metrics.exposition()[0].decode())
     key = ("sparkllm_gateway_no_replica_replies_total", (("code", CODE_SCALED_TO_ZERO),))
     assert after[key] == 3
     assert after[("sparkllm_gateway_queued_requests", ())] == 0  # why the queue cannot wake it

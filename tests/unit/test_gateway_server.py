@@ -38,7 +38,7 @@ def test_unloadable_tokenizer_exits_1(tmp_path: Path) -> None:
 def test_python_m_serves_and_shuts_down_gracefully_on_sigterm(tmp_path: Path) -> None:
     model_dir = write_model_dir(tmp_path / "model", train_tokenizer())
     keys_dir = write_keys(tmp_path / "keys", {"alice": "key-alice"})
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     environ = {
         **os.environ,
         "SPARKLLM_GATEWAY_SERVED_MODEL_NAME": MODEL,
@@ -47,7 +47,7 @@ def test_python_m_serves_and_shuts_down_gracefully_on_sigterm(tmp_path: Path) ->
         "SPARKLLM_GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{free_port()}",
     }
     command = [sys.executable, "-m", "sparkllm.gateway", "--listen-host", "127.0.0.1",
-               "--listen-port", str(port)]  # fmt: skip
+               "--listen-port", str(port), "--metrics-port", str(metrics_port)]  # fmt: skip
     process = subprocess.Popen(command, env=environ, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
 
@@ -62,6 +62,14 @@ def test_python_m_serves_and_shuts_down_gracefully_on_sigterm(tmp_path: Path) ->
         refused = httpx.post(url + "/v1/chat/completions", json={"model": MODEL})
         assert refused.status_code == 401
         assert httpx.get(url + "/ready").status_code == 503  # no router behind it
+        # The metrics (series per user) on their own port only, never the users' (issue 25).
+        assert httpx.get(url + "/metrics").status_code == 404
+        metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+        refused_line = (
+            'sparkllm_gateway_requests_total{outcome="unauthorized",'
+            'route="/v1/chat/completions"} 1.0'
+        )
+        assert refused_line in metrics
         process.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal: the usual exit status.
         assert process.wait(timeout=30) == -signal.SIGTERM

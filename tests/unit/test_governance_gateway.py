@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.cli import main
@@ -24,6 +25,7 @@ from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import build_gateway_app
 from sparkllm.gateway.governance.gate import Pass
 from sparkllm.gateway.governance.meter import UsageMeter
+from sparkllm.gateway.metrics import GatewayMetrics
 from sparkllm.gateway.tokens import TokenCounter
 from tests.unit.gateway_fixtures import (
     MODEL,
@@ -155,7 +157,7 @@ def test_budget_lowers_max_tokens_charges_usage_and_refuses_naming_the_limit(
         assert 1 <= int(limited.headers["retry-after"]) <= 60
         own = client.get("/v1/usage", headers=ALICE).json()
         everyone = client.get("/v1/usage", headers=OPS).json()
-        metrics = client.get("/metrics").text
+        metrics = app.metrics.exposition()[0].decode()  # what the metrics port serves
     assert [row["user"] for row in own["data"]] == ["alice"]
     alice = own["data"][0]
     assert alice["outcomes"] == {"ok": alice["requests"]}
@@ -254,6 +256,25 @@ def test_a_policy_that_does_not_load_fails_closed_then_applies_without_restart(
         again = client.post(CHAT, json=_chat(), headers=ALICE)
     assert again.status_code == 429
     assert "requests_per_minute" in again.json()["error"]["message"]
+
+
+def test_a_scrape_of_the_metrics_port_drops_the_series_of_users_without_a_key() -> None:
+    """The metrics port's server (prometheus_client's, server.py) collects the registry
+    itself, with no call of ours in between: the registry prunes at every collect."""
+
+    class Idle:
+        in_flight = queued = 0
+
+    metrics = GatewayMetrics()
+    holders = ["alice", "bob"]
+    metrics.watch_limiter(Idle(), users=lambda: tuple(holders))
+    for user in holders:
+        metrics.users.finished(user, outcome="ok", input_tokens=3, output_tokens=4)
+    assert 'user="bob"' in generate_latest(metrics.registry).decode()
+    holders.remove("bob")  # bob's key file was deleted
+    scraped = generate_latest(metrics.registry).decode()  # what the port's handler does
+    assert 'user="bob"' not in scraped
+    assert 'sparkllm_gateway_user_tokens_total{kind="output",user="alice"} 4.0' in scraped
 
 
 def test_the_meter_charges_in_full_what_it_cannot_read() -> None:

@@ -56,7 +56,7 @@ def test_cluster_ip_is_the_default_and_adds_nothing() -> None:
     assert cluster().spec.exposure.type == "ClusterIP"
 
 
-def test_http_route_sends_everything_to_the_front_door_service() -> None:
+def test_http_route_sends_the_api_to_the_front_door_service() -> None:
     route = objects(ROUTE)["HTTPRoute"]
     assert_owned(route)
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
@@ -64,7 +64,8 @@ def test_http_route_sends_everything_to_the_front_door_service() -> None:
     assert route["spec"]["hostnames"] == ["llm.example.com"]
     (rule,) = route["spec"]["rules"]
     assert rule["backendRefs"] == [{"name": NAME, "port": GATEWAY_HTTP_PORT}]
-    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    # the API only (issue 25): not /health, /ready, nor anything else the port may serve
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
     # a long generation is not cut by the proxy before the router's own timeout
     assert rule["timeouts"]["request"] == f"{PROXY_TIMEOUT_SECONDS}s"
     assert PROXY_TIMEOUT_SECONDS > ROUTER_REQUEST_TIMEOUT_SECONDS
@@ -85,8 +86,9 @@ def test_ingress_serves_tls_for_its_host_to_the_front_door() -> None:
     assert spec["tls"] == [{"hosts": ["llm.example.com"], "secretName": "llm-tls"}]
     (rule,) = spec["rules"]
     assert rule["host"] == "llm.example.com"
-    backend = rule["http"]["paths"][0]["backend"]["service"]
-    assert backend == {"name": NAME, "port": {"number": GATEWAY_HTTP_PORT}}
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/v1", "Prefix")  # the API only (issue 25)
+    assert path["backend"]["service"] == {"name": NAME, "port": {"number": GATEWAY_HTTP_PORT}}
     annotations = ingress["metadata"]["annotations"]
     assert annotations["cert-manager.io/cluster-issuer"] == "letsencrypt"
     assert "cert-manager.io/issuer" not in annotations

@@ -22,6 +22,7 @@ from sparkllm.render.gateway import (
     DEFAULT_GATEWAY_IMAGE,
     GATEWAY_HTTP_PORT,
     GATEWAY_IMAGE_ENV,
+    GATEWAY_METRICS_PORT,
     admission_env,
     gateway_image_from,
     render_gateway,
@@ -277,6 +278,7 @@ def test_admission_env_is_accepted_by_the_gateway_config_with_the_spec_numbers(
     assert str(config.tokenizer_dir) == ic.spec.model.path
     assert config.upstream_url == f"http://127.0.0.1:{ROUTER_PORT}"
     assert config.listen_port == GATEWAY_HTTP_PORT
+    assert config.metrics_port == GATEWAY_METRICS_PORT  # the metrics' own port (issue 25)
     assert config.upstream_read_timeout_seconds > parsed_router(ic).request_timeout_secs
     # the object read to say why no replica serves (gateway/serving.py)
     assert (config.cluster_namespace, config.cluster_name) == (
@@ -343,9 +345,11 @@ def test_only_the_admission_layer_is_exposed() -> None:
     assert matches(
         service["selector"], objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
     )
-    admission_ports = container(objects, "admission")["ports"]
-    assert admission_ports == [
-        {"name": "http", "containerPort": GATEWAY_HTTP_PORT, "protocol": "TCP"}
+    admission = container(objects, "admission")
+    assert admission["ports"] == [
+        {"name": "http", "containerPort": GATEWAY_HTTP_PORT, "protocol": "TCP"},
+        # /metrics (series per user, issue 25): on the pod for Prometheus, in no Service
+        {"name": "metrics", "containerPort": GATEWAY_METRICS_PORT, "protocol": "TCP"},
     ]
     router_ports = [p["name"] for p in container(objects, "router")["ports"]]
     assert router_ports == ["router-metrics"]  # scraped by Prometheus, not in the Service

@@ -94,6 +94,7 @@ class GatewayInfo:
     router_url: str  # smg, on loopback as in the pod
     router_metrics_url: str
     log_dir: Path  # router.log and admission.log
+    metrics_url: str  # the admission layer's /metrics, on its own port (not admission_url's)
 
 
 @dataclass
@@ -224,6 +225,10 @@ class GatewayPods(PodSupervisor[_Gateway]):
         declared_port = int(admission_env.get(env_var_name("listen_port")) or 0)
         admission_env[env_var_name("listen_host")] = self.host
         admission_env[env_var_name("listen_port")] = str(admission_port)
+        # Every gateway pod shares this machine: its metrics port, like its listen port,
+        # becomes a free one (served on the same host, never on admission_port).
+        metrics_port = free_port(self.host)
+        admission_env[env_var_name("metrics_port")] = str(metrics_port)
         # The admission layer reads its InferenceCluster as the pod's ServiceAccount too.
         admission_env["KUBECONFIG"] = router_env["KUBECONFIG"]
         admission_env[env_var_name("upstream_url")] = f"http://127.0.0.1:{ports['--port']}"
@@ -244,6 +249,7 @@ class GatewayPods(PodSupervisor[_Gateway]):
             admission_url=f"http://{self.host}:{admission_port}",
             router_url=f"http://127.0.0.1:{ports['--port']}",
             router_metrics_url=f"http://127.0.0.1:{ports['--prometheus-port']}/metrics",
+            metrics_url=f"http://{self.host}:{metrics_port}/metrics",
         )  # fmt: skip
         gateway = _Gateway(
             key=key, workdir=workdir, info=info, containers=[router, admission],

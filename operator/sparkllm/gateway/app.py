@@ -8,8 +8,10 @@ the engine nothing.
 
 Routes: POST /v1/chat/completions and /v1/completions (admitted), GET /v1/models
 (authenticated pass-through), GET /v1/usage (the ledger), GET /health (the gateway
-itself is alive), GET /ready (the upstream answers its readiness probe), GET /metrics.
-/health, /ready and /metrics need no key: Kubernetes and Prometheus call them.
+itself is alive), GET /ready (the upstream answers its readiness probe). /health and
+/ready need no key: the kubelet calls them. There is no /metrics here: its series carry
+user ids with their tokens and refusals, so they are served only on the separate
+``metrics_port`` (server.py), which no Service port and no exposure object routes.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ logger = logging.getLogger(__name__)
 # loop keeps streaming other answers. Smaller ones are cheaper than the thread hop.
 OFFLOAD_BODY_BYTES = 16 * 1024
 _GENERATION_ROUTES = {route.value: route for route in Route}
-_GET_ROUTES = frozenset({"/v1/models", "/v1/usage", "/health", "/ready", "/metrics"})
+_GET_ROUTES = frozenset({"/v1/models", "/v1/usage", "/health", "/ready"})
 _FORWARDED_HEADERS = (b"accept", b"x-request-id")
 
 
@@ -164,10 +166,6 @@ class GatewayApp:
             if problem is not None:
                 logger.warning("not ready: upstream probe failed problem=%s", problem)
             await send_bytes(send, status=status, body=body, headers=JSON_HEADERS)
-        elif path == "/metrics":
-            exposition, content_type = self.metrics.exposition()
-            headers = [(b"content-type", content_type.encode("ascii"))]
-            await send_bytes(send, status=200, body=exposition, headers=headers)
         else:  # /v1/models: authenticated pass-through; /v1/usage: the ledger
             user = self.keys.authenticate(header(scope, b"authorization"))
             if isinstance(user, ErrorReply):

@@ -164,7 +164,8 @@ class GatewayConfig(BaseModel):
         None,
         ge=1,
         le=65535,
-        description="Also serve /metrics on this port (unset: main port only).",
+        description="Serve /metrics on this port, never on listen_port: its series name "
+        "users (unset: no metrics over HTTP).",
     )
     tls_cert_file: Path | None = Field(
         None,

@@ -3,8 +3,12 @@
 Why these: they answer the operator's questions about the front door — how many requests
 are refused and why (outcome), how long prompts are (the cap's headroom), what admission
 itself costs (its budget is a millisecond), how long users wait for the first byte and
-for the whole answer, and how full the concurrency limit and its queue are. Labels are
-a small fixed set (route x outcome); user ids are deliberately not labels (unbounded).
+for the whole answer, and how full the concurrency limit and its queue are. The request
+families' labels are a small fixed set (route x outcome). The governance families
+(``UserMetrics``) are labelled by user id — bounded by the keys, and sensitive: they tell
+who uses the model and how much, which ``/v1/usage`` shows a user only for themselves.
+So the exposition is served only on the gateway's separate metrics port (server.py),
+never on the port users reach, and exposure objects route only ``/v1`` paths.
 
 Each gateway owns its registry, so several can live in one process (tests) and the
 default registry's process metrics stay out of the way. Label children are created up
@@ -15,10 +19,12 @@ lookup.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Iterable
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 PREFIX = "sparkllm_gateway_"
@@ -74,11 +80,24 @@ class Outcome(enum.StrEnum):
     CLIENT_CLOSED = "client_closed"
 
 
+class _PruningRegistry(CollectorRegistry):
+    """A registry that runs ``before_collect`` first at every scrape, whoever serves it
+    (the metrics port's server thread, or ``exposition()``)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_describe=True)
+        self.before_collect: Callable[[], None] = lambda: None
+
+    def collect(self) -> Iterator[Metric]:
+        self.before_collect()
+        yield from super().collect()
+
+
 class GatewayMetrics:
     """The gateway's metric families in their own registry."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = _PruningRegistry()
         requests = Counter(
             PREFIX + "requests",
             "Requests by route and outcome.",
@@ -143,6 +162,7 @@ class GatewayMetrics:
         )
         self.users = UserMetrics(self.registry)
         self._known_users: Callable[[], Iterable[str]] = tuple
+        self.registry.before_collect = lambda: self.users.forget_users(self._known_users())
 
     def watch_limiter(self, limiter: Limiter, *, users: Callable[[], Iterable[str]]) -> None:
         """Read the gauges from the limiter at scrape time (no hot-path cost); ``users``:
@@ -176,8 +196,7 @@ class GatewayMetrics:
         self._e2e[route].observe(total)
 
     def exposition(self) -> tuple[bytes, str]:
-        """The text exposition and its content type."""
-        self.users.forget_users(self._known_users())
+        """The text exposition and its content type (what the metrics port serves)."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
@@ -209,10 +228,13 @@ class UserMetrics:
             registry=registry,
         )
         self._series: dict[str, set[tuple[Counter | Histogram, tuple[str, ...]]]] = {}
+        # The event loop adds series, the metrics port's thread forgets them at a scrape.
+        self._lock = threading.Lock()
 
     def _child(self, family: Counter | Histogram, *labels: str) -> Any:
-        self._series.setdefault(labels[0], set()).add((family, labels))
-        return family.labels(*labels)
+        with self._lock:
+            self._series.setdefault(labels[0], set()).add((family, labels))
+            return family.labels(*labels)
 
     def finished(self, user: str, *, outcome: str, input_tokens: int, output_tokens: int) -> None:
         self._child(self._requests, user, outcome).inc()
@@ -227,6 +249,7 @@ class UserMetrics:
 
     def forget_users(self, known: Iterable[str]) -> None:
         """Remove the series of users who no longer hold a key."""
-        for user in set(self._series) - set(known):
-            for family, labels in self._series.pop(user):
-                family.remove(*labels)
+        with self._lock:
+            for user in set(self._series) - set(known):
+                for family, labels in self._series.pop(user):
+                    family.remove(*labels)

@@ -1,4 +1,9 @@
-"""Serving the gateway: configuration, logging, optional metrics port, uvicorn.
+"""Serving the gateway: configuration, logging, the metrics port, uvicorn.
+
+The metrics are served only on ``metrics_port`` (prometheus_client's own server, in a
+thread), never on the users' port: their series carry user ids with each user's tokens
+and refusals (metrics.py). The operator always sets it (render/gateway.py); by hand,
+unset means no metrics over HTTP.
 
 Why separate from app.py: this is the only place with process-wide effects (argv, the
 environment, logging setup, a listening socket), so the app itself stays importable and
@@ -55,10 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         registry = app.metrics.registry
         start_http_server(config.metrics_port, addr=config.listen_host, registry=registry)
     logger.info(
-        "gateway listening host=%s port=%d upstream=%s model=%s max_input_tokens=%d "
-        "context_length=%d max_concurrent_requests=%d",
+        "gateway listening host=%s port=%d metrics_port=%s upstream=%s model=%s "
+        "max_input_tokens=%d context_length=%d max_concurrent_requests=%d",
         config.listen_host,
         config.listen_port,
+        config.metrics_port or "-",
         config.upstream_url,
         config.served_model_name,
         config.max_input_tokens,

@@ -9,8 +9,11 @@
   switch to HTTPS. ``render/gateway.py`` asks this module for those pieces.
 * ``ClusterIP``: nothing beyond the Service.
 
-Every path routes to the admission layer, never to the engines: keys, caps and
-governance stay in the path (docs/exposure.md).
+What they route goes to the admission layer, never to the engines: keys, caps and
+governance stay in the path (docs/exposure.md). And they route only the API, paths under
+``/v1`` (Prefix: ``/v1`` and ``/v1/...``, not ``/v1x``): the probes' ``/health`` and
+``/ready`` are for the kubelet, and the metrics, whose series name every user with their
+tokens, are on a port of their own that no Service carries (render/gateway.py).
 
 Why the proxy timeouts are long: a generation streams for up to the router's request
 timeout (render/router.py), and proxies cut much sooner by default (nginx 60 s, Envoy
@@ -40,6 +43,8 @@ CERT_MANAGER_ANNOTATION: Final = {
     "ClusterIssuer": "cert-manager.io/cluster-issuer",
 }
 NGINX: Final = "nginx.ingress.kubernetes.io/"
+# The one path prefix exposure objects route: the OpenAI API and /v1/usage.
+API_PATH_PREFIX: Final = "/v1"
 
 
 def _common(ic: InferenceCluster) -> dict[str, object]:
@@ -51,6 +56,7 @@ def _common(ic: InferenceCluster) -> dict[str, object]:
         "owner": owner_reference(name=name, uid=ic.metadata.uid or ""),
         "service": gateway_name(name),
         "port": GATEWAY_HTTP_PORT,
+        "api_prefix": API_PATH_PREFIX,
     }
 
 
@@ -145,6 +151,7 @@ def gateway_probe_scheme(ic: InferenceCluster) -> str:
 
 
 __all__ = [
+    "API_PATH_PREFIX",
     "PROXY_TIMEOUT_SECONDS",
     "TLS_DIR",
     "gateway_probe_scheme",

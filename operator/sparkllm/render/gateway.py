@@ -29,6 +29,7 @@ from typing import Final
 from sparkllm.api import GROUP, LABEL_CLUSTER, PLURAL, AdmissionSpec, InferenceCluster
 from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
+    GATEWAY_METRICS_PORT,
     LISTEN_ALL_ADDRESSES,
     ROUTER_HOST,
     ROUTER_PORT,
@@ -112,6 +113,8 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
         "upstream_url": f"http://{ROUTER_HOST}:{ROUTER_PORT}",
         "listen_host": LISTEN_ALL_ADDRESSES,
         "listen_port": GATEWAY_HTTP_PORT,
+        # /metrics only here (its series name users): a container port in no Service.
+        "metrics_port": GATEWAY_METRICS_PORT,
         "served_model_name": spec.model.served_name,
         "max_input_tokens": admission.max_input_tokens,
         "context_length": spec.engine.context_length,
@@ -201,6 +204,7 @@ def _admission(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> JSON:
         "command": list(ADMISSION_COMMAND),
         "env": admission_env(ic, engine_key=engine_key),
         "port": GATEWAY_HTTP_PORT,
+        "metrics_port": GATEWAY_METRICS_PORT,
         "resources": {
             "requests": {"cpu": "500m", "memory": "512Mi"},
             "limits": {"memory": "2Gi"},
@@ -356,6 +360,7 @@ __all__ = [
     "DEFAULT_GATEWAY_IMAGE",
     "GATEWAY_HTTP_PORT",
     "GATEWAY_IMAGE_ENV",
+    "GATEWAY_METRICS_PORT",
     "admission_env",
     "gateway_image_from",
     "gateway_rbac_name",
