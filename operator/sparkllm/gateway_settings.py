@@ -43,6 +43,9 @@ TOOL_FEATURES: Final = ("json_schema", "named", "required", "strict")
 # --- ports and addresses inside the gateway pod -----------------------------------------
 LISTEN_ALL_ADDRESSES: Final = "0.0.0.0"  # the admission layer listens on the pod IP
 GATEWAY_HTTP_PORT: Final = 8000  # the admission layer: Service port and container port
+# The admission layer's /metrics (series labelled by user): a container port only, in no
+# Service, so no exposure object can route it; Prometheus scrapes the pod (a PodMonitor).
+GATEWAY_METRICS_PORT: Final = 8001
 ROUTER_HOST: Final = "127.0.0.1"  # smg is reachable only from inside the pod
 ROUTER_PORT: Final = 30080  # smg's client port, behind the admission layer
 DEFAULT_UPSTREAM_URL: Final = f"http://{ROUTER_HOST}:{ROUTER_PORT}"
@@ -66,9 +69,6 @@ def env_var_name(field: str) -> str:
     """The environment variable that sets the gateway setting ``field`` (a GatewayConfig
     field name, e.g. ``max_input_tokens`` -> ``SPARKLLM_GATEWAY_MAX_INPUT_TOKENS``)."""
     return ENV_PREFIX + field.upper()
-# The admission layer's /metrics (series labelled by user): a container port only, in no
-# Service, so no exposure object can route it; Prometheus scrapes the pod (a PodMonitor).
-GATEWAY_METRICS_PORT: Final = 8001
 
 
 __all__ = [
