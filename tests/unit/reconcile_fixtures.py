@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from sparkllm.api import LABEL_RANK, validate_inference_cluster
-from sparkllm.configcheck import Mismatch
+from sparkllm.configcheck import expected_server_args
 from sparkllm.integrity import ModelSummary
 from sparkllm.reconcile.decide import decide, owned
 from sparkllm.reconcile.decide.actions import Plan
@@ -188,16 +188,24 @@ def observation(
     )
 
 
-def matching(*replicas: int, generation: int = 1) -> dict[int, ServerInfo]:
+def server_info(
+    obj: JSON | None = None, *, rank0_address: str | None = None, **changes: Any
+) -> dict[str, Any]:
+    """What rank 0 at ``rank0_address`` reports when it runs with every setting ``obj``'s
+    spec (default: the sample's) asks for, changed by ``changes`` (server_info keys)."""
+    spec = validate_inference_cluster(obj or cluster()).spec
+    return {**expected_server_args(spec, rank0_address=rank0_address), **changes}
+
+
+def matching(*replicas: int, generation: int = 1, obj: JSON | None = None) -> dict[int, ServerInfo]:
     """Rank 0 of each replica runs with every setting the spec asks for."""
-    return {i: ServerInfo(generation=generation, result=[]) for i in replicas}
+    return {i: ServerInfo(generation=generation, reply=server_info(obj)) for i in replicas}
 
 
 def mismatching(replica: int, *, generation: int = 1) -> dict[int, ServerInfo]:
-    wrong = Mismatch(
-        field="context_length", source="spec.engine.contextLength", wanted=12288, actual=4096
-    )
-    return {replica: ServerInfo(generation=generation, result=[wrong])}
+    """Rank 0 of ``replica`` runs with a 4096-token window (the spec asks for 12288)."""
+    wrong = server_info(context_length=4096)
+    return {replica: ServerInfo(generation=generation, reply=wrong)}
 
 
 def with_status(obs: Observation, status: JSON | None) -> Observation:

@@ -306,7 +306,7 @@ def models(*digests: str) -> Callable[[], Observation]:
             ]
             pods.append(pod)
         return observation(obj, objects=gateway_objects(obj) + replica, pods=pods,
-                           server_info={0: ServerInfo(1, [])})  # fmt: skip
+                           server_info=matching(0))  # fmt: skip
 
     return build
 
@@ -360,7 +360,7 @@ def starting_then_ready() -> Observation:
                            pods=[not_ready(p) for p in rank_pods(replica)])  # fmt: skip
     obs = with_status(starting, decide(starting, gateway_image=GATEWAY_IMAGE).status)
     return replace(obs, observed=replace(obs.observed, pods=rank_pods(replica)),
-                   server_info={0: ServerInfo(1, [])})  # fmt: skip
+                   server_info=matching(0))  # fmt: skip
 
 
 # --- the table ---------------------------------------------------------------------------

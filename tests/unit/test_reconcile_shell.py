@@ -3,9 +3,9 @@
 Both run against an in-memory API that records every call (and engines that answer from
 a table), so the claims the pass rests on are pinned without a cluster: observe makes
 no write; execute makes exactly the plan's writes, in the documented order; an empty
-plan makes no call; the generated key gets its value only in execute; the created
-benchmark Job's creationTimestamp becomes ``status.benchmark.requestedAt``; a failed
-Event does not fail the pass.
+plan makes no call; the generated key gets its value only in execute; the status
+written is the one planned, as it is (decide plans ``status.benchmark.requestedAt`` with
+the Job, execute adds nothing); a failed Event does not fail the pass.
 """
 
 from __future__ import annotations
@@ -16,17 +16,15 @@ import copy
 from collections.abc import Mapping
 from typing import Any, cast
 
-from sparkllm.api import InferenceClusterSpec, Reason
-from sparkllm.configcheck import Mismatch
+from sparkllm.api import Reason
 from sparkllm.errors import ClusterAPIError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, Kind
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import GeneratedSecret, PendingEvent, Plan, PodPatch, Removal
-from sparkllm.reconcile.decide.drain import RunningRequests
-from sparkllm.reconcile.decide.proofs import ConfigProbe
+from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
-from sparkllm.reconcile.observation import Engines, observe
+from sparkllm.reconcile.observation import observe
 from sparkllm.reconcile.reconciler import ClusterReconciler
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,
@@ -36,6 +34,7 @@ from tests.unit.reconcile_fixtures import (
     gateway_objects,
     rank_pods,
     replica_objects,
+    server_info,
 )
 
 WRITES = {"apply", "apply_status", "create", "delete", "merge_patch"}
@@ -106,9 +105,9 @@ class Probe(ConfigProbe):
         super().__init__()
         self.endpoints: list[str] = []
 
-    async def check(self, spec: InferenceClusterSpec, **kwargs: Any) -> list[Mismatch] | str:
-        self.endpoints.append(str(kwargs["endpoint"]))
-        return []
+    async def read(self, **kwargs: Any) -> Mapping[str, Any] | str:
+        self.endpoints.append(endpoint := str(kwargs["endpoint"]))
+        return server_info(rank0_address=endpoint.split("//")[1].split(":", maxsplit=1)[0])
 
 
 def serving_objects() -> list[JSON]:
@@ -134,6 +133,7 @@ def test_observe_only_reads() -> None:
     assert obs.engine_key.value == "k"
     assert probe.endpoints == ["http://10.0.0.10:30000"]  # rank 0's node, the engine port
     assert obs.server_info[0].generation == 1
+    assert obs.server_info[0].address == "10.0.0.10"  # its dist-init address must name it
 
 
 def test_a_gone_object_is_read_once_and_nothing_else() -> None:
@@ -191,9 +191,8 @@ def test_execute_writes_the_plan_in_order() -> None:
     assert len(token) == 64
     int(token, 16)
     assert "data" not in plan.secrets[0].manifest
-    # the Job's creationTimestamp is what status says was requested
-    assert api.status is not None
-    assert api.status["benchmark"]["requestedAt"] == "2026-11-30T12:00:05Z"
+    # the status written is the plan's, unchanged (nothing stamped in at write time)
+    assert api.status == plan.status
 
 
 def test_an_event_that_cannot_be_posted_does_not_fail_the_pass() -> None:

@@ -29,11 +29,11 @@ from sparkllm.reconcile.decide.benchmark import (
     BenchmarkOutcome,
     BenchmarkSeen,
     decide_benchmark,
-    read_on_demand,
 )
 from sparkllm.reconcile.decide.benchmark_plan import JobResult, job_result
 from sparkllm.reconcile.decide.run_exclusion import rival_active, rival_wait
 from sparkllm.reconcile.observation import Observation
+from sparkllm.reconcile.reads import read_on_demand
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,
     acceptance_job_name,

@@ -3,7 +3,7 @@
 Why one read step: ``decide`` is pure, so every fact it uses must be in its input — the
 InferenceCluster, nodes, owned objects and rank pods, the engine-key Secret, benchmark
 Jobs and the users' key names, the running-request counts of replicas being removed,
-rank 0's ``/get_server_info`` verdicts, and the clock's ``now``. All cluster reads go
+rank 0's ``/get_server_info`` replies, and the clock's ``now``. All cluster reads go
 through ``KubeAPI``; the two engine reads (``/metrics``, ``/get_server_info``) go to the
 engines. Nothing here writes. A unit test builds an ``Observation`` by hand instead.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from sparkllm.api import (
     ENGINE_HTTP_PORT,
@@ -31,32 +32,33 @@ from sparkllm.api import (
     validate_inference_cluster,
 )
 from sparkllm.api.admin_policy import AdminPolicy, PolicyDeniedError
-from sparkllm.configcheck import Mismatch
 from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, OPTIONAL_API_GROUPS, lookup_kind
 from sparkllm.reconcile.decide import owned
-from sparkllm.reconcile.decide.acceptance import read_acceptance
-from sparkllm.reconcile.decide.benchmark import BenchmarkSeen, read_benchmark
-from sparkllm.reconcile.decide.drain import RunningRequests, draining_replicas, rank0_address
-from sparkllm.reconcile.decide.proofs import ConfigProbe
+from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
+from sparkllm.reconcile.decide.drain import draining_replicas, rank0_address
 from sparkllm.reconcile.decide.replica_state import pod_ready, pods_by_rank
 from sparkllm.reconcile.decide.replicas import Observed, label
-from sparkllm.reconcile.decide.secrets import EngineKeySeen, read_engine_key
+from sparkllm.reconcile.decide.secrets import EngineKeySeen
+from sparkllm.reconcile.engines import ConfigProbe, Engines
+from sparkllm.reconcile.reads import read_acceptance, read_benchmark, read_engine_key, read_owned
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.names import LABEL_GENERATION
 
 Key = tuple[str, str]
 ApiKind = tuple[str, str]  # (apiVersion, kind)
-ConfigResult = list[Mismatch] | str  # mismatches, or why the check could not run
 
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """Rank 0's ``/get_server_info`` compared with the spec, for one restart generation."""
+    """Rank 0's ``/get_server_info`` as read, for one restart generation: the reply
+    (secrets redacted), or why it could not be read; and rank 0's node address, which its
+    dist-init address must name (decide compares it all with the spec)."""
 
     generation: int
-    result: ConfigResult
+    reply: Mapping[str, Any] | str
+    address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,14 +83,6 @@ class Observation:
     server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
     others: tuple[JSON, ...] = ()
     absent_apis: frozenset[ApiKind] = frozenset()  # optional kinds the cluster lacks
-
-
-@dataclass(frozen=True)
-class Engines:
-    """The reads that go to engines rather than the API server (faked in tests)."""
-
-    config_probe: ConfigProbe
-    running_requests: RunningRequests
 
 
 async def observe(
@@ -151,7 +145,7 @@ async def _read(
             spec_error=str(exc),
             spec_error_reason=reason or Reason.INVALID_SPEC,
         )
-    observed = await owned.observe(api, ic)
+    observed = await read_owned(api, ic)
     engine_key = await read_engine_key(api, ic)
     benchmark = await read_benchmark(api, ic, obj)
     acceptance = await read_acceptance(api, ic, obj)
@@ -161,7 +155,7 @@ async def _read(
         if (address := rank0_address(observed, index)) is not None
     }
     server_info = await _server_info(
-        ic, obj, observed, probe=engines.config_probe, api_key=engine_key.value
+        ic, observed, probe=engines.config_probe, api_key=engine_key.value
     )
     absent = await absent_apis(api, ic)
     return Observation(
@@ -204,14 +198,13 @@ def ready_rank0_pods(observed: Observed) -> dict[int, JSON]:
 
 async def _server_info(
     ic: InferenceCluster,
-    obj: JSON,
     observed: Observed,
     *,
     probe: ConfigProbe,
     api_key: str | None,
 ) -> dict[int, ServerInfo]:
-    """ConfigApplied's evidence: each Ready rank 0, read once per restart generation."""
-    spec_generation = str(obj["metadata"].get("generation") or 0)
+    """ConfigApplied's evidence: each Ready rank 0's server_info, read once per restart
+    generation (the comparison with the spec is decide's)."""
     namespace = ic.metadata.namespace or "default"
     results: dict[int, ServerInfo] = {}
     for index, pod in sorted(ready_rank0_pods(observed).items()):
@@ -220,13 +213,10 @@ async def _server_info(
         address = (node.internal_ip if node else None) or (pod.get("status") or {}).get("hostIP")
         if not generation_text.isdigit() or not address:
             continue
-        cache_key = (namespace, ic.metadata.name, str(index), generation_text, spec_generation)
-        result = await probe.check(
-            ic.spec,
-            cache_key=cache_key,
+        reply = await probe.read(
+            cache_key=(namespace, ic.metadata.name, str(index), generation_text),
             endpoint=f"http://{address}:{ENGINE_HTTP_PORT}",
             api_key=api_key,
-            rank0_ip=address,
         )
-        results[index] = ServerInfo(generation=int(generation_text), result=result)
+        results[index] = ServerInfo(generation=int(generation_text), reply=reply, address=address)
     return results

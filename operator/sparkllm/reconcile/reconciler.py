@@ -6,7 +6,7 @@ including a half-finished restart left by an operator that died. It is three ste
 ``observation.observe`` reads everything the pass needs, ``decide.decide`` (pure)
 returns the plan of every write, and ``execute.execute`` makes them. A pass with nothing
 to do plans, and so makes, no write. This module holds what lives between passes: the
-API client, the engine readers (whose ``/get_server_info`` verdicts are cached per
+API client, the engine readers (whose ``/get_server_info`` replies are cached per
 restart generation), the clock, and the operator's settings decide is given: the
 gateway image and the default governance store (the chart's ``governance.redis``); and
 the administrator's policy (the chart's ``policy``), which observe checks first.
@@ -23,10 +23,9 @@ from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import kind_of
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.decide.drain import RunningRequests
-from sparkllm.reconcile.decide.proofs import ConfigProbe
+from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
-from sparkllm.reconcile.observation import Engines, Key, observe
+from sparkllm.reconcile.observation import Key, observe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 
 

@@ -34,7 +34,6 @@ from sparkllm.reconcile.decide.benchmark import (
     Requested,
     StepKind,
     decide_on_demand,
-    read_on_demand,
 )
 from sparkllm.reconcile.decide.benchmark_plan import OnDemand
 from sparkllm.render.acceptance import (
@@ -128,8 +127,6 @@ ACCEPTANCE_STEP: Final = StepKind(
 )
 
 
-read_acceptance: Final = partial(read_on_demand, kind=ACCEPTANCE_STEP)
-"""The acceptance step's reads (nothing without a request or a run in flight)."""
 decide_acceptance: Final = partial(decide_on_demand, kind=ACCEPTANCE_STEP)
 """Pure: the acceptance step's outcome."""
 
@@ -147,5 +144,4 @@ __all__ = [
     "acceptance_problems",
     "decide_acceptance",
     "describe_acceptance",
-    "read_acceptance",
 ]

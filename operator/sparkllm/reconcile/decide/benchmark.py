@@ -2,7 +2,7 @@
 
 Two kinds share it (``StepKind``): the benchmark (here) and the acceptance checklist
 (``reconcile.acceptance``), each the other's rival: a request of one waits while the other
-has a Job that has not finished (``reconcile.run_exclusion``). ``read_on_demand`` (observe)
+has a Job that has not finished (``run_exclusion``). ``reads.read_on_demand`` (observe)
 reads what the pure decision (``benchmark_plan``) needs — the kind's Jobs and their pods,
 and, only when a Job may be created, the names of the users' keys. ``decide_on_demand``
 (pure) turns that into the objects to create (the Job, after what it needs) or Jobs to
@@ -26,7 +26,6 @@ from typing import Any, Final
 
 from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
-from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.actions import Removal
 from sparkllm.reconcile.decide.benchmark_plan import (
@@ -37,12 +36,10 @@ from sparkllm.reconcile.decide.benchmark_plan import (
     JobResult,
     OnDemand,
     in_flight,
-    job_result,
     plan_benchmark,
     plan_rejected,
 )
-from sparkllm.reconcile.decide.owned import JOB, POD, SECRET
-from sparkllm.reconcile.decide.run_exclusion import Rival, rival_active, rival_wait
+from sparkllm.reconcile.decide.run_exclusion import Rival, rival_wait
 from sparkllm.render.acceptance import ANNOTATION_ACCEPTANCE, acceptance_selector
 from sparkllm.render.benchmark import (
     ANNOTATION_BENCHMARK,
@@ -63,7 +60,7 @@ class BenchmarkOutcome:
     remove_annotation: bool = False
     """The request is answered: remove its annotation (merge patch)."""
     create_jobs: tuple[JSON, ...] = ()
-    """The objects to create, the Job last; its creationTimestamp becomes ``requestedAt``."""
+    """The objects to create, the Job last (``status`` says when: ``requestedAt``, now)."""
     delete_jobs: tuple[Removal, ...] = ()
     status_field: str = "benchmark"
     """The status field the step owns."""
@@ -159,55 +156,6 @@ BENCHMARK_RIVAL: Final = Rival(
     goes_first=_benchmark_request,
 )
 """The benchmark as the acceptance's rival: a benchmark asked for in the same pass goes first."""
-
-
-async def read_on_demand(
-    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any], *, kind: StepKind
-) -> BenchmarkSeen:
-    """Observe what the decision needs; without a request and nothing in flight, nothing."""
-    try:
-        request = kind.request(ic, obj)
-    except SpecError:
-        return BenchmarkSeen()
-    if request is None and not in_flight((obj.get("status") or {}).get(kind.status_field)):
-        return BenchmarkSeen()
-    jobs = await _job_results(api, ic, selector=kind.selector(ic.metadata.name))
-    if request is None or request.job in jobs:
-        return BenchmarkSeen(jobs=jobs)
-    name = ic.spec.admission.api_keys_secret_ref.name
-    secret = await api.get(SECRET, name, ic.metadata.namespace or "default")
-    keys = None if secret is None else frozenset((secret.get("data") or {}).keys())
-    rivals = {
-        rival.noun: await _job_results(api, ic, selector=rival.selector(ic.metadata.name))
-        for rival in kind.rivals
-        if rival_active(rival, obj)
-    }
-    return BenchmarkSeen(jobs=jobs, user_keys=keys, rival_jobs=rivals)
-
-
-async def read_benchmark(
-    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
-) -> BenchmarkSeen:
-    """The benchmark's reads."""
-    return await read_on_demand(api, ic, obj, kind=BENCHMARK_STEP)
-
-
-async def _job_results(
-    api: KubeAPI, ic: InferenceCluster, *, selector: str
-) -> dict[str, JobResult]:
-    namespace = ic.metadata.namespace or "default"
-    jobs = await api.list(JOB, namespace, selector=selector)
-    if not jobs:
-        return {}
-    pods = await api.list(POD, namespace, selector=selector)
-    by_owner: dict[str, list[JSON]] = {}
-    for pod in pods:
-        for owner in pod["metadata"].get("ownerReferences") or []:
-            by_owner.setdefault(str(owner.get("uid")), []).append(pod)
-    return {
-        str(job["metadata"]["name"]): job_result(job, by_owner.get(job["metadata"]["uid"], []))
-        for job in jobs
-    }
 
 
 def _user_key_problem(ic: InferenceCluster, keys: frozenset[str] | None, user: str) -> str | None:
@@ -315,6 +263,4 @@ __all__ = [
     "StepKind",
     "decide_benchmark",
     "decide_on_demand",
-    "read_benchmark",
-    "read_on_demand",
 ]

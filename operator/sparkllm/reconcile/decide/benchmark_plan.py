@@ -1,7 +1,7 @@
 """What a benchmark Job shows, and what one pass does about a request: pure.
 
-The decision behind ``reconcile.benchmark`` (whose reads are part of observe and whose
-Job writes ``execute`` makes), kept free of I/O and the clock so every branch is tested
+The decision behind ``decide.benchmark`` (whose reads are observe's, ``reads.py``, and
+whose Job writes ``execute`` makes), kept free of I/O and the clock so every branch is tested
 with plain asserts:
 
 - request, Job absent: create it when the cluster is Ready (status ``Running``), else
@@ -21,10 +21,11 @@ with plain asserts:
 
 Why no memory between passes: the Job's name is a hash of the request and the spec
 generation, so "the Job for this request" is found by name; times come from the
-objects, not the clock; and a status equal to the live one is not written and posts no
-Event (Events only on transitions). An identical request while its finished Job still
-exists (``ttlSecondsAfterFinished``: a day) is answered from that Job; deleting the Job
-runs it again.
+objects and the pass's ``now`` (``requestedAt`` is the now of the pass that planned the
+Job, written with it and kept from status after); and a status equal to the live one is
+not written and posts no Event (Events only on transitions). An identical request while
+its finished Job still exists (``ttlSecondsAfterFinished``: a day) is answered from that
+Job; deleting the Job runs it again.
 """
 
 from __future__ import annotations
@@ -146,8 +147,23 @@ def describe_summary(summary: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def terminal_status(result: JobResult, *, kind: OnDemand | None = None) -> JSON:
-    """``status.benchmark`` (or ``kind``'s field) for a finished Job."""
+def requested_at(result: JobResult, previous: Mapping[str, Any] | None) -> str | None:
+    """When the run was asked for: what status says since the pass that planned the Job
+    (that pass's clock, written with the create), else the Job's creationTimestamp (a Job
+    status never named)."""
+    if previous and previous.get("job") == result.name and previous.get("requestedAt"):
+        return str(previous["requestedAt"])
+    return result.requested_at
+
+
+def terminal_status(
+    result: JobResult,
+    *,
+    kind: OnDemand | None = None,
+    previous: Mapping[str, Any] | None = None,
+) -> JSON:
+    """``status.benchmark`` (or ``kind``'s field) for a finished Job (``previous``: the
+    live value, whose ``requestedAt`` it keeps)."""
     kind = kind or BENCHMARK
     phase = BenchmarkPhase.SUCCEEDED if result.succeeded else BenchmarkPhase.FAILED
     status: JSON = {
@@ -155,7 +171,7 @@ def terminal_status(result: JobResult, *, kind: OnDemand | None = None) -> JSON:
         "user": result.user,
         "phase": phase.value,
         "succeeded": result.succeeded,
-        "requestedAt": result.requested_at,
+        "requestedAt": requested_at(result, previous),
         "completedAt": result.completed_at,
     }
     if result.summary is not None:
@@ -247,7 +263,7 @@ def _requested(
 ) -> BenchmarkPlan:
     result = jobs.get(wanted)
     if result is not None and result.finished:
-        status = terminal_status(result, kind=kind)
+        status = terminal_status(result, kind=kind, previous=previous)
         return BenchmarkPlan(
             status=status,
             events=(_completion_event(result, status, kind=kind),),
@@ -256,7 +272,7 @@ def _requested(
     if result is not None and result.deleting:  # cancelled a moment ago; asked for again
         return BenchmarkPlan(status=_waiting(wanted, user, f"Job {wanted} to be deleted"))
     if result is not None:
-        return BenchmarkPlan(status=_running(result.name, user, result.requested_at))
+        return BenchmarkPlan(status=_running(result.name, user, requested_at(result, previous)))
     if previous.get("job") == wanted and previous.get("phase") == BenchmarkPhase.RUNNING:
         message = f"{kind.noun} Job {wanted} disappeared before it finished"
         return BenchmarkPlan(
@@ -301,7 +317,7 @@ def _withdrawn(
     if previous.get("phase") == BenchmarkPhase.WAITING or result is None or result.deleting:
         return BenchmarkPlan(status=cancelled)
     if result.finished:
-        status = terminal_status(result, kind=kind)
+        status = terminal_status(result, kind=kind, previous=previous)
         return BenchmarkPlan(status=status, events=(_completion_event(result, status, kind=kind),))
     return BenchmarkPlan(status=cancelled, delete=(result,))
 

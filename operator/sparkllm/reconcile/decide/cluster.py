@@ -19,8 +19,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sparkllm.api import ConditionType, InferenceCluster, Phase, Reason
+from sparkllm.api import ConditionType, InferenceCluster, InferenceClusterSpec, Phase, Reason
 from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
+from sparkllm.configcheck import compare_server_info
 from sparkllm.errors import SpecError
 from sparkllm.reconcile.decide import owned
 from sparkllm.reconcile.decide.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
@@ -35,7 +36,12 @@ from sparkllm.reconcile.decide.all_replicas import (
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
 from sparkllm.reconcile.decide.drain import plan_drain
 from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
-from sparkllm.reconcile.decide.proofs import capacity_condition, config_condition, model_verdict
+from sparkllm.reconcile.decide.proofs import (
+    ConfigResult,
+    capacity_condition,
+    config_condition,
+    model_verdict,
+)
 from sparkllm.reconcile.decide.replica_state import unschedulable
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
 from sparkllm.reconcile.decide.status import (
@@ -45,7 +51,7 @@ from sparkllm.reconcile.decide.status import (
     derive_status,
     progressing_verdict,
 )
-from sparkllm.reconcile.observation import ConfigResult, Observation
+from sparkllm.reconcile.observation import Observation
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
 from sparkllm.render.placement import node_holders
@@ -120,7 +126,7 @@ def _act(
     )
     stuck = unschedulable(observed.pods, now=now)
     report = replace(report, in_use=assignment.in_use, unschedulable=stuck.messages)
-    config = config_condition(_config_results(observation, report), generation=generation)
+    config = config_condition(_config_results(observation, ic.spec, report), generation=generation)
     exposed = exposed_condition(observation.absent_apis, previous, generation=generation)
     events.extend(_proof_events(previous, model, config, *_stuck(report, generation), *exposed))
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
@@ -226,15 +232,22 @@ def _engine_key(
     return seen, secret, []
 
 
-def _config_results(observation: Observation, report: ClusterReport) -> dict[int, ConfigResult]:
-    """ConfigApplied's evidence for each serving replica, read at its generation."""
+def _config_results(
+    observation: Observation, spec: InferenceClusterSpec, report: ClusterReport
+) -> dict[int, ConfigResult]:
+    """ConfigApplied's evidence for each serving replica: rank 0's server_info, read at
+    its generation, against the spec; or why it could not be read."""
     results: dict[int, ConfigResult] = {}
     for replica in report.replicas:
         if replica.phase is not Phase.READY or replica.endpoint is None:
             continue
         seen = observation.server_info.get(replica.index)
         if seen is not None and seen.generation == replica.generation:
-            results[replica.index] = seen.result
+            results[replica.index] = (
+                seen.reply
+                if isinstance(seen.reply, str)
+                else compare_server_info(spec, seen.reply, rank0_address=seen.address)
+            )
         else:
             results[replica.index] = "rank 0's /get_server_info was not read for this generation"
     return results
@@ -275,8 +288,6 @@ def _status(
         kept = run.status_value(previous)
         if kept is not None:
             status[run.status_field] = kept
-    if any(run.create_jobs for run in runs):
-        return status  # requestedAt comes from the Job execute creates
     return None if all(previous.get(k) == v for k, v in status.items()) else status
 
 

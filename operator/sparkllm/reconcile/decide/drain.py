@@ -7,9 +7,9 @@ engine reports no running requests (``sglang:num_running_reqs`` on its /metrics)
 deadline passes, and only then deletes the replica's objects. The drain's start is an
 annotation on that pod, so an operator restart mid-drain resumes it.
 
-The observe step reads the running-request counts (``RunningRequests``) of the replicas
-being removed or drained; ``plan_drain`` decides from them (pure); ``execute`` patches the
-pods.
+The observe step reads the running-request counts (``engines.RunningRequests``) of the
+replicas being removed or drained; ``plan_drain`` decides from them (pure); ``execute``
+patches the pods.
 
 Planned gang restarts (a rolling update, ``sparkllm.io/restart=now``) drain the same way
 before they stop a replica (``restarts.Action.DRAIN``): the same label, the same start
@@ -28,9 +28,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, Reason
 from sparkllm.reconcile.decide.actions import PendingEvent, PodPatch, earliest
 from sparkllm.reconcile.decide.replicas import Observed, label, timestamp
@@ -39,7 +36,6 @@ from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
 ROUTER_LET_GO: Final = timedelta(seconds=6)  # smg drains a vanished worker for 5 s
 DRAIN_DEADLINE: Final = timedelta(seconds=300)  # the documents' long requests take minutes
-RUNNING_METRIC: Final = "sglang:num_running_reqs"
 ANNOTATION_DRAIN_REASON: Final = "sparkllm.io/drain-reason"  # a planned restart's cause
 JSON = dict[str, Any]
 
@@ -75,27 +71,6 @@ def drain_step(rank0: Mapping[str, Any] | None, *, running: int | None, now: dat
 def rank0_pod(pods: list[JSON]) -> JSON | None:
     live = [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_RANK) == "0"]
     return live[0] if live else None
-
-
-@dataclass(frozen=True)
-class RunningRequests:
-    """Reads how many requests an engine is running, from its Prometheus endpoint."""
-
-    timeout: float = 3.0
-
-    async def count(self, endpoint: str) -> int | None:
-        """Sum of ``sglang:num_running_reqs``; None when the engine cannot be read."""
-        try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                response = await client.get(f"{endpoint}/metrics")
-            response.raise_for_status()
-        except httpx.HTTPError:
-            return None
-        total = 0.0
-        for family in text_string_to_metric_families(response.text):
-            if family.name == RUNNING_METRIC:
-                total += sum(sample.value for sample in family.samples)
-        return int(total)
 
 
 def mark_patch(rank0: Mapping[str, Any], *, now: datetime, reason: str | None = None) -> PodPatch:

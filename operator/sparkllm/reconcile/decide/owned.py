@@ -2,10 +2,11 @@
 
 Why one module: the owned kinds are known here and nowhere else, and it is the same
 three moves every pass — list each owned kind by the cluster's selector (plus nodes and
-rank pods; the observe step), choose the desired objects whose live copy differs (so a
-pass with nothing to do writes nothing), and choose what is no longer desired, in
-reverse apply order and with its uid as a precondition, so a same-named replacement
-made meanwhile is never the one deleted (the decide step; ``execute`` writes).
+rank pods; the observe step's ``reads.read_owned``, in ``OWNED`` order), choose the
+desired objects whose live copy differs (so a pass with nothing to do writes nothing),
+and choose what is no longer desired, in reverse apply order and with its uid as a
+precondition, so a same-named replacement made meanwhile is never the one deleted
+(here, pure; ``execute`` writes).
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from sparkllm.api import API_VERSION, KIND, InferenceCluster
-from sparkllm.kube.client import KubeAPI
+from sparkllm.api import API_VERSION, KIND
 from sparkllm.kube.kinds import JSON, lookup_kind
 from sparkllm.reconcile.decide.actions import Removal
 from sparkllm.reconcile.decide.replicas import Observed
-from sparkllm.render.names import cluster_selector
 from sparkllm.render.objects import is_current
-from sparkllm.render.placement import node_facts
 
 STS: Final = lookup_kind("apps/v1", "StatefulSet")
 SVC: Final = lookup_kind("v1", "Service")
@@ -43,21 +41,6 @@ SECRET: Final = lookup_kind("v1", "Secret")
 JOB: Final = lookup_kind("batch/v1", "Job")
 # In apply order (a Role before the router that needs it); pruned in reverse.
 OWNED: Final = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY, INGRESS, HTTP_ROUTE, INFERENCE_POOL)
-
-
-async def observe(api: KubeAPI, ic: InferenceCluster) -> Observed:
-    """Nodes, the cluster's owned objects by kind, and its pods, read fresh."""
-    namespace = ic.metadata.namespace or "default"
-    selector = cluster_selector(ic.metadata.name)
-    nodes = {f.name: f for f in map(node_facts, await api.list(NODE))}
-    owned = {
-        kind.kind: [
-            _with_kind(o, kind.kind) for o in await api.list(kind, namespace, selector=selector)
-        ]
-        for kind in OWNED
-    }
-    pods = await api.list(POD, namespace, selector=selector)
-    return Observed(nodes=nodes, pods=pods, owned=owned)
 
 
 def empty() -> Observed:
@@ -93,8 +76,3 @@ def to_prune(desired: Sequence[JSON], keep: set[str], observed: Observed) -> tup
         if (kind.kind, item["metadata"]["name"]) not in wanted
         and item["metadata"]["name"] not in keep
     )
-
-
-def _with_kind(obj: JSON, kind: str) -> JSON:
-    """List items come without apiVersion/kind; add the kind for lookups."""
-    return {**obj, "kind": kind}

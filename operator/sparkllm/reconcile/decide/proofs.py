@@ -2,10 +2,10 @@
 
 "Not just HTTP 200" (SEEDS.md, acceptance): a replica that answers may still run with a
 setting SGLang silently ignored, or with a model copy that differs from its peers'.
-These conditions say so. Capacity and model checks are pure functions of the spec and
-the pods' status; the config check reads rank 0's ``/get_server_info`` (network I/O, done
-by the observe step) once per replica generation and spec generation, and never copies
-the ``api_key`` it returns anywhere. ``decide`` turns the results into conditions.
+These conditions say so, all three pure: capacity from the spec, the model check from
+the rank pods' status, the config check from rank 0's ``/get_server_info`` as the observe
+step read it (``engines.ConfigProbe``: once per restart generation, secrets redacted),
+compared with the spec in ``decide`` (``configcheck.compare_server_info``).
 
 The rules every rank-pod proof shares live here too, and NetworkVerified
 (network_proof.py) uses them: a rank pod's result is its init container's termination
@@ -18,13 +18,10 @@ start again on bad files or a failed network.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from sparkllm.api import LABEL_RANK, ConditionType, InferenceClusterSpec, Reason
-from sparkllm.configcheck import Mismatch, compare_server_info, describe_mismatches
+from sparkllm.configcheck import Mismatch, describe_mismatches
 from sparkllm.integrity import ModelSummary, compare_rank_summaries
 from sparkllm.integrity.summary import SummaryError
 from sparkllm.plan import plan_capacity
@@ -33,6 +30,7 @@ from sparkllm.reconcile.decide.status import condition
 from sparkllm.render.ranks import VERIFY_CONTAINER
 
 JSON = dict[str, Any]
+ConfigResult = list[Mismatch] | str  # mismatches, or why the check could not run
 
 
 def capacity_condition(spec: InferenceClusterSpec, *, generation: int) -> tuple[JSON, bool]:
@@ -175,44 +173,7 @@ def model_verdict(
     )
 
 
-@dataclass
-class ConfigProbe:
-    """Reads rank 0's /get_server_info once per (replica, restart generation, spec)."""
-
-    timeout: float = 5.0
-    _cache: dict[tuple[str, ...], list[Mismatch] | str] = field(default_factory=dict)
-
-    async def check(
-        self,
-        spec: InferenceClusterSpec,
-        *,
-        cache_key: tuple[str, ...],
-        endpoint: str,
-        api_key: str | None,
-        rank0_ip: str,
-    ) -> list[Mismatch] | str:
-        """Mismatches, or a string saying why the check could not run (not cached)."""
-        cached = self._cache.get(cache_key)
-        if isinstance(cached, list):
-            return cached
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        try:
-            async with httpx.AsyncClient(timeout=self.timeout) as client:
-                response = await client.get(f"{endpoint}/get_server_info", headers=headers)
-            response.raise_for_status()
-            info = response.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            return f"cannot read {endpoint}/get_server_info: {type(exc).__name__}"
-        mismatches = compare_server_info(spec, info, rank0_address=rank0_ip)
-        self._cache[cache_key] = mismatches
-        return mismatches
-
-    def forget(self, prefix: tuple[str, ...]) -> None:
-        for key in [k for k in self._cache if k[: len(prefix)] == prefix]:
-            del self._cache[key]
-
-
-def config_condition(results: Mapping[int, list[Mismatch] | str], *, generation: int) -> JSON:
+def config_condition(results: Mapping[int, ConfigResult], *, generation: int) -> JSON:
     """ConfigApplied from the per-replica checks of serving replicas."""
     if not results:
         return condition(

@@ -5,21 +5,17 @@ applies to host-network pods, so rank 0 always runs with ``--api-key``. When the
 names no Secret, the operator creates one with a random token, owned by the
 InferenceCluster (garbage-collected with it). This is the one create-if-absent in the
 operator: a generated value must never be re-applied, or every pass would rotate it.
-The pass observes the Secret here (``read_engine_key``), decides to generate it
-(``generated_key_secret``: a name, never a value) and ``execute`` creates it with a
-token from ``generate_token``.
+The pass observes the Secret (``reads.read_engine_key``), decides here to generate it
+(``generated_key_secret``: a name, never a value), and ``execute`` creates it with a
+token from ``execute.generate_token``: nothing pure ever sees a secret value.
 """
 
 from __future__ import annotations
 
-import base64
-import secrets
 from dataclasses import dataclass
 
 from sparkllm.api import InferenceCluster
-from sparkllm.kube.client import KubeAPI
 from sparkllm.reconcile.decide.actions import JSON, GeneratedSecret
-from sparkllm.reconcile.decide.owned import SECRET
 from sparkllm.render.names import (
     COMPONENT_ENGINE,
     cluster_labels,
@@ -47,18 +43,6 @@ class EngineKeySeen:
     value: str | None = None  # None: the Secret or its key is missing
 
 
-async def read_engine_key(api: KubeAPI, ic: InferenceCluster) -> EngineKeySeen:
-    """Observe the key's Secret (reads only)."""
-    ref = engine_key_ref(ic)
-    live = await api.get(SECRET, ref.secret, ic.metadata.namespace or "default")
-    if live is None:
-        return EngineKeySeen(ref=ref)
-    encoded = (live.get("data") or {}).get(ref.key)
-    return EngineKeySeen(
-        ref=ref, exists=True, value=base64.b64decode(encoded).decode() if encoded else None
-    )
-
-
 def generated_key_secret(ic: InferenceCluster, seen: EngineKeySeen) -> GeneratedSecret | None:
     """The Secret to generate, when the spec names none and it does not exist yet.
 
@@ -78,13 +62,3 @@ def generated_key_secret(ic: InferenceCluster, seen: EngineKeySeen) -> Generated
         },
     }
     return GeneratedSecret(manifest=manifest, key=GENERATED_KEY)
-
-
-def generate_token() -> str:
-    """A fresh engine key, base64-encoded for a Secret's ``data``.
-
-    Hex, not urlsafe base64: defence in depth. The rendered args attach the key with
-    "=" (`--api-key=$(KEY)`, sglang_contract/argv.py), so a leading "-" no longer reaches
-    argparse as an option; a generated key still never starts with one.
-    """
-    return base64.b64encode(secrets.token_hex(32).encode()).decode()

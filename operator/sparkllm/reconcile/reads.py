@@ -1,0 +1,120 @@
+"""The observe step's reads of the API server, one function per fact ``decide`` needs.
+
+Why here and not beside the decisions they feed: ``decide`` is a package that imports
+nothing doing I/O, so every read lives on this side of the seam and hands decide plain
+facts — the owned objects, nodes and rank pods (``read_owned``), the engine-key Secret
+(``read_engine_key``), and a run on demand's Jobs, their pods and the users' key names
+(``read_on_demand``; only what the decision can use: nothing without a request or a run
+in flight, the key names and rivals' Jobs only when a Job may be created). Reads only;
+``observation.observe`` calls them in one pass.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from sparkllm.api import InferenceCluster
+from sparkllm.errors import SpecError
+from sparkllm.kube.client import KubeAPI
+from sparkllm.kube.kinds import JSON
+from sparkllm.reconcile.decide.acceptance import ACCEPTANCE_STEP
+from sparkllm.reconcile.decide.benchmark import BENCHMARK_STEP, BenchmarkSeen, StepKind
+from sparkllm.reconcile.decide.benchmark_plan import in_flight
+from sparkllm.reconcile.decide.job_result import JobResult, job_result
+from sparkllm.reconcile.decide.owned import JOB, NODE, OWNED, POD, SECRET
+from sparkllm.reconcile.decide.replicas import Observed
+from sparkllm.reconcile.decide.run_exclusion import rival_active
+from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
+from sparkllm.render.names import cluster_selector
+from sparkllm.render.placement import node_facts
+
+
+async def read_owned(api: KubeAPI, ic: InferenceCluster) -> Observed:
+    """Nodes, the cluster's owned objects by kind, and its pods, read fresh."""
+    namespace = ic.metadata.namespace or "default"
+    selector = cluster_selector(ic.metadata.name)
+    nodes = {f.name: f for f in map(node_facts, await api.list(NODE))}
+    owned = {
+        kind.kind: [
+            _with_kind(o, kind.kind) for o in await api.list(kind, namespace, selector=selector)
+        ]
+        for kind in OWNED
+    }
+    pods = await api.list(POD, namespace, selector=selector)
+    return Observed(nodes=nodes, pods=pods, owned=owned)
+
+
+def _with_kind(obj: JSON, kind: str) -> JSON:
+    """List items come without apiVersion/kind; add the kind for lookups."""
+    return {**obj, "kind": kind}
+
+
+async def read_engine_key(api: KubeAPI, ic: InferenceCluster) -> EngineKeySeen:
+    """The engine key's Secret: whether it exists, and the key's value."""
+    ref = engine_key_ref(ic)
+    live = await api.get(SECRET, ref.secret, ic.metadata.namespace or "default")
+    if live is None:
+        return EngineKeySeen(ref=ref)
+    encoded = (live.get("data") or {}).get(ref.key)
+    return EngineKeySeen(
+        ref=ref, exists=True, value=base64.b64decode(encoded).decode() if encoded else None
+    )
+
+
+async def read_on_demand(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any], *, kind: StepKind
+) -> BenchmarkSeen:
+    """What a run on demand's decision needs; without a request and nothing in flight,
+    nothing."""
+    try:
+        request = kind.request(ic, obj)
+    except SpecError:
+        return BenchmarkSeen()
+    if request is None and not in_flight((obj.get("status") or {}).get(kind.status_field)):
+        return BenchmarkSeen()
+    jobs = await _job_results(api, ic, selector=kind.selector(ic.metadata.name))
+    if request is None or request.job in jobs:
+        return BenchmarkSeen(jobs=jobs)
+    name = ic.spec.admission.api_keys_secret_ref.name
+    secret = await api.get(SECRET, name, ic.metadata.namespace or "default")
+    keys = None if secret is None else frozenset((secret.get("data") or {}).keys())
+    rivals = {
+        rival.noun: await _job_results(api, ic, selector=rival.selector(ic.metadata.name))
+        for rival in kind.rivals
+        if rival_active(rival, obj)
+    }
+    return BenchmarkSeen(jobs=jobs, user_keys=keys, rival_jobs=rivals)
+
+
+async def read_benchmark(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
+) -> BenchmarkSeen:
+    """The benchmark's reads."""
+    return await read_on_demand(api, ic, obj, kind=BENCHMARK_STEP)
+
+
+async def read_acceptance(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
+) -> BenchmarkSeen:
+    """The acceptance checklist's reads."""
+    return await read_on_demand(api, ic, obj, kind=ACCEPTANCE_STEP)
+
+
+async def _job_results(
+    api: KubeAPI, ic: InferenceCluster, *, selector: str
+) -> dict[str, JobResult]:
+    namespace = ic.metadata.namespace or "default"
+    jobs = await api.list(JOB, namespace, selector=selector)
+    if not jobs:
+        return {}
+    pods = await api.list(POD, namespace, selector=selector)
+    by_owner: dict[str, list[JSON]] = {}
+    for pod in pods:
+        for owner in pod["metadata"].get("ownerReferences") or []:
+            by_owner.setdefault(str(owner.get("uid")), []).append(pod)
+    return {
+        str(job["metadata"]["name"]): job_result(job, by_owner.get(job["metadata"]["uid"], []))
+        for job in jobs
+    }
