@@ -24,3 +24,5 @@ PY
 )"
 echo "using $WHEEL"
 "$PYTHON" -m sparkllm_dev.flags.extract "$WHEEL"  # --output: next to the module, in operator/
+# Then the guarded settings (sparkllm.sglang_contract.guarded), which read the new table.
+"$PYTHON" -m sparkllm_dev.flags.guarded "$WHEEL"

@@ -9,7 +9,8 @@ old value. Here each figure is defined once and ``api/``, ``render/`` and ``gate
 import it; nothing here imports any of them, so the renderer no longer reaches into the
 gateway's internals to learn a variable's name.
 
-Pure constants and naming functions: no I/O, no imports from the rest of sparkllm.
+Pure constants, naming functions and one shape check: no I/O, no imports from the rest
+of sparkllm.
 """
 
 from __future__ import annotations
@@ -39,6 +40,28 @@ OPTIONAL_EXTENSIONS: Final = (
 # enable them (spec.admission.toolCalling): tool_choice "required", a named tool_choice,
 # strict function definitions, a JSON-schema response_format.
 TOOL_FEATURES: Final = ("json_schema", "named", "required", "strict")
+
+# --- chat template kwargs -------------------------------------------------------------
+# Keys no chat_template_kwargs may set, a request's nor the engine's server defaults
+# (--default-chat-template-kwargs, which the front door mirrors): the template's own
+# variables, and "chat_template", which would replace the template the front door counts
+# with (SGLang renders with it: from a request only under --trust-request-chat-template,
+# which the API refuses; from the server defaults, for every request).
+RESERVED_TEMPLATE_KWARGS: Final = frozenset(
+    {"messages", "tools", "documents", "add_generation_prompt", "chat_template"}
+)
+
+
+def template_kwargs_problem(kwargs: object) -> str:
+    """Why ``kwargs`` cannot be chat template kwargs ("" when it can): a JSON object
+    whose keys are identifiers and not reserved (RESERVED_TEMPLATE_KWARGS)."""
+    if not isinstance(kwargs, dict):
+        return "must be a JSON object"
+    for key in kwargs:
+        if key in RESERVED_TEMPLATE_KWARGS or not str(key).isidentifier():
+            return f"may not set {key!r}"
+    return ""
+
 
 # --- ports and addresses inside the gateway pod -----------------------------------------
 LISTEN_ALL_ADDRESSES: Final = "0.0.0.0"  # the admission layer listens on the pod IP
@@ -83,10 +106,12 @@ __all__ = [
     "GATEWAY_HTTP_PORT",
     "LISTEN_ALL_ADDRESSES",
     "OPTIONAL_EXTENSIONS",
+    "RESERVED_TEMPLATE_KWARGS",
     "ROUTER_HOST",
     "ROUTER_PORT",
     "STANDALONE_MAX_BODY_BYTES",
     "TOOL_FEATURES",
     "env_var_name",
     "governance_key_prefix",
+    "template_kwargs_problem",
 ]

@@ -109,10 +109,20 @@ VALID_CHANGES: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     (
         "non-owned-extra-args",
-        {"spec.engine.extraArgs": ["--model-impl", "sglang", "--log-requests", "-1"]},
+        {"spec.engine.extraArgs": ["--model-impl", "sglang", "--log-level", "debug"]},
         [],
     ),
     ("plain-env", {"spec.engine.env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}, []),
+    (  # mirrored into the front door, not refused (issue 25)
+        "mirrored-template-defaults",
+        {"spec.engine.extraArgs": ["--default-chat-template-kwargs", '{"thinking": true}']},
+        [],
+    ),
+    (
+        "tuning-sglang-env",
+        {"spec.engine.env": [{"name": "SGLANG_MM_PRECOMPUTE_HASH", "value": "1"}]},
+        [],
+    ),
     ("flat-backoff", {"spec.restartPolicy.backoffSeconds": [30, 30, 30]}, []),
     ("switch-topology", {"spec.network.topology": "switch"}, []),
     ("no-parsers", {}, ["spec.engine.toolCallParser", "spec.engine.reasoningParser"]),

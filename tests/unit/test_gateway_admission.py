@@ -296,6 +296,12 @@ _BAD_CHAT = [
         "invalid_value",
         'may not set "messages"',
     ),
+    (  # issue 25: a request may not choose the template the engine renders
+        _with(chat_template_kwargs={"chat_template": "{{ 'x' }}"}),
+        "chat_template_kwargs",
+        "invalid_value",
+        'may not set "chat_template"',
+    ),
     (_with(chat_template_kwargs=[]), "chat_template_kwargs", "invalid_type", "an object"),
     (_with(reasoning_effort=3), "reasoning_effort", "invalid_type", "a string"),
 ]

@@ -64,6 +64,15 @@ def test_environment_is_read_and_flags_win() -> None:
     assert "s3cret" not in repr(config)
 
 
+def test_default_chat_template_kwargs_come_as_json() -> None:
+    kwargs = {"SPARKLLM_GATEWAY_DEFAULT_CHAT_TEMPLATE_KWARGS": '{"thinking": true}'}
+    environ = {**REQUIRED_ENV, **kwargs}
+    assert load_gateway_config([], environ=environ).default_chat_template_kwargs == {
+        "thinking": True
+    }
+    assert load_gateway_config([], environ=REQUIRED_ENV).default_chat_template_kwargs == {}
+
+
 def test_config_is_frozen() -> None:
     config = load_gateway_config([], environ=REQUIRED_ENV)
     with pytest.raises(ValueError, match="frozen"):
@@ -87,6 +96,12 @@ def test_config_is_frozen() -> None:
         (["--listen-port", "70000"], "listen_port"),
         (["--log-level", "loud"], "log_level"),
         (["--upstream-ready-path", "readiness"], "must start with '/'"),
+        (["--default-chat-template-kwargs", "[1]"], "default_chat_template_kwargs: Input should"),
+        (["--default-chat-template-kwargs", "{x"], "default_chat_template_kwargs"),
+        (
+            ["--default-chat-template-kwargs", '{"chat_template": "{{ 1 }}"}'],
+            "default_chat_template_kwargs: Value error, may not set 'chat_template'",
+        ),
     ],
 )
 def test_invalid_values_name_the_field(flags: list[str], message: str) -> None:

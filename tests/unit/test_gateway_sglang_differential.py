@@ -63,27 +63,32 @@ def report() -> Iterator[None]:
     print(f"\ndifferential outcomes: {dict(sorted(OUTCOMES.items()))}")
 
 
-def _policy() -> Any:
+def _policy(defaults: dict[str, Any] | None = None) -> Any:
     """Large limits and every tool-calling feature: each body's count is compared."""
     policy = clamp_policy(cap=1_000_000, window=2_000_000)
-    return dataclasses.replace(policy, tool_features=TOOL_FEATURES)
+    return dataclasses.replace(
+        policy, tool_features=TOOL_FEATURES, template_defaults=defaults or {}
+    )
 
 
-def _jinja(model_dir: Path) -> tuple[Admission, Any]:
+def _jinja(model_dir: Path, defaults: dict[str, Any] | None = None) -> tuple[Admission, Any]:
+    """The gateway and SGLang for a Jinja template; ``defaults``: the engine's
+    ``--default-chat-template-kwargs``, which the operator mirrors into the gateway."""
     template = ChatTemplate.load(tokenizer_dir=model_dir)
     counter = TokenCounter.from_dir(model_dir)
-    admission = Admission(policy=_policy(), counter=counter, template=template)
+    admission = Admission(policy=_policy(defaults), counter=counter, template=template)
     stand_in = transformers_reference.TokenizerStandIn(TOKENIZER, model_dir)
     chat = sglang_reference.serving(
         SERVING_CHAT, tokenizer=stand_in, content_format=template.content_format.value
     )
+    chat.default_chat_template_kwargs = defaults or {}  # as its constructor reads it
     return admission, chat
 
 
-def _v4(model_dir: Path) -> tuple[Admission, Any]:
+def _v4(model_dir: Path, defaults: dict[str, Any] | None = None) -> tuple[Admission, Any]:
     counter = TokenCounter.from_dir(model_dir)
     prompt = DeepSeekV4Prompt(V4_TOKENIZER.to_str())
-    admission = Admission(policy=_policy(), counter=counter, template=prompt)
+    admission = Admission(policy=_policy(defaults), counter=counter, template=prompt)
     renderer = types.ModuleType("renderer")
     path = sglang_reference.sglang_file("srt/parser/deepseek_recipe_renderer.py")
     exec(compile(path.read_text(), str(path), "exec"), renderer.__dict__)
@@ -95,6 +100,7 @@ def _v4(model_dir: Path) -> tuple[Admission, Any]:
     chat = sglang_reference.serving(SERVING_CHAT, tokenizer=stand_in, content_format="string")
     chat.chat_encoding_spec = "dsv4"
     chat._encoding_adapter = adapter
+    chat.default_chat_template_kwargs = defaults or {}
     return admission, chat
 
 
@@ -156,7 +162,12 @@ _BODIES = st.fixed_dictionaries(
             {}, optional={"effort": _EFFORT, "enabled": st.booleans() | st.just("yes")}
         ),
         "chat_template_kwargs": st.fixed_dictionaries(
-            {}, optional={"thinking": st.booleans(), "enable_thinking": st.booleans()}
+            {},
+            optional={
+                "thinking": st.booleans(),
+                "enable_thinking": st.booleans(),
+                "reasoning_effort": st.sampled_from(["low", "max"]),
+            },
         ),
         "continue_final_message": st.booleans(),
         "response_format": st.just({"type": "json_object"}),
@@ -195,6 +206,8 @@ _UNKNOWN_TOOL = re.compile(
 )
 _STRICTER = frozenset({"reasoning_effort"})
 _SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same bodies once more under server defaults: fewer, the paths they add are few.
+_DEFAULTS_SETTINGS = settings(_SETTINGS, max_examples=150)
 
 
 @_SETTINGS
@@ -209,6 +222,36 @@ def test_jinja_counts_equal_sglangs(model_dir: Path, body: bytes) -> None:
 def test_v4_counts_equal_sglangs(model_dir: Path, body: bytes) -> None:
     admission, chat = _v4(model_dir)
     OUTCOMES["v4 " + _compare(admission, chat, body)] += 1
+
+
+# The engine's --default-chat-template-kwargs: the thinking switches and an effort.
+_DEFAULTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "thinking": st.booleans(),
+        "enable_thinking": st.booleans(),
+        "reasoning_effort": st.sampled_from(["none", "low", "high"]),
+        "custom": st.just("x"),
+    },
+)
+
+
+@_DEFAULTS_SETTINGS
+@given(body=_BODIES, defaults=_DEFAULTS)
+def test_jinja_counts_with_server_defaults_equal_sglangs(
+    model_dir: Path, body: bytes, defaults: dict[str, Any]
+) -> None:
+    admission, chat = _jinja(model_dir, defaults)
+    OUTCOMES["jinja+defaults " + _compare(admission, chat, body)] += 1
+
+
+@_DEFAULTS_SETTINGS
+@given(body=_BODIES, defaults=_DEFAULTS)
+def test_v4_counts_with_server_defaults_equal_sglangs(
+    model_dir: Path, body: bytes, defaults: dict[str, Any]
+) -> None:
+    admission, chat = _v4(model_dir, defaults)
+    OUTCOMES["v4+defaults " + _compare(admission, chat, body)] += 1
 
 
 _LOOP = [
@@ -259,3 +302,32 @@ def test_a_lone_continued_assistant_message_is_refused_by_both(model_dir: Path) 
         messages = [{"role": "assistant", "content": content}]
         body = {"model": MODEL, "messages": messages, "continue_final_message": True}
         assert _compare(admission, chat, json.dumps(body).encode()) == "both refused"
+
+
+def test_a_server_default_thinking_is_counted_as_sglang_counts(model_dir: Path) -> None:
+    """Issue 25: with ``--default-chat-template-kwargs '{"thinking": true}'`` on the engine,
+    a V4 tool loop whose request says nothing about thinking keeps the pending turn's
+    reasoning. Mirrored, the gateway counts what SGLang's own code renders; without the
+    mirror it counted the prompt without it (the issue's 3,972 against 10,383)."""
+    body = json.dumps({"model": MODEL, "messages": _LOOP}).encode()
+    mirrored, chat = _v4(model_dir, {"thinking": True})
+    assert _compare(mirrored, chat, body) == "equal"
+    unmirrored, _ = _v4(model_dir)
+    with_default = mirrored.decide(Route.CHAT, body)
+    without = unmirrored.decide(Route.CHAT, body)
+    assert isinstance(with_default, Admitted)
+    assert isinstance(without, Admitted)
+    expected = sglang_reference.count(PROTOCOL, chat, body)
+    print(
+        f"\nV4 tool loop, server default thinking: SGLang {expected}, gateway (mirrored) "
+        f"{with_default.input_tokens}, gateway without the mirror {without.input_tokens}"
+    )
+    assert with_default.input_tokens == expected
+    assert with_default.input_tokens > without.input_tokens + 300
+    # a request's own switch still wins over the server default (SGLang: setdefault)
+    off = json.dumps(
+        {"model": MODEL, "messages": _LOOP, "chat_template_kwargs": {"thinking": False}}
+    ).encode()
+    assert _compare(mirrored, chat, off) == "equal"
+    assert isinstance(decided := mirrored.decide(Route.CHAT, off), Admitted)
+    assert decided.input_tokens == without.input_tokens

@@ -17,9 +17,17 @@ import pytest
 import yaml
 
 import sparkllm.sglang_contract.command as engine_module
-from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
+from sparkllm.api import (
+    OPERATOR_OWNED_ENV,
+    EnvVar,
+    InferenceCluster,
+    InferenceClusterSpec,
+    validate_inference_cluster,
+)
 from sparkllm.errors import SpecError
+from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.engine import engine_env
+from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.sglang_contract.argv import flag_name, option_value
 from sparkllm.sglang_contract.command import engine_args
 from sparkllm.sglang_contract.fields import CUDA_GRAPH_DECODE_FLAG, ENGINE_API_KEY_ENV
@@ -353,3 +361,66 @@ def test_engine_env_is_a_fresh_list_each_call() -> None:
     first = engine_env(spec)
     first.append({"name": "MUTATED", "value": "1"})
     assert engine_env(spec) == ROCE + RING + PARTITION
+
+
+# --- the env the operator owns (issue 25) ------------------------------------------------
+
+_PREFLIGHT_ON = {"preflight": {"mode": "gate", "minBusBandwidthGbps": 10}}
+
+
+def _rank_containers(ic: InferenceCluster) -> list[dict[str, Any]]:
+    plan = ReplicaPlan(
+        index=0, group_key="g", nodes=("n0", "n1", "n2"), rank0_ip=RANK0_IP,
+        generation=1, node_ips=(RANK0_IP, "10.0.0.11", "10.0.0.12"),
+    )  # fmt: skip
+    key = EngineKeyRef(secret="k", key="token")
+    containers: list[dict[str, Any]] = []
+    for obj in render_replica(ic, plan=plan, engine_key=key):
+        if obj["kind"] == "StatefulSet":
+            pod = obj["spec"]["template"]["spec"]
+            containers += [*pod.get("initContainers", []), *pod["containers"]]
+    return containers
+
+
+def test_every_variable_the_operator_sets_in_a_rank_pod_is_owned() -> None:
+    """OPERATOR_OWNED_ENV (what the API refuses in spec.engine.env) holds every name any
+    container of any rank gets besides the user's: with the preflight and the bandwidth
+    collective on, a layer partition and the engine key, so every container is there."""
+    doc = copy.deepcopy(sample_doc())
+    doc["spec"]["network"].update(_PREFLIGHT_ON)
+    doc["spec"]["engine"]["env"] = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    containers = _rank_containers(validate_inference_cluster(doc))
+    names = {"verify-network", "verify-bandwidth", "engine"}
+    assert names <= {c["name"] for c in containers}
+    set_by_operator = {
+        var["name"] for c in containers for var in c.get("env", []) if var["name"] != "NCCL_DEBUG"
+    }
+    assert set_by_operator <= set(OPERATOR_OWNED_ENV)
+    assert {"PYTHONPATH", ENGINE_API_KEY_ENV, "SGLANG_PP_LAYER_PARTITION"} <= set_by_operator
+    for container in containers:  # and no container holds a name twice
+        env_names = [var["name"] for var in container.get("env", [])]
+        assert len(env_names) == len(set(env_names)), container["name"]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ([{"name": "PYTHONPATH", "value": "/opt/extra"}], "PYTHONPATH is set by the operator"),
+        (
+            [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}],
+            "A is given more than once",
+        ),
+    ],
+)
+def test_an_env_the_api_let_through_is_invalid_spec_not_an_apply_loop(
+    env: list[dict[str, str]], message: str
+) -> None:
+    """An object stored before the API refused these (the issue's spec): render refuses it
+    with a SpecError naming the field, which the operator reports as InvalidSpec."""
+    doc = copy.deepcopy(sample_doc())
+    doc["spec"]["network"].update(_PREFLIGHT_ON)
+    ic = validate_inference_cluster(doc)
+    engine = ic.spec.engine.model_copy(update={"env": tuple(EnvVar(**var) for var in env)})
+    stored = ic.model_copy(update={"spec": ic.spec.model_copy(update={"engine": engine})})
+    with pytest.raises(SpecError, match=rf"^spec\.engine\.env: {message}"):
+        _rank_containers(stored)

@@ -9,12 +9,14 @@ exposed, and every router flag parses with smg 1.13.0's own argument parser.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
 from smg.launch_router import parse_router_args
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
+from sparkllm.errors import SpecError
 from sparkllm.gateway.config import MaxTokensPolicy, load_gateway_config
 from sparkllm.gateway_settings import ROUTER_PORT
 from sparkllm.render import ReplicaPlan, render_replica
@@ -285,6 +287,26 @@ def test_admission_env_is_accepted_by_the_gateway_config_with_the_spec_numbers(
         ic.metadata.namespace,
         ic.metadata.name,
     )
+
+
+def test_the_engines_template_defaults_are_mirrored_into_the_admission_layer() -> None:
+    """Issue 25: --default-chat-template-kwargs reaches the engine (extraArgs) AND the
+    gateway's config, which counts with it; a value neither could use is InvalidSpec."""
+    args = ["--default-chat-template-kwargs", '{"thinking": true, "reasoning_effort": "high"}']
+    ic = cluster(engine__extraArgs=args)
+    environ = {e["name"]: e.get("value", "x") for e in admission_env(ic, engine_key=ENGINE_KEY)}
+    config = load_gateway_config([], environ=environ)
+    assert config.default_chat_template_kwargs == {"thinking": True, "reasoning_effort": "high"}
+    unset = {e["name"] for e in admission_env(cluster(), engine_key=ENGINE_KEY)}
+    assert "SPARKLLM_GATEWAY_DEFAULT_CHAT_TEMPLATE_KWARGS" not in unset
+    for value, problem in (
+        ('["thinking"]', "must be a JSON object"),
+        ('{"chat_template": "{{ 1 }}"}', "may not set 'chat_template'"),
+        ("{thinking}", "is not JSON"),
+    ):
+        bad = cluster(engine__extraArgs=["--default-chat-template-kwargs", value])
+        with pytest.raises(SpecError, match=f"spec.engine.extraArgs: .*{re.escape(problem)}"):
+            admission_env(bad, engine_key=ENGINE_KEY)
 
 
 def test_admission_mounts_keys_and_model_read_only_and_presents_the_engine_key() -> None:

@@ -361,22 +361,26 @@ def extract_flags(sources: Mapping[str, str]) -> FlagTable:
     )
 
 
-def _is_source(name: str) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in SOURCE_PATTERNS)
+def _is_source(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
 
 
-def read_wheel_sources(wheel: Path) -> dict[str, str]:
-    """The files ``extract_flags`` needs, read from a wheel (a zip) without unpacking it."""
+def read_wheel_sources(wheel: Path, patterns: Sequence[str] = SOURCE_PATTERNS) -> dict[str, str]:
+    """The files ``extract_flags`` needs (or ``patterns``), read from a wheel (a zip)
+    without unpacking it."""
     with zipfile.ZipFile(wheel) as archive:
         return {
             name: archive.read(name).decode("utf-8")
             for name in archive.namelist()
-            if _is_source(name)
+            if _is_source(name, patterns)
         }
 
 
-def read_installed_sources(version: str) -> dict[str, str]:
-    """The files ``extract_flags`` needs, read from the installed sglang ``version``.
+def read_installed_sources(
+    version: str, patterns: Sequence[str] = SOURCE_PATTERNS
+) -> dict[str, str]:
+    """The files ``extract_flags`` needs (or ``patterns``), read from the installed
+    sglang ``version``.
 
     The dev virtualenv holds the pinned sglang without its dependencies (never imported:
     only its files are read, under their paths in the wheel, which the install keeps).
@@ -392,7 +396,7 @@ def read_installed_sources(version: str) -> dict[str, str]:
     return {
         str(path): path.read_text(encoding="utf-8")
         for path in dist.files or ()
-        if _is_source(str(path))
+        if _is_source(str(path), patterns)
     }
 
 

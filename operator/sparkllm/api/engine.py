@@ -21,6 +21,7 @@ from sparkllm.api.common import EnvVar, SecretKeyReference
 from sparkllm.api.rules import ApiModel, Rule, re2_search
 from sparkllm.gateway_settings import DEFAULT_CONTEXT_LENGTH
 from sparkllm.sglang_contract.fields import (
+    ENGINE_API_KEY_ENV,
     LAYER_PARTITION_ENV,
     OPERATOR_OWNED_FLAGS,
     REFUSED_FLAGS,
@@ -28,6 +29,7 @@ from sparkllm.sglang_contract.fields import (
     ToolCallParser,
 )
 from sparkllm.sglang_contract.flags import SGLANG_VERSION, known_flags
+from sparkllm.sglang_contract.guarded import Refusal, refused_env, refused_flags
 
 MAX_PIPELINE_PARALLEL: Final = 8
 MAX_UNIX_ID: Final = 2_147_483_647  # what Kubernetes accepts for runAsUser / runAsGroup
@@ -68,12 +70,55 @@ def unknown_flags(args: tuple[str, ...]) -> list[str]:
     return [name for name in names if name not in known_flags()]
 
 
-# Environment the operator sets from spec.network and spec.engine.layerPartition.
+def _flag_names(args: tuple[str, ...]) -> list[str]:
+    """The flag names (before any "=") of ``args``, in order."""
+    return [arg.split("=", 1)[0] for arg in args if arg.startswith("--")]
+
+
+def _guarded_flag_rule(refusal: Refusal) -> Rule:
+    """extraArgs may not use a flag of this class (exact spellings: an abbreviation is
+    refused as unknown by the rule below); the message names the first one."""
+    names = repr(list(refusal.spellings))
+    matches = f"arg.startsWith('--') && arg.split('=')[0] in {names}"
+    refused = frozenset(refusal.spellings)
+    return Rule(
+        cel=f"!self.exists(arg, {matches})",
+        message=f"extraArgs must not set a flag that {refusal.reason}",
+        check=lambda args: not refused.intersection(_flag_names(args)),
+        detail=lambda args: next(name for name in _flag_names(args) if name in refused),
+        detail_cel=f"self.filter(arg, {matches})[0].split('=')[0]",
+        reason="FieldValueForbidden",
+    )
+
+
+def _guarded_env_rule(refusal: Refusal) -> Rule:
+    """env may not set an SGLang variable of this class; the message names the first."""
+    names = repr(list(refusal.spellings))
+    refused = frozenset(refusal.spellings)
+    return Rule(
+        cel=f"!self.exists(e, e.name in {names})",
+        message=f"env must not set an SGLang variable that {refusal.reason}",
+        check=lambda env: not any(var.name in refused for var in env),
+        detail=lambda env: next(var.name for var in env if var.name in refused),
+        detail_cel=f"self.filter(e, e.name in {names})[0].name",
+        reason="FieldValueForbidden",
+    )
+
+
+# Environment the operator sets itself in a rank pod's containers: from spec.network and
+# spec.engine.layerPartition (engine), the engine key (rank 0), the node address SGLang
+# advertises and the preflight's (verify-network, verify-bandwidth: the user's env is
+# theirs too). A user's entry with one of these names would make the container's env
+# list hold a name twice, which the API server refuses on apply (issue 25).
+# tests/unit/test_render_engine.py renders every container and checks this list.
 OPERATOR_OWNED_ENV: Final = (
     "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
     "NCCL_IB_SUBNET_AWARE_ROUTING", "NCCL_IB_MERGE_NICS", "NCCL_NET_PLUGIN",
-    LAYER_PARTITION_ENV,
+    LAYER_PARTITION_ENV, ENGINE_API_KEY_ENV, "SGLANG_HOST_IP", "NODE_NAME",
+    "SPARKLLM_RANK_ADDRESSES", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "PYTHONPATH",
 )  # fmt: skip
+_OWNED_ENV_CEL: Final = repr(list(OPERATOR_OWNED_ENV))
 
 ImageReference = Annotated[
     str,
@@ -111,6 +156,7 @@ ExtraArgs = Annotated[
         "it would let any user run code on the engine",
         check=lambda args: not any(_sets_flag(arg, REFUSED_FLAGS) for arg in args),
     ),
+    *(_guarded_flag_rule(refusal) for refusal in refused_flags()),
     Rule(
         cel=f"!self.exists(arg, {_UNKNOWN_FLAG_CEL})",
         message=f"extraArgs must use only flags of SGLang {SGLANG_VERSION}, spelled out in "
@@ -132,13 +178,16 @@ ExtraEnv = Annotated[
         check=lambda env: len({var.name for var in env}) == len(env),
     ),
     Rule(
-        cel="self.all(e, !(e.name in " + repr(list(OPERATOR_OWNED_ENV)) + "))",
-        message="env must not set a variable the operator owns ("
-        + ", ".join(OPERATOR_OWNED_ENV)
-        + "); use spec.network or spec.engine.layerPartition",
+        cel=f"!self.exists(e, e.name in {_OWNED_ENV_CEL})",
+        message="env must not set a variable the operator sets itself (the NCCL/Gloo "
+        "settings come from spec.network, the layer partition from "
+        "spec.engine.layerPartition; the others are the operator's own)",
         check=lambda env: not any(var.name in OPERATOR_OWNED_ENV for var in env),
+        detail=lambda env: next(var.name for var in env if var.name in OPERATOR_OWNED_ENV),
+        detail_cel=f"self.filter(e, e.name in {_OWNED_ENV_CEL})[0].name",
         reason="FieldValueForbidden",
     ),
+    *(_guarded_env_rule(refusal) for refusal in refused_env()),
 ]
 
 LayerCount = Annotated[int, Field(ge=1, le=1024)]
@@ -254,14 +303,19 @@ class EngineSpec(ApiModel):
         default=(),
         description="extraArgs are additional SGLang launch arguments, appended verbatim. "
         "Default empty; at most 64 entries of 1 to 256 characters. Must not set a flag the "
-        "operator owns (parallelism, addresses, ports, API key, or one a spec field sets); "
-        "flags are checked against SGLang's flag list when rendered.",
+        "operator owns (parallelism, addresses, ports, API key, or one a spec field sets), "
+        "nor one that changes the prompt the engine renders (chat template, tokenizer...), "
+        "opens another listener, logs prompts or holds a secret (docs/api.md lists them); "
+        "--default-chat-template-kwargs is also given to the front door, which counts with "
+        "it. Flags are checked against SGLang's flag list when rendered.",
     )
     env: ExtraEnv = Field(
         default=(),
         description="env is extra environment for every rank, as literal name/value "
-        "pairs. Default empty; at most 64 entries with unique names. Must not set the "
-        "NCCL/Gloo or layer-partition variables the operator derives from the spec.",
+        "pairs. Default empty; at most 64 entries with unique names. Must not set a "
+        "variable the operator sets (NCCL/Gloo, the layer partition, PYTHONPATH, the "
+        "engine key...), nor an SGLang variable that changes the prompt or opens a "
+        "listener (docs/api.md lists them).",
     )
     run_as_user: int | None = Field(
         default=None,

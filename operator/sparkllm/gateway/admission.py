@@ -68,6 +68,9 @@ class AdmissionPolicy:
     max_choices: int = 1
     max_prompts: int = 1
     tool_features: frozenset[str] = frozenset()
+    # The engine's --default-chat-template-kwargs (mirrored by the operator): SGLang fills
+    # a request's unset template kwargs from them, so the count must too.
+    template_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> AdmissionPolicy:
@@ -82,6 +85,7 @@ class AdmissionPolicy:
             max_choices=config.max_choices,
             max_prompts=config.max_prompts_per_request,
             tool_features=frozenset(config.tool_calling),
+            template_defaults=config.default_chat_template_kwargs,
         )
 
 
@@ -203,7 +207,7 @@ class Admission:
         if isinstance(template, DeepSeekV4Prompt):
             return self._encode_v4(template, payload, exact_above=exact_above, large=large)
         tools = validation.chat_tools(payload)
-        template_kwargs = validation.template_kwargs(payload)
+        template_kwargs = validation.template_kwargs(payload, self.policy.template_defaults)
         try:
             prepared, prefix = prepare_messages(
                 [message_dump(message) for message in messages],
@@ -240,6 +244,7 @@ class Admission:
                 exact_above=exact_above,
                 byte_level=self._counter.byte_level,
                 refuse_above=self.policy.max_input_tokens if large else -1,
+                defaults=self.policy.template_defaults,
             )
         except FieldError as exc:
             validation.reject(str(exc), param=exc.param)

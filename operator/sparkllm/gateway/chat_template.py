@@ -38,7 +38,6 @@ from sparkllm.gateway.chat_messages import ChatTemplateError, ContentFormat, Mes
 
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
-RESERVED_TEMPLATE_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
 _SPECIAL_TOKEN_KEYS = (
     "bos_token",
     "eos_token",
@@ -271,7 +270,6 @@ class ChatTemplate:
 
 __all__ = [
     "CHAT_TEMPLATE_FILE",
-    "RESERVED_TEMPLATE_VARIABLES",
     "TOKENIZER_CONFIG_FILE",
     "ChatTemplate",
     "ChatTemplateError",

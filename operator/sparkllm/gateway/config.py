@@ -46,6 +46,7 @@ from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
     STANDALONE_MAX_BODY_BYTES,
+    template_kwargs_problem,
 )
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -143,6 +144,12 @@ class GatewayConfig(BaseModel):
     chat_template_path: Path | None = Field(
         None, description="A Jinja chat template file overriding the tokenizer config's."
     )
+    default_chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The engine's --default-chat-template-kwargs (a JSON object): SGLang "
+        "fills every request's unset chat_template_kwargs from them, so the count does too "
+        "(the operator mirrors the flag from spec.engine.extraArgs).",
+    )
     tool_call_parser: str | None = Field(
         None,
         description="The engine's --tool-call-parser. With deepseekv4 (or a DeepseekV4 "
@@ -219,10 +226,18 @@ class GatewayConfig(BaseModel):
             return tuple(alias.strip() for alias in value.split(",") if alias.strip())
         return value
 
-    @field_validator("extensions", mode="before")
+    @field_validator("extensions", "default_chat_template_kwargs", mode="before")
     @classmethod
-    def _parse_extensions(cls, value: object) -> object:
+    def _parse_json(cls, value: object) -> object:
         return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("default_chat_template_kwargs")
+    @classmethod
+    def _check_template_kwargs(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = template_kwargs_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("extensions", "tool_calling")
     @classmethod

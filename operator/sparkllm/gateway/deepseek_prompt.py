@@ -66,6 +66,7 @@ _MESSAGE_FIELDS: Final = frozenset(
 )
 _FUNCTION_FIELDS: Final = ("description", "name", "parameters", "strict", "defer_loading")
 _MEDIA_PARTS: Final = frozenset({"image_url", "video_url", "audio_url", "input_audio"})
+_NUMBER: Final = re.compile(r"\d+(\.\d+)?")  # SGLang's numeric effort (_numeric_effort)
 
 
 class FieldError(ChatTemplateError):
@@ -141,9 +142,9 @@ class DeepSeekV4Prompt:
             raise ValueError(f"the tokenizer has no token {token}")
         return int(token_id)
 
-    def count(self, payload: Mapping[str, Any]) -> int:
+    def count(self, payload: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> int:
         """The prompt's exact length in tokens (see ``measure``)."""
-        return self.measure(payload, exact_above=-1, byte_level=False).tokens
+        return self.measure(payload, exact_above=-1, byte_level=False, defaults=defaults).tokens
 
     def measure(
         self,
@@ -152,9 +153,14 @@ class DeepSeekV4Prompt:
         exact_above: int,
         byte_level: bool,
         refuse_above: int = -1,
+        defaults: Mapping[str, Any] | None = None,
     ) -> PromptSize:
         """The prompt's length, exact unless its byte bound is already <= ``exact_above``,
         or its lower bound (bytes / longest token) already over ``refuse_above`` (>= 0).
+
+        ``defaults`` are the engine's server chat template kwargs
+        (``--default-chat-template-kwargs``): a default ``thinking`` or
+        ``reasoning_effort`` applies where the request says nothing, as in SGLang.
 
         ``payload`` is a chat request that passed the gateway's shape checks; a request
         the encoder refuses raises ChatTemplateError. The bound (``byte_level``: the
@@ -162,7 +168,7 @@ class DeepSeekV4Prompt:
         length: every text piece has at most one token per byte, and every special
         token is one token spelled with several bytes.
         """
-        body, task, task_prefix = self._request_body(payload)
+        body, task, task_prefix = self._request_body(payload, defaults)
         conversation = self._convert(body)
         thinking = body["thinking"]
         # a task (rare) is always encoded: its ids are checked as SGLang checks them
@@ -183,7 +189,7 @@ class DeepSeekV4Prompt:
         return PromptSize(len(ids) + extra, exact=True)
 
     def _request_body(
-        self, payload: Mapping[str, Any]
+        self, payload: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
     ) -> tuple[dict[str, Any], str | None, str | None]:
         """(SGLang's request body for recipe, the task, text to append after the task)."""
         messages = [_wire_message(m) for m in payload["messages"]]
@@ -193,8 +199,9 @@ class DeepSeekV4Prompt:
         if task is not None and task not in TASK_TOKENS:
             raise FieldError(f"unknown task {task!r}", param="task")
         continue_final = bool(payload.get("continue_final_message"))
-        effort = _named_effort(payload)
-        thinking = validation.thinking(payload)  # as SGLang's validator resolves it
+        defaults = defaults or {}
+        effort = _named_effort(payload, defaults)
+        thinking = validation.thinking(payload, defaults)  # as SGLang resolves it
         task_prefix = None
         last = messages[-1]
         if last["role"] == "assistant" and isinstance(last.get("content"), str):
@@ -247,21 +254,24 @@ class DeepSeekV4Prompt:
         return [*ids, task_id] if task == "action" else [*ids[: -len(header)], task_id]
 
 
-def _named_effort(payload: Mapping[str, Any]) -> str | None:
-    """The reasoning effort, which for V4 must be a named tier (SGLang refuses numbers)."""
+def _named_effort(payload: Mapping[str, Any], defaults: Mapping[str, Any]) -> str | None:
+    """The reasoning effort, which for V4 must be a named tier (SGLang refuses numbers,
+    also spelled as text); a server default's when the request names none."""
     raw = payload.get("reasoning_effort")
-    if isinstance(raw, str) and re.fullmatch(r"\d+(\.\d+)?", raw.strip()):
+    if isinstance(raw, str) and _NUMBER.fullmatch(raw.strip()):
         raise FieldError(
             f"DeepSeek-V4 reasoning_effort must be a named tier, got {raw.strip()!r}",
             param="reasoning_effort",
         )
-    effort, _ = validation.reasoning(payload)
-    if isinstance(effort, float):
-        raise FieldError(
-            f"DeepSeek-V4 reasoning_effort must be a named tier, got {effort!r}",
-            param="reasoning" if raw is None else "reasoning_effort",
-        )
-    return effort
+    effort = validation.effort(payload, defaults)
+    if effort is None or (isinstance(effort, str) and not _NUMBER.fullmatch(effort.strip())):
+        return effort
+    param = "reasoning_effort" if raw is not None else "reasoning"
+    if raw is None and payload.get("reasoning") is None:
+        param = "chat_template_kwargs"  # the request's kwargs named it
+    shown = effort.strip() if isinstance(effort, str) else effort
+    message = f"DeepSeek-V4 reasoning_effort must be a named tier, got {shown!r}"
+    raise FieldError(message, param=param)
 
 
 def _wire_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 
 from sparkllm.gateway import replies
 from sparkllm.gateway.chat_messages import tool_dump
-from sparkllm.gateway.chat_template import RESERVED_TEMPLATE_VARIABLES
 from sparkllm.gateway.replies import RequestRejectedError
+from sparkllm.gateway_settings import RESERVED_TEMPLATE_KWARGS
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text"})
 _REASONING_PART_TYPES = frozenset({"thinking", "reasoning"})
@@ -289,32 +289,56 @@ def reasoning(payload: Mapping[str, Any]) -> tuple[str | float | None, bool | No
     return effort, thinking
 
 
-def template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
+def template_kwargs(
+    payload: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Extra template variables: ``reasoning_effort`` and ``chat_template_kwargs``.
 
     As SGLang builds them: an effort (or ``reasoning`` object) sets ``thinking`` and
-    ``enable_thinking`` unless ``chat_template_kwargs`` sets them itself.
+    ``enable_thinking`` unless ``chat_template_kwargs`` sets them itself; then the
+    engine's server defaults (``--default-chat-template-kwargs``, ``defaults``) fill the
+    keys still unset (``serving_chat._process_messages``: ``setdefault``), and a default
+    ``reasoning_effort`` becomes the effort when the request names none.
     """
-    kwargs: dict[str, Any] = {}
-    effort, thinking = reasoning(payload)
+    effort, kwargs = _with_defaults(payload, defaults or {})
+    rendered: dict[str, Any] = {}
     if effort is not None:
-        kwargs["reasoning_effort"] = effort
+        rendered["reasoning_effort"] = effort
+    rendered.update(kwargs)
+    return rendered
+
+
+def _with_defaults(
+    payload: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> tuple[str | float | None, dict[str, Any]]:
+    """(the effort, chat_template_kwargs) once SGLang has applied the server defaults.
+
+    Without defaults SGLang leaves both as the request's validator made them; with any,
+    an effort in the merged kwargs (the request's own, else a default's) becomes the
+    request's effort when it names none.
+    """
+    effort, thinking = reasoning(payload)
     extra = chat_template_kwargs(payload)
     if thinking is not None:
         extra = {"thinking": thinking, "enable_thinking": thinking, **extra}
-    kwargs.update(extra)
-    return kwargs
+    if not defaults:
+        return effort, extra
+    merged = {**defaults, **extra}
+    if effort is None and merged.get("reasoning_effort") is not None:
+        effort = merged["reasoning_effort"]
+    return effort, merged
 
 
 def chat_template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """``chat_template_kwargs``: an object whose keys are not the template's own variables."""
+    """``chat_template_kwargs``: an object whose keys are not reserved: the template's own
+    variables, nor ``chat_template``, which would replace the template counted with."""
     extra = payload.get("chat_template_kwargs")
     if extra is None:
         return {}
     if not isinstance(extra, dict):
         wrong_type("chat_template_kwargs", "an object", extra)
     for key in extra:
-        if key in RESERVED_TEMPLATE_VARIABLES or not key.isidentifier():
+        if key in RESERVED_TEMPLATE_KWARGS or not key.isidentifier():
             reject(
                 f"'chat_template_kwargs' may not set {json.dumps(key)}.",
                 param="chat_template_kwargs",
@@ -322,13 +346,20 @@ def chat_template_kwargs(payload: Mapping[str, Any]) -> dict[str, Any]:
     return extra
 
 
-def thinking(payload: Mapping[str, Any]) -> bool:
-    """Whether SGLang's encoders (DeepSeek V4) run in thinking mode for this request."""
-    _, resolved = reasoning(payload)
-    extra = chat_template_kwargs(payload)
-    if "thinking" in extra:
-        return bool(extra["thinking"])
-    return bool(resolved)
+def thinking(payload: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> bool:
+    """Whether SGLang's encoders (DeepSeek V4) run in thinking mode for this request:
+    ``chat_template_kwargs.thinking`` once the server defaults are applied (the request's
+    effort decides it when neither says)."""
+    _, kwargs = _with_defaults(payload, defaults or {})
+    return bool(kwargs.get("thinking", False))
+
+
+def effort(
+    payload: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> str | float | None:
+    """The reasoning effort SGLang hands the encoder, server defaults applied."""
+    resolved, _ = _with_defaults(payload, defaults or {})
+    return resolved
 
 
 def completion_prompts(payload: Mapping[str, Any]) -> list[str | list[int]]:

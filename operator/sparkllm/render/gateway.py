@@ -61,6 +61,7 @@ from sparkllm.render.router import (
     router_args,
 )
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
+from sparkllm.sglang_contract.guarded import mirrored_settings
 
 DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
@@ -134,6 +135,9 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     }
     if spec.engine.tool_call_parser is not None:  # deepseekv4: count as SGLang encodes
         settings["tool_call_parser"] = spec.engine.tool_call_parser
+    # Engine flags that change the prompt and are mirrored, not refused: the count uses
+    # them as the engine does (--default-chat-template-kwargs; sglang_contract/guarded.py).
+    settings.update(mirrored_settings(spec.engine.extra_args))
     settings.update(_request_policy(admission))
     if admission.governance.policy_config_map_ref is not None:
         settings["governance_policy_path"] = f"{GOVERNANCE_DIR}/{GOVERNANCE_FILE}"

@@ -36,6 +36,7 @@ from sparkllm.sglang_contract.fields import (
     RankLaunch,
 )
 from sparkllm.sglang_contract.flags import flag_spec, known_flags, validate_extra_args
+from sparkllm.sglang_contract.guarded import mirrored_settings
 
 if TYPE_CHECKING:
     from sparkllm.api.spec import InferenceClusterSpec
@@ -110,6 +111,7 @@ def engine_args(
     problems = validate_extra_args(spec.engine.extra_args, reserved=reserved)
     if problems:
         raise SpecError("spec.engine.extraArgs: " + "; ".join(problems))
+    mirrored_settings(spec.engine.extra_args)  # the front door's copy must be usable too
     return args + list(spec.engine.extra_args)
 
 
