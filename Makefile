@@ -47,6 +47,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check operator harness tests conftest.py
 	$(BIN)/ruff format --check operator harness tests conftest.py
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit harness/tests/unit --shuffle-files $(PYTEST_ARGS)

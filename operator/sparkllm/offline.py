@@ -36,9 +36,9 @@ from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.reconcile.decide import decide, owned
 from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
-from sparkllm.reconcile.observation import Observation
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 from sparkllm.render.governance_default import governance_default
 from sparkllm.render.placement import NodeFacts

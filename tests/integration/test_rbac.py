@@ -64,7 +64,7 @@ EXPECTED_CLUSTER = {
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},  # kopf discovery
     "namespaces": {"list", "watch"},  # kopf's namespace observer (namespace list given)
     # Node-group conflicts with InferenceClusters in other namespaces (issue 16 item 2):
-    # a pass lists them all (reconcile/observation.py read_other_clusters).
+    # a pass lists them all (reconcile/observe.py read_other_clusters).
     "inferenceclusters.sparkllm.io": {"list"},
 }
 EXPECTED_PEERING = {"kopfpeerings.kopf.dev": {"list", "watch", "patch"}}

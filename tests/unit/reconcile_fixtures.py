@@ -25,9 +25,9 @@ from sparkllm.integrity import ModelSummary
 from sparkllm.reconcile.decide import decide, owned
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
+from sparkllm.reconcile.decide.observation import Observation, ServerInfo
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
-from sparkllm.reconcile.observation import Observation, ServerInfo
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.names import LABEL_NODE_GROUP

@@ -16,8 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replicas import Observed
-from sparkllm.reconcile.observation import Observation
 from sparkllm.render.names import LABEL_GENERATION, rank_statefulset_name
 from tests.unit.reconcile_fixtures import NAME, matching, rank_pods
 

@@ -36,7 +36,8 @@ from sparkllm.api.admin_policy import (
 from sparkllm.cli import main
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.reconcile.decide import decide
-from sparkllm.reconcile.observation import Engines, observe
+from sparkllm.reconcile.engines import Engines
+from sparkllm.reconcile.observe import observe
 from sparkllm_dev.testing import ROOT
 
 JSON = dict[str, Any]

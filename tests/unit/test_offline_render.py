@@ -21,9 +21,9 @@ from sparkllm.api import validate_inference_cluster
 from sparkllm.errors import SpecError
 from sparkllm.offline import RENDER_TIME, fresh_plan, load_cluster, render_file
 from sparkllm.reconcile.decide import decide, owned
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
-from sparkllm.reconcile.observation import Observation
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 from sparkllm.render.placement import NodeFacts
 

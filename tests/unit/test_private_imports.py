@@ -2,9 +2,10 @@
 
 A name with a leading underscore is its module's own business: free to change without a
 look at anyone else. When two modules need one piece it is made public where it lives, or
-moved to a module both import (reconcile/proofs.py holds the rank-pod proof rules that
-NetworkVerified shares with ModelVerified, for instance). Read from the AST of every
-file, so a lazy import inside a function counts too.
+moved to a module both import (reconcile/decide/proofs.py holds the rank-pod proof rules
+that NetworkVerified shares with ModelVerified, for instance). Read from the AST of every
+file, so a lazy import inside a function counts too. Kept beside import-linter's contracts
+(test_import_contracts.py) because those see modules, not the names taken from them.
 """
 
 from __future__ import annotations

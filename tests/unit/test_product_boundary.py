@@ -2,15 +2,15 @@
 
 The dev cluster, the SGLang simulator, the demo and the flag extractor live in harness/
 (package ``sparkllm_dev``), installed only into the dev virtualenv. Three checks hold that
-line: no module of ``operator/sparkllm`` imports the harness (read from the AST of every
-file, so a lazy import inside a function counts too), the product wheel built from what the
-Dockerfile copies (pyproject.toml, README.md, operator/) holds none of the harness's files,
-and the product CLI offers only the product's subcommands.
+line: no module of ``operator/sparkllm`` imports the harness (import-linter's
+``product-harness`` contract, run by test_import_contracts.py: a lazy import inside a
+function counts too), the product wheel built from what the Dockerfile copies
+(pyproject.toml, README.md, operator/) holds none of the harness's files, and the product
+CLI offers only the product's subcommands.
 """
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
 import sys
@@ -20,38 +20,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ROOT / "operator" / "sparkllm"
-HARNESS_PACKAGE = "sparkllm_dev"
 # What must never be in the product, as path parts of the wheel's files.
 HARNESS_PARTS = ("sim", "devcluster", "demo.py", "flag_extract.py", "source_literals.py")
 PRODUCT_COMMANDS = {"run", "render", "plan", "verify-model", "verify-network", "bench", "usage"}
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at any depth (relative imports resolved to sparkllm.*)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.add("sparkllm" if node.level else node.module or "")
-    return names
-
-
-def test_no_product_module_imports_the_harness() -> None:
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            name for name in imported_modules(path) if name.split(".")[0] == HARNESS_PACKAGE
-        )
-        for path in sorted(PRODUCT.rglob("*.py"))
-    }
-    assert {path: names for path, names in offenders.items() if names} == {}
-
-
-def test_the_walk_sees_lazy_imports(tmp_path: Path) -> None:
-    module = tmp_path / "lazy.py"
-    module.write_text("def f():\n    from sparkllm_dev.sim import server\n    import os.path\n")
-    assert imported_modules(module) == {"sparkllm_dev.sim", "os.path"}
 
 
 @pytest.fixture(scope="module")

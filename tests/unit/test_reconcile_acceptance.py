@@ -26,7 +26,7 @@ from sparkllm.reconcile.decide.acceptance import (
 )
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, BenchmarkSeen
 from sparkllm.reconcile.decide.job_result import job_result
-from sparkllm.reconcile.observation import Observation
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,
     ANNOTATION_ACCEPTANCE_OPTIONS,

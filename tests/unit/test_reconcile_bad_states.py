@@ -19,8 +19,8 @@ import pytest
 from sparkllm.api import Reason
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replica_state import UNSCHEDULABLE_GRACE_SECONDS, unschedulable
-from sparkllm.reconcile.observation import Observation
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,
     NOW,

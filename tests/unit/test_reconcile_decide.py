@@ -23,8 +23,8 @@ from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
 from sparkllm.reconcile.decide.drain import ANNOTATION_DRAIN_REASON
+from sparkllm.reconcile.decide.observation import Observation, ServerInfo
 from sparkllm.reconcile.decide.restarts import FORCE_CAUSE, UPDATE_CAUSE
-from sparkllm.reconcile.observation import Observation, ServerInfo
 from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
 from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, ANNOTATION_RESTART, LABEL_SERVING
 from sparkllm.render.placement import NODE_RANK_LABEL

@@ -18,7 +18,8 @@ from sparkllm.api import Reason, validate_inference_cluster
 from sparkllm.kube.kinds import Kind
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
-from sparkllm.reconcile.observation import Observation, absent_apis
+from sparkllm.reconcile.decide.observation import Observation
+from sparkllm.reconcile.observe import absent_apis
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, cluster, serving, with_status
 
 JSON = dict[str, Any]

@@ -24,7 +24,7 @@ from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import GeneratedSecret, PendingEvent, Plan, PodPatch, Removal
 from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
-from sparkllm.reconcile.observation import observe
+from sparkllm.reconcile.observe import observe
 from sparkllm.reconcile.reconciler import ClusterReconciler
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,

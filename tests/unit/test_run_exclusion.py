@@ -31,8 +31,8 @@ from sparkllm.reconcile.decide.benchmark import (
     decide_benchmark,
 )
 from sparkllm.reconcile.decide.benchmark_plan import JobResult, job_result
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.run_exclusion import rival_active, rival_wait
-from sparkllm.reconcile.observation import Observation
 from sparkllm.reconcile.reads import read_on_demand
 from sparkllm.render.acceptance import (
     ANNOTATION_ACCEPTANCE,

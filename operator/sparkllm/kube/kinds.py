@@ -75,6 +75,9 @@ KINDS: dict[tuple[str, str], Kind] = {
     )
 }
 
+INFERENCE_CLUSTER: Final = KINDS[("sparkllm.io/v1alpha1", "InferenceCluster")]
+"""The InferenceCluster itself: the operator, the acceptance run and the tests read it."""
+
 
 # Groups of CRDs the operator works without (monitoring; spec.exposure's Gateway API
 # route and InferencePool): listing them where they are not installed finds nothing.

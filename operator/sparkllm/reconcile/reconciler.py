@@ -23,9 +23,10 @@ from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import kind_of
 from sparkllm.reconcile.decide import decide
+from sparkllm.reconcile.decide.observation import Key
 from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
-from sparkllm.reconcile.observation import Key, observe
+from sparkllm.reconcile.observe import observe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 
 

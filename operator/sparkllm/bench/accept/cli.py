@@ -36,7 +36,7 @@ from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.kube.client import KubeAPI, load_configuration
-from sparkllm.reconcile.decide.owned import IC
+from sparkllm.kube.kinds import INFERENCE_CLUSTER
 
 EXIT_PASSED: Final = 0
 EXIT_NOT_PASSED: Final = 1
@@ -103,7 +103,7 @@ class ClusterLink:
     async def read(self) -> Mapping[str, Any] | None:
         api = KubeAPI(load_configuration())
         try:
-            return await api.get(IC, self.name, self.namespace)
+            return await api.get(INFERENCE_CLUSTER, self.name, self.namespace)
         finally:
             await api.aclose()
 
@@ -121,7 +121,7 @@ class ClusterLink:
         patch = {"metadata": {"annotations": {BASELINE_ANNOTATION: json.dumps(baseline)}}}
         api = KubeAPI(load_configuration())
         try:
-            await api.merge_patch(IC, self.name, self.namespace, patch)
+            await api.merge_patch(INFERENCE_CLUSTER, self.name, self.namespace, patch)
         finally:
             await api.aclose()
 

@@ -36,6 +36,7 @@ from sparkllm.reconcile.decide.all_replicas import (
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
 from sparkllm.reconcile.decide.drain import plan_drain
 from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
+from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.proofs import (
     ConfigResult,
     capacity_condition,
@@ -51,7 +52,6 @@ from sparkllm.reconcile.decide.status import (
     derive_status,
     progressing_verdict,
 )
-from sparkllm.reconcile.observation import Observation
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
 from sparkllm.render.placement import node_holders

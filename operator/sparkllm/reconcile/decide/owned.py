@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from sparkllm.api import API_VERSION, KIND
-from sparkllm.kube.kinds import JSON, lookup_kind
+from sparkllm.kube.kinds import INFERENCE_CLUSTER, JSON, lookup_kind
 from sparkllm.reconcile.decide.actions import Removal
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.render.objects import is_current
@@ -36,7 +35,7 @@ INFERENCE_POOL: Final = lookup_kind("inference.networking.k8s.io/v1", "Inference
 # Read and written beside the owned kinds: the object itself, its generated key Secret
 # (create-if-absent, never pruned), benchmark Jobs (created, never updated; their owner
 # reference removes them).
-IC: Final = lookup_kind(API_VERSION, KIND)
+IC: Final = INFERENCE_CLUSTER
 SECRET: Final = lookup_kind("v1", "Secret")
 JOB: Final = lookup_kind("batch/v1", "Job")
 # In apply order (a Role before the router that needs it); pruned in reverse.

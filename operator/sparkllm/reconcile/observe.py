@@ -5,7 +5,9 @@ InferenceCluster, nodes, owned objects and rank pods, the engine-key Secret, ben
 Jobs and the users' key names, the running-request counts of replicas being removed,
 rank 0's ``/get_server_info`` replies, and the clock's ``now``. All cluster reads go
 through ``KubeAPI``; the two engine reads (``/metrics``, ``/get_server_info``) go to the
-engines. Nothing here writes. A unit test builds an ``Observation`` by hand instead.
+engines (``engines.py``), the API reads through ``reads.py``. Nothing here writes, and
+nothing here judges: what a fact means for the plan is decide's. A unit test builds an
+``Observation`` (``decide/observation.py``) by hand instead.
 
 The other InferenceClusters are read too (across namespaces when RBAC allows, else this
 one's), because nodes are shared: placement must not give a replica a group another
@@ -19,10 +21,9 @@ say why in status instead of failing the pass at their apply.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from sparkllm.api import (
     ENGINE_HTTP_PORT,
@@ -36,53 +37,14 @@ from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, OPTIONAL_API_GROUPS, lookup_kind
 from sparkllm.reconcile.decide import owned
-from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
 from sparkllm.reconcile.decide.drain import draining_replicas, rank0_address
+from sparkllm.reconcile.decide.observation import ApiKind, Key, Observation, ServerInfo
 from sparkllm.reconcile.decide.replica_state import pod_ready, pods_by_rank
 from sparkllm.reconcile.decide.replicas import Observed, label
-from sparkllm.reconcile.decide.secrets import EngineKeySeen
 from sparkllm.reconcile.engines import ConfigProbe, Engines
 from sparkllm.reconcile.reads import read_acceptance, read_benchmark, read_engine_key, read_owned
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.names import LABEL_GENERATION
-
-Key = tuple[str, str]
-ApiKind = tuple[str, str]  # (apiVersion, kind)
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """Rank 0's ``/get_server_info`` as read, for one restart generation: the reply
-    (secrets redacted), or why it could not be read; and rank 0's node address, which its
-    dist-init address must name (decide compares it all with the spec)."""
-
-    generation: int
-    reply: Mapping[str, Any] | str
-    address: str | None = None
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What one pass read. ``obj`` None: the InferenceCluster is gone or being deleted.
-
-    ``ic`` is None when the spec is invalid (``spec_error`` says why); the other reads
-    are then not made. ``others`` are the other InferenceClusters (for their nodes).
-    """
-
-    key: Key
-    obj: JSON | None
-    now: datetime
-    ic: InferenceCluster | None = None
-    spec_error: str | None = None
-    spec_error_reason: Reason = Reason.INVALID_SPEC  # PolicyDenied: outside the admin policy
-    observed: Observed = field(default_factory=owned.empty)
-    engine_key: EngineKeySeen | None = None
-    benchmark: BenchmarkSeen = field(default_factory=BenchmarkSeen)
-    acceptance: BenchmarkSeen = field(default_factory=BenchmarkSeen)
-    running_requests: Mapping[int, int | None] = field(default_factory=dict)
-    server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
-    others: tuple[JSON, ...] = ()
-    absent_apis: frozenset[ApiKind] = frozenset()  # optional kinds the cluster lacks
 
 
 async def observe(
