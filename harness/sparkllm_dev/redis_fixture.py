@@ -88,6 +88,14 @@ def start_redis_server(binary: str, *, workdir: Path) -> RedisServer:
     return server
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for ``redis_server`` needs a set-up step's program: mark it
+    ``needs_binary`` (``make unit`` deselects those), so no test can forget the marker."""
+    for item in items:
+        if "redis_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_binary)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One ``redis-server`` for the session (skips locally, fails in CI, when missing)."""

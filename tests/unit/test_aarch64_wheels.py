@@ -27,6 +27,7 @@ from sparkllm_dev.devcluster.paths import cache_root
 from tests.unit.test_chart_render import ROOT
 from tests.unit.tooling import filled
 
+pytestmark = pytest.mark.needs_binary  # the aarch64 wheel cache hack/setup-test-tools.sh fills
 PINS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
 # The image's interpreter (Dockerfile: ARG PYTHON_IMAGE=python:3.11.N-...): markers on the
 # full version (redis: async-timeout only below 3.11.3) are evaluated for the Python that runs.

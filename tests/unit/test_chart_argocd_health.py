@@ -189,6 +189,7 @@ CASES = [
 ]
 
 
+@pytest.mark.needs_binary  # glua
 @pytest.mark.parametrize(
     ("obj", "want_status", "want_in_message"),
     [c[1:] for c in CASES],

@@ -38,6 +38,7 @@ from tests.unit.test_chart_render import (
 )
 from tests.unit.tooling import filled
 
+pytestmark = pytest.mark.needs_binary  # kubeconform, helm, kubectl and the schemas
 SCHEMA_VERSION = "v1.35.0"
 MONITORING_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"  # = hack/setup-test-tools.sh

@@ -20,6 +20,7 @@ import yaml
 
 from sparkllm_dev.devcluster.paths import default_paths
 
+pytestmark = pytest.mark.needs_binary  # helm (make binaries)
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "sparkllm"

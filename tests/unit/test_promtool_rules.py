@@ -25,6 +25,7 @@ from tests.unit.test_chart_render import ALL_MONITORING, MONITORING_API, ROOT, o
 from tests.unit.test_chart_render import render_chart as helm_template
 from tests.unit.tooling import on_path
 
+pytestmark = pytest.mark.needs_binary  # promtool, helm, kubectl
 UNIT_TESTS = ROOT / "tests" / "promtool" / "sparkllm-alerts.test.yaml"
 RULES_NAME = "sparkllm-rules.yaml"
 CHANGED = {"prometheusRule": CHANGED_THRESHOLDS}

@@ -1,6 +1,6 @@
 """Two dev clusters side by side (issue #16 item 8): the demo's and the tests' share nothing
 that would let one disturb the other, the demo keeps what it had, and `down` of one never
-touches the other's processes. Also the file-order plugin `make test` runs with."""
+touches the other's processes. Also how `make test` and `make unit` run pytest."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -29,7 +28,6 @@ from sparkllm_dev.devcluster.paths import (
     active_profile,
 )
 from sparkllm_dev.errors import DevClusterError
-from sparkllm_dev.file_order import shuffled_by_file
 
 
 def _cluster(root: Path, profile: ClusterProfile) -> DevCluster:
@@ -179,32 +177,18 @@ def test_cli_acts_on_the_chosen_cluster(
     assert sorted(PROFILES) == ["demo", "test", "test2", "test3"]
 
 
-def test_files_move_whole_and_keep_their_inner_order() -> None:
-    class Item:
-        def __init__(self, path: str, name: str) -> None:
-            self.path, self.name = Path(path), name
-
-    items = cast(
-        list[pytest.Item], [Item(f"t{f}.py", f"t{f}::{k}") for f in range(8) for k in range(3)]
-    )
-    orders = {tuple(i.name for i in shuffled_by_file(items, seed)) for seed in range(5)}
-    assert len(orders) > 1  # the seed changes the order
-    for order in orders:
-        assert sorted(order) == sorted(i.name for i in items)
-        files = [name.split("::")[0] for name in order]
-        assert len({f for f in files}) == 8
-        runs = [f for k, f in enumerate(files) if k == 0 or files[k - 1] != f]
-        assert len(runs) == 8  # each file's tests stay together ...
-        for f in set(files):
-            inner = [name for name in order if name.startswith(f + "::")]
-            assert inner == sorted(inner)  # ... in their written order
-    same = [i.name for i in shuffled_by_file(items, 7)]
-    assert same == [i.name for i in shuffled_by_file(items, 7)]
-
-
-def test_make_test_and_make_unit_shuffle_the_files() -> None:
-    makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
+def test_make_test_and_make_unit_shuffle_and_print_the_slowest() -> None:
+    root = Path(__file__).resolve().parents[3]
+    makefile = (root / "Makefile").read_text()
+    recipes = {}
     for target in ("unit", "test"):
         recipe = makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
-        assert "pytest" in recipe
-        assert "--shuffle-files" in recipe, target
+        assert "pytest tests harness/tests" in recipe, target
+        assert "--durations=15" in recipe, target  # the 15 slowest tests, then the total
+        assert "no:randomly" not in recipe, target  # pytest-randomly shuffles, seed printed
+        recipes[target] = recipe
+    assert "HYPOTHESIS_PROFILE=ci" in recipes["test"]
+    assert '-m "not cluster and not needs_binary"' in makefile  # UNIT_TESTS
+    assert "$(UNIT_TESTS)" in recipes["unit"]
+    # The plugin that shuffles is a pinned dev dependency, loaded in every test run.
+    assert '"pytest-randomly==' in (root / "pyproject.toml").read_text()
