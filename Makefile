@@ -3,8 +3,8 @@
 # built from the Go module proxy into ~/.cache/sparkllm (cached; a warm run skips them).
 # Each runs on a dev cluster of its own (SPARKLLM_DEVCLUSTER=demo|test: name, ports,
 # node addresses, state directory), so `make test` passes while the demo runs. The tests
-# run their files in a random order (seed printed; PYTEST_ARGS="--shuffle-seed N" repeats
-# one), so that no test relies on another having run first.
+# run in a random order (pytest-randomly; seed printed; PYTEST_ARGS="--randomly-seed=N"
+# repeats one), so that no test relies on another having run first.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -49,11 +49,17 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
+# The tiers (markers in pyproject.toml): `make unit` runs every test that needs neither the
+# dev cluster (`cluster`) nor a program or file a set-up step provides (`needs_binary`), with
+# Hypothesis's quick `dev` profile; `make test` runs every test, with the `ci` profile. Both
+# print their 15 slowest tests and pytest's total; no test checks a duration.
+UNIT_TESTS := -m "not cluster and not needs_binary"
+
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit harness/tests/unit --shuffle-files $(PYTEST_ARGS)
+	$(BIN)/pytest tests harness/tests $(UNIT_TESTS) --durations=15 $(PYTEST_ARGS)
 
 test: $(STAMP) binaries tools lint
-	$(BIN)/pytest tests harness/tests --shuffle-files $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests harness/tests --durations=15 $(PYTEST_ARGS)
 
 # The benchmarks start their own operator and engines: on the tests' cluster, never the demo's.
 bench: $(STAMP) binaries

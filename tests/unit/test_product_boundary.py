@@ -53,6 +53,7 @@ def product_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return wheel
 
 
+@pytest.mark.needs_binary  # builds the product wheel (setuptools, a few seconds)
 def test_product_wheel_holds_no_harness_file(product_wheel: Path) -> None:
     with zipfile.ZipFile(product_wheel) as archive:
         names = archive.namelist()
