@@ -72,7 +72,7 @@ def expected_settings(
     spec: InferenceClusterSpec, *, rank0_address: str | None = None
 ) -> dict[str, Expected]:
     """{server_info key: expected value and its source} for rank 0 (secrets excluded)."""
-    launch = RankLaunch(rank=0, rank0_address=rank0_address, api_key=False)
+    launch = RankLaunch(rank=0, rank0_address=rank0_address)
     wanted: dict[str, Expected] = {}
     for field in LAUNCH_FIELDS:
         value = field.value(spec, launch)

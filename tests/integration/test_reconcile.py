@@ -122,7 +122,7 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
         # every rank runs SGLang through the launcher that keeps the key out of its log
         assert container["command"] == ["python3", "-c", ENGINE_LAUNCHER_CODE]
         assert container["args"] == engine_args(
-            ic.spec, rank=rank, rank0_ip=devcluster.node_ip(nodes[0]), api_key=rank == 0
+            ic.spec, rank=rank, rank0_ip=devcluster.node_ip(nodes[0])
         )
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["SGLANG_PP_LAYER_PARTITION"] == "14,14,15"

@@ -50,16 +50,18 @@ def sample_spec(**engine: Any) -> InferenceClusterSpec:
     return validate_inference_cluster(document).spec
 
 
+# Rank 0's env holds the key; its launcher adds it to SGLang's argv inside the process.
+RANK0_ENV = {ENGINE_API_KEY_ENV: KEY}
+
+
 def rank0_command(spec: InferenceClusterSpec) -> list[str]:
-    """Rank 0's command as the kubelet starts it: ``$(VAR)`` expanded from its env."""
-    args = engine_args(spec, rank=0, rank0_ip="127.0.0.1", api_key=True)
-    return kubelet.command_line(
-        {"command": list(ENGINE_COMMAND), "args": args}, {ENGINE_API_KEY_ENV: KEY}
-    )
+    """Rank 0's command as the kubelet starts it (``$(VAR)`` expanded from its env)."""
+    args = engine_args(spec, rank=0, rank0_ip="127.0.0.1")
+    return kubelet.command_line({"command": list(ENGINE_COMMAND), "args": args}, RANK0_ENV)
 
 
 def server_info_in_process(spec: InferenceClusterSpec, sim: Sequence[str]) -> dict[str, Any]:
-    rank = prepare([*sim, "--", *rank0_command(spec)], env={})
+    rank = prepare([*sim, "--", *rank0_command(spec)], env=RANK0_ENV)
 
     async def fetch() -> dict[str, Any]:
         transport = httpx.ASGITransport(app=rank.app)  # type: ignore[arg-type]
@@ -121,7 +123,7 @@ def test_simulator_process_that_ignores_two_flags() -> None:
         "--sim-host", "127.0.0.1", "--sim-port", str(port),
         "--sim-ignore-flag=--pp-size", "--sim-ignore-flag=--cuda-graph-max-bs-decode",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": source_pythonpath()}
+    env = {**os.environ, "PYTHONPATH": source_pythonpath(), **RANK0_ENV}
     process = subprocess.Popen(
         [sys.executable, "-m", "sparkllm_dev.sim", *sim, "--", *rank0_command(spec)],
         env=env,
@@ -248,7 +250,7 @@ def simulated_server_info(argv: Sequence[str]) -> dict[str, Any]:
 
 def test_the_renderers_own_command_is_applied() -> None:
     spec = sample_spec(extraArgs=["--watchdog-timeout", "600"])
-    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10", api_key=True)
+    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10")
     assert compare_server_info(spec, simulated_server_info(argv), rank0_address="10.0.0.10") == []
 
 
@@ -260,7 +262,7 @@ def _rounding_word(value: LaunchValue) -> str:
 def test_a_flag_rendered_with_a_wrong_value_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = sample_spec()
     monkeypatch.setattr(command_module, "argv_word", _rounding_word)
-    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10", api_key=True)
+    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10")
     (mismatch,) = compare_server_info(spec, simulated_server_info(argv))
     assert (mismatch.field, mismatch.wanted, mismatch.actual) == ("mem_fraction_static", 0.57, 0.6)
     assert mismatch.source == "spec.engine.memFractionStatic"
@@ -274,7 +276,7 @@ def test_a_flag_the_renderer_drops_is_caught(monkeypatch: pytest.MonkeyPatch) ->
         "field_words",
         lambda field, value: [] if field.flag == "--context-length" else real(field, value),
     )
-    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10", api_key=True)
+    argv = engine_args(spec, rank=0, rank0_ip="10.0.0.10")
     (mismatch,) = compare_server_info(spec, simulated_server_info(argv))
     assert (mismatch.field, mismatch.wanted, mismatch.source) == (
         "context_length",

@@ -9,26 +9,32 @@ the line or renames the logger fails here. The launcher code then runs for real,
 subprocess, against a stub ``sglang`` package that logs the wheel's own statement after
 ``logging.basicConfig(force=True)`` as SGLang does — and, for contrast, through
 ``python3 -m sglang.launch_server``, which must show the key (else this test could not fail).
+The launcher also takes the key from rank 0's environment into SGLang's argv, so it is on
+no command line (issue 25): checked in the same run, from inside the stub.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from sparkllm.sglang_contract.command import (
     ENGINE_COMMAND,
     ENGINE_LAUNCHER_CODE,
     ENGINE_LOGGER,
     SERVER_ARGS_LOG_PREFIX,
+    launched_args,
 )
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
-KEY = "k3y-f0r-the-l0g-test-0123456789abcdef"
-ARGS = [f"--api-key={KEY}", "--port", "30000"]
+KEY = "-k3y-f0r-the-l0g-test-0123456789abcdef"  # a leading "-", as a user's key may have
+ARGS = ["--port", "30000"]
 ENGINE_PY = Path("srt/entrypoints/engine.py")
 
 
@@ -117,16 +123,21 @@ def _stub_sglang(root: Path, statement: str) -> None:
         "    logger.info('Init torch distributed begin.')\n"
     )
     (package / "launch_server.py").write_text(
-        "import logging, multiprocessing, sys\n"
+        "import json, logging, multiprocessing, os, sys\n"
         "from sglang.srt.entrypoints import engine\n"
         "def child():\n"
         "    logging.basicConfig(level=logging.INFO, force=True)\n"
         "    logging.getLogger('scheduler').info('spawned child ran')\n"
+        f"    print('child env has key', {ENGINE_API_KEY_ENV!r} in os.environ, flush=True)\n"
         "if __name__ == '__main__':\n"
         "    logging.basicConfig(level=logging.INFO, format='[%(asctime)s] %(message)s',\n"
         "                        force=True)\n"
-        "    print('argv', [a.split('=')[0] for a in sys.argv[1:]], flush=True)\n"
         "    key = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('--api-key='))\n"
+        "    with open('/proc/self/cmdline', 'rb') as cmdline:\n"
+        "        in_cmdline = key.encode() in cmdline.read()\n"
+        "    facts = {'argv': sys.argv[1:], 'cmdline_has_key': in_cmdline,\n"
+        f"             'env_has_key': {ENGINE_API_KEY_ENV!r} in os.environ}}\n"
+        "    print('facts', json.dumps(facts).replace(key, '<key>'), flush=True)\n"
         "    engine.start({'api_key': key})\n"
         "    process = multiprocessing.get_context('spawn').Process(target=child)\n"
         "    process.start()\n"
@@ -135,10 +146,10 @@ def _stub_sglang(root: Path, statement: str) -> None:
     )
 
 
-def _run(root: Path, launcher: list[str]) -> str:
-    env = {**os.environ, "PYTHONPATH": str(root)}
+def _run(root: Path, launcher: list[str], args: list[str], **env_extra: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(root), **env_extra}
     done = subprocess.run(
-        [sys.executable, *launcher, *ARGS],
+        [sys.executable, *launcher, *args],
         cwd=root, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     output = done.stdout + done.stderr
@@ -146,16 +157,40 @@ def _run(root: Path, launcher: list[str]) -> str:
     return output
 
 
+def _facts(output: str) -> dict[str, Any]:
+    line = next(line for line in output.splitlines() if line.startswith("facts "))
+    facts: dict[str, Any] = json.loads(line.removeprefix("facts "))
+    return facts
+
+
 def test_the_launcher_drops_the_server_args_line_and_keeps_the_rest(tmp_path: Path) -> None:
     assert ENGINE_COMMAND == ("python3", "-c", ENGINE_LAUNCHER_CODE)
     _stub_sglang(tmp_path, _wheel_statement())
-    filtered = _run(tmp_path, ["-c", ENGINE_LAUNCHER_CODE])
+    filtered = _run(tmp_path, ["-c", ENGINE_LAUNCHER_CODE], ARGS, **{ENGINE_API_KEY_ENV: KEY})
     assert KEY not in filtered
     assert SERVER_ARGS_LOG_PREFIX not in filtered
     assert "Init torch distributed begin." in filtered  # the same logger's other INFO line
-    # SGLang reads the same args as under -m (the key's value printed by the log line only)
-    assert f"argv {[arg.split('=')[0] for arg in ARGS]!r}" in filtered
     assert "spawned child ran" in filtered  # multiprocessing spawn re-imports it as -m would
-    unfiltered = _run(tmp_path, ["-m", "sglang.launch_server"])
+    # the same key goes the other way: -m with the key on its command line logs it
+    unfiltered = _run(tmp_path, ["-m", "sglang.launch_server"], [*ARGS, f"--api-key={KEY}"])
     assert f"{SERVER_ARGS_LOG_PREFIX}{{'api_key': '{KEY}'" in unfiltered
     assert "Init torch distributed begin." in unfiltered
+
+
+def test_the_launcher_adds_the_key_inside_the_process_only(tmp_path: Path) -> None:
+    """Issue 25: the engine key is in SGLang's argv (as one word: it starts with "-")
+    but not in the process's command line the kernel shows (/proc/<pid>/cmdline, ps),
+    not left in its environment, not inherited by the processes SGLang spawns; and the
+    argv is what ``launched_args`` (the simulator's twin of this step) says."""
+    _stub_sglang(tmp_path, _wheel_statement())
+    output = _run(tmp_path, ["-c", ENGINE_LAUNCHER_CODE], ARGS, **{ENGINE_API_KEY_ENV: KEY})
+    facts = _facts(output)
+    expected = launched_args(ARGS, {ENGINE_API_KEY_ENV: KEY})
+    assert facts["argv"] == [word.replace(KEY, "<key>") for word in expected]
+    assert facts["argv"][-1] == "--api-key=<key>"
+    assert facts["cmdline_has_key"] is False
+    assert facts["env_has_key"] is False
+    assert "child env has key False" in output
+    # the contrast: the key on the command line, as $(VAR) expansion put it before
+    shown = _run(tmp_path, ["-m", "sglang.launch_server"], [*ARGS, f"--api-key={KEY}"])
+    assert _facts(shown)["cmdline_has_key"] is True

@@ -29,13 +29,12 @@ from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.engine import engine_env
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.sglang_contract.argv import flag_name, option_value
-from sparkllm.sglang_contract.command import engine_args
+from sparkllm.sglang_contract.command import engine_args, launched_args
 from sparkllm.sglang_contract.fields import CUDA_GRAPH_DECODE_FLAG, ENGINE_API_KEY_ENV
 from sparkllm.sglang_contract.flags import known_flags, parse_sglang_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
-KEY_PLACEHOLDER = f"$({ENGINE_API_KEY_ENV})"
 RANK0_IP = "10.0.0.10"
 
 
@@ -74,7 +73,8 @@ def value_of(args: list[str], flag: str) -> str:
 
 
 def test_rank0_command_line_of_the_sample() -> None:
-    assert engine_args(spec_with(), rank=0, rank0_ip=RANK0_IP, api_key=True) == [
+    # no --api-key: the launcher adds it inside the process (issue 25)
+    assert engine_args(spec_with(), rank=0, rank0_ip=RANK0_IP) == [
         "--model-path", "/models/DeepSeek-V4-Flash-NVFP4",
         "--served-model-name", "deepseek-v4-flash",
         "--nnodes", "3",
@@ -92,15 +92,14 @@ def test_rank0_command_line_of_the_sample() -> None:
         "--enable-metrics",
         "--tool-call-parser", "deepseekv4",
         "--reasoning-parser", "deepseek-v4",
-        f"--api-key={KEY_PLACEHOLDER}",  # one word: the key may start with "-"
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize("rank", [0, 1, 2])
 def test_ranks_differ_only_in_node_rank(rank: int) -> None:
     spec = spec_with()
-    rank0 = engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=False)
-    args = engine_args(spec, rank=rank, rank0_ip=RANK0_IP, api_key=False)
+    rank0 = engine_args(spec, rank=0, rank0_ip=RANK0_IP)
+    args = engine_args(spec, rank=rank, rank0_ip=RANK0_IP)
     assert value_of(args, "--node-rank") == str(rank)
     assert value_of(args, "--nnodes") == value_of(args, "--pp-size") == "3"
     assert value_of(args, "--dist-init-addr") == "10.0.0.10:5000"  # rank 0's, on every rank
@@ -116,7 +115,7 @@ def test_dist_init_port_and_spec_numbers_reach_the_flags() -> None:
         placement={"nodeGroups": [["n0", "n1"]]},
         admission={"maxInputTokens": 8192},
     )  # fmt: skip
-    args = engine_args(spec, rank=1, rank0_ip="192.168.7.1", api_key=False)
+    args = engine_args(spec, rank=1, rank0_ip="192.168.7.1")
     assert value_of(args, "--dist-init-addr") == "192.168.7.1:6123"
     assert value_of(args, "--context-length") == "16384"
     assert value_of(args, "--chunked-prefill-size") == "2048"
@@ -141,7 +140,7 @@ def test_parsers_only_when_set(
     engine: dict[str, Any], present: list[str], absent: list[str]
 ) -> None:
     spec = spec_with(engine=engine)
-    args = engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=True)
+    args = engine_args(spec, rank=0, rank0_ip=RANK0_IP)
     for flag in present:
         assert args.count(flag) == 1
     for flag in absent:
@@ -152,16 +151,17 @@ def test_parsers_only_when_set(
         assert value_of(args, "--reasoning-parser") == spec.engine.reasoning_parser
 
 
-@pytest.mark.parametrize(("rank", "api_key"), [(0, True), (0, False), (1, True), (2, False)])
-def test_api_key_flag_only_when_asked_and_never_a_literal(rank: int, api_key: bool) -> None:
-    args = engine_args(spec_with(), rank=rank, rank0_ip=RANK0_IP, api_key=api_key)
-    key_words = [arg for arg in args if flag_name(arg) == "--api-key"]
-    if api_key:
-        assert key_words == [f"--api-key={KEY_PLACEHOLDER}"]
-        assert value_of(args, "--api-key") == KEY_PLACEHOLDER
-    else:
-        assert key_words == []
-        assert not any(KEY_PLACEHOLDER in arg for arg in args)
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_the_engine_key_is_on_no_rank_command_line(rank: int) -> None:
+    """Issue 25: not even as ``$(VAR)``, which the kubelet would expand into the
+    process's command line; rank 0's launcher adds it from its env inside the process."""
+    args = engine_args(spec_with(), rank=rank, rank0_ip=RANK0_IP)
+    assert [arg for arg in args if flag_name(arg) == "--api-key"] == []
+    assert not any(ENGINE_API_KEY_ENV in arg for arg in args)
+    launched = launched_args(args, {ENGINE_API_KEY_ENV: "-dash-leading-key"})
+    assert launched == [*args, "--api-key=-dash-leading-key"]  # one word, as SGLang reads it
+    assert parse_sglang_argv(launched)["api_key"] == "-dash-leading-key"
+    assert launched_args(args, {}) == args  # ranks > 0: no key in their env
 
 
 @pytest.mark.parametrize(
@@ -178,9 +178,7 @@ def test_api_key_flag_only_when_asked_and_never_a_literal(rank: int, api_key: bo
 )
 def test_mem_fraction_static_has_no_float_noise(fraction: float, rendered: str) -> None:
     spec = spec_with(engine={"memFractionStatic": fraction})
-    text = value_of(
-        engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=False), "--mem-fraction-static"
-    )
+    text = value_of(engine_args(spec, rank=0, rank0_ip=RANK0_IP), "--mem-fraction-static")
     assert text == rendered
     assert float(text) == fraction  # what argparse's float() reads back
 
@@ -189,9 +187,7 @@ def test_mem_fraction_static_has_no_float_noise(fraction: float, rendered: str) 
 def test_mem_fraction_static_round_trips_every_allowed_value(fraction: float) -> None:
     """No fixed precision: 0.123456789 must not become 0.123457 (SGLang would run with it)."""
     spec = spec_with(engine={"memFractionStatic": fraction})
-    text = value_of(
-        engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=False), "--mem-fraction-static"
-    )
+    text = value_of(engine_args(spec, rank=0, rank0_ip=RANK0_IP), "--mem-fraction-static")
     assert float(text) == fraction
 
 
@@ -208,8 +204,8 @@ def test_mem_fraction_static_round_trips_every_allowed_value(fraction: float) ->
 )
 def test_extra_args_are_appended_verbatim(extra: list[str]) -> None:
     spec = spec_with(engine={"extraArgs": extra})
-    base = engine_args(spec_with(), rank=1, rank0_ip=RANK0_IP, api_key=False)
-    args = engine_args(spec, rank=1, rank0_ip=RANK0_IP, api_key=False)
+    base = engine_args(spec_with(), rank=1, rank0_ip=RANK0_IP)
+    args = engine_args(spec, rank=1, rank0_ip=RANK0_IP)
     assert args == base + extra
 
 
@@ -225,7 +221,7 @@ def test_extra_args_are_appended_verbatim(extra: list[str]) -> None:
 def test_invalid_extra_args_are_refused(extra: list[str], message: str) -> None:
     spec = spec_with(engine={"extraArgs": extra})  # the API knows flag names, not values
     with pytest.raises(SpecError, match=r"^spec\.engine\.extraArgs: ") as caught:
-        engine_args(spec, rank=0, rank0_ip=RANK0_IP, api_key=True)
+        engine_args(spec, rank=0, rank0_ip=RANK0_IP)
     assert message in str(caught.value)
 
 
@@ -260,7 +256,7 @@ def test_operator_owned_flags_are_refused_by_render_and_by_the_api(
         spec_with(engine={"extraArgs": extra})
     spec = with_extra_args(spec_with(), *extra)
     with pytest.raises(SpecError) as caught:
-        engine_args(spec, rank=1, rank0_ip=RANK0_IP, api_key=False)
+        engine_args(spec, rank=1, rank0_ip=RANK0_IP)
     assert f"{written} is set by the operator from the spec" in str(caught.value)
 
 
@@ -269,7 +265,7 @@ def test_a_rendered_flag_unknown_to_sglang_is_refused(monkeypatch: pytest.Monkey
     without = frozenset(known_flags() - {"--enable-metrics"})
     monkeypatch.setattr(engine_module, "known_flags", lambda: without)
     with pytest.raises(SpecError, match=r"unknown to the pinned SGLang: \['--enable-metrics'\]"):
-        engine_args(spec_with(), rank=0, rank0_ip=RANK0_IP, api_key=True)
+        engine_args(spec_with(), rank=0, rank0_ip=RANK0_IP)
 
 
 SPEC_VARIANTS: dict[str, dict[str, dict[str, Any]]] = {
@@ -286,7 +282,8 @@ def test_every_emitted_flag_exists_and_parses_as_the_pinned_sglang(
     variant: str, rank: int, api_key: bool
 ) -> None:
     spec = spec_with(**SPEC_VARIANTS[variant])
-    args = engine_args(spec, rank=rank, rank0_ip=RANK0_IP, api_key=api_key)
+    environ = {ENGINE_API_KEY_ENV: "engine-key"} if api_key else {}
+    args = launched_args(engine_args(spec, rank=rank, rank0_ip=RANK0_IP), environ)
     flags = [name for name in map(flag_name, args) if name is not None]
     assert flags
     assert [f for f in flags if f not in known_flags()] == []

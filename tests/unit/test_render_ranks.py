@@ -293,11 +293,11 @@ def test_only_rank_zero_has_probes_and_the_api_key() -> None:
                 {"name": ENGINE_API_KEY_ENV,
                  "valueFrom": {"secretKeyRef": {"name": KEY.secret, "key": KEY.key}}},
             ]  # fmt: skip
-            assert f"--api-key=$({ENGINE_API_KEY_ENV})" in container["args"]  # one word
         else:
             assert probes == set()
             assert key_env == []
-            assert not [arg for arg in container["args"] if arg.startswith("--api-key")]
+        # on no command line (issue 25): the launcher adds it from the env in the process
+        assert not [arg for arg in container["args"] if "api-key" in arg or "$(" in arg]
 
 
 def test_readiness_outlasts_a_long_prefill_but_not_a_hang() -> None:

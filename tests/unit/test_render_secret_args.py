@@ -1,13 +1,15 @@
 """A Secret value that starts with "-" survives the rendered command lines (sglang_contract.argv).
 
 The engine key comes from a Secret — possibly the user's (``spec.engine.apiKeySecretRef``)
-— and the kubelet substitutes it for ``$(SPARKLLM_ENGINE_API_KEY)`` in rank 0's and the
-router's args. As a word of its own, a key like ``-dash-leading-key`` is an option to
-argparse and the process exits ("expected one argument"). These tests take the rendered
-containers, expand them exactly as the kubelet does (``devcluster.kubelet``), and hand
-the result to the parsers that really read them: the simulator's model of SGLang's
-argparse (rank 0), smg 1.13.0's own argparse, and a real ``smg launch`` process that must
-start and present the key to a worker. The two-word form is checked to fail, so each
+— and reaches SGLang's argparse as ``--api-key=<key>``: on rank 0 the engine launcher adds
+it from the env inside the process (it is on no command line, issue 25); the kubelet
+substitutes it for ``$(SPARKLLM_ENGINE_API_KEY)`` in the router's args. As a word of its
+own, a key like ``-dash-leading-key`` is an option to argparse and the process exits
+("expected one argument"). These tests take the rendered containers, expand them
+exactly as the kubelet does (``devcluster.kubelet``), and hand the result to the parsers
+that really read them: the simulator's model of SGLang's argparse and of the launcher
+(rank 0), smg 1.13.0's own argparse, and a real ``smg launch`` process that must start
+and present the key to a worker. The two-word form is checked to fail for smg, so each
 test can tell the forms apart. Also here: the argv helpers, table-driven.
 """
 
@@ -41,7 +43,7 @@ from sparkllm_dev.devcluster.gateway_io import (
     with_worker_url,
 )
 from sparkllm_dev.errors import DevClusterError
-from sparkllm_dev.sim.server import UsageError, prepare
+from sparkllm_dev.sim.server import prepare
 from tests.unit.loopback_http import JSONHandler, serving
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,24 +75,31 @@ def user_keyed_cluster() -> InferenceCluster:
     return validate_inference_cluster(doc)
 
 
-def started_command(pod_spec: dict[str, Any], container_name: str, *, key: str) -> list[str]:
-    """The container's command line as the kubelet starts it, its Secret key set to ``key``."""
+def started(
+    pod_spec: dict[str, Any], container_name: str, *, key: str
+) -> tuple[list[str], dict[str, str]]:
+    """The container's command line as the kubelet starts it, and its env, its Secret key
+    set to ``key``."""
     container = next(c for c in pod_spec["containers"] if c["name"] == container_name)
     refs = kubelet.key_refs(container)
     assert [(r.kind, r.name, r.key) for r in refs] == [("Secret", *USER_SECRET.values())]
     pod = {"metadata": {}, "spec": pod_spec, "status": {}}
     env = kubelet.container_env(pod, container, values=dict.fromkeys(refs, key))
-    return kubelet.command_line(container, env)
+    return kubelet.command_line(container, env), env
 
 
-def rank0_command(*, key: str) -> list[str]:
+def started_command(pod_spec: dict[str, Any], container_name: str, *, key: str) -> list[str]:
+    return started(pod_spec, container_name, key=key)[0]
+
+
+def rank0_started(*, key: str) -> tuple[list[str], dict[str, str]]:
     ic = user_keyed_cluster()
     plan = ReplicaPlan(
         index=0, group_key="g", nodes=("n0", "n1", "n2"), rank0_ip="127.0.0.1", generation=1
     )
     rank0 = render_replica(ic, plan=plan, engine_key=engine_key_ref(ic))[0]
     assert rank0["metadata"]["name"] == "llm-r0-rank0"
-    return started_command(rank0["spec"]["template"]["spec"], "engine", key=key)
+    return started(rank0["spec"]["template"]["spec"], "engine", key=key)
 
 
 def router_command(*, key: str) -> list[str]:
@@ -114,9 +123,11 @@ def as_two_words(command: Sequence[str], *, key: str) -> list[str]:
 
 @pytest.mark.parametrize("key", AWKWARD_KEYS)
 def test_rank0_starts_with_exactly_the_users_key(key: str) -> None:
-    command = rank0_command(key=key)
-    assert command.count(f"--api-key={key}") == 1  # one word after expansion
-    rank = prepare(["--", *command], env={})
+    """The key is on no command line (issue 25): the engine launcher adds it from rank 0's
+    env inside the process (the simulator runs the same step), as one word."""
+    command, env = rank0_started(key=key)
+    assert not any("api-key" in word for word in command[3:])  # [2]: the launcher's code
+    rank = prepare(["--", *command], env=env)
     assert rank.config.api_key == key
 
     async def status(headers: dict[str, str]) -> int:
@@ -128,10 +139,12 @@ def test_rank0_starts_with_exactly_the_users_key(key: str) -> None:
     assert asyncio.run(status({"Authorization": "Bearer not-the-key"})) == 401
 
 
-def test_rank0_two_word_key_is_what_argparse_refused() -> None:
-    command = as_two_words(rank0_command(key=DASH_KEY), key=DASH_KEY)
-    with pytest.raises(UsageError, match="argument --api-key: expected one argument"):
-        prepare(["--", *command], env={})
+def test_rank0_without_its_key_variable_starts_without_a_key() -> None:
+    """The launcher adds no key when the variable is unset (ranks > 0): the contrast that
+    shows the key above came from the env, not from the command line."""
+    command, env = rank0_started(key=DASH_KEY)
+    rank = prepare(["--", *command], env={k: v for k, v in env.items() if v != DASH_KEY})
+    assert rank.config.api_key is None
 
 
 # --- the router: smg's own argparse, then a real smg process ----------------------------

@@ -105,7 +105,7 @@ def test_a_mirrored_flag_reaches_the_engine_as_written_and_a_bad_one_is_invalid_
     when rendering (the CEL rules cannot parse JSON), naming spec.engine.extraArgs."""
     args = ["--default-chat-template-kwargs", '{"thinking": true}']
     spec = sample_spec(extraArgs=args)
-    assert engine_args(spec, rank=0, rank0_ip="10.0.0.1", api_key=True)[-2:] == args
+    assert engine_args(spec, rank=0, rank0_ip="10.0.0.1")[-2:] == args
     assert mirrored_settings(args) == {"default_chat_template_kwargs": '{"thinking":true}'}
     assert mirrored_settings(["--log-level", "debug"]) == {}
     # the last occurrence wins, as in SGLang's argparse
@@ -113,4 +113,4 @@ def test_a_mirrored_flag_reaches_the_engine_as_written_and_a_bad_one_is_invalid_
     assert mirrored_settings(twice) == {"default_chat_template_kwargs": "{}"}
     bad = sample_spec(extraArgs=["--default-chat-template-kwargs", '{"messages": []}'])
     with pytest.raises(SpecError, match=r"^spec\.engine\.extraArgs: .* may not set 'messages'"):
-        engine_args(bad, rank=1, rank0_ip="10.0.0.1", api_key=False)
+        engine_args(bad, rank=1, rank0_ip="10.0.0.1")

@@ -22,11 +22,11 @@ or drop the dashes (``--sim-ignore-flag pp-size``), since argparse reads a bare
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sparkllm.errors import SpecError
-from sparkllm.sglang_contract.command import ENGINE_LAUNCHER_CODE
+from sparkllm.sglang_contract.command import ENGINE_LAUNCHER_CODE, launched_args
 from sparkllm_dev.sim.deepseek_v4 import FAULTS
 
 
@@ -66,13 +66,17 @@ class SimOptions:
 _DEFAULTS = SimOptions()
 
 
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+def split_command(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """Split ``[sim options] -- command`` into (sim options, SGLang's own arguments).
 
     The command may be ``python3 -c <ENGINE_LAUNCHER_CODE> ARGS`` (what the operator
     renders), ``python3 -m sglang.launch_server ARGS``, ``sglang serve ARGS`` or bare
-    ``ARGS``; SGLang's arguments are what follows the launcher. ``-c`` code other than the
-    product's launcher is refused, so the dev cluster runs exactly what is rendered.
+    ``ARGS``; SGLang's arguments are what follows the launcher, plus what the launcher
+    adds from the rank's ``env`` (the engine key: ``command.launched_args``). ``-c`` code
+    other than the product's launcher is refused, so the dev cluster runs exactly what is
+    rendered.
     """
     args = list(argv)
     if "--" not in args:
@@ -87,7 +91,7 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
                 "the command's `-c` code is not the operator's engine launcher "
                 "(sparkllm.sglang_contract.command.ENGINE_LAUNCHER_CODE)"
             )
-        return sim_args, command[3:]
+        return sim_args, launched_args(command[3:], env or {})
     for index, word in enumerate(command):
         if word == "sglang.launch_server" and command[index - 1 : index] == ["-m"]:
             return sim_args, command[index + 1 :]

@@ -55,7 +55,7 @@ class SimulatedRank:
 def prepare(argv: Sequence[str], *, env: Mapping[str, str]) -> SimulatedRank:
     """Build the rank from ``[sim options] -- command``; UsageError / EngineStartupError."""
     try:
-        sim_args, sglang_args = split_command(argv)
+        sim_args, sglang_args = split_command(argv, env)
         sim = parse_sim_options(sim_args)
         for name in sim.ignored_flags:
             flag_spec(name)

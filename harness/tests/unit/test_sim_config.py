@@ -9,6 +9,7 @@ import pytest
 from sparkllm.errors import SpecError
 from sparkllm.plan.kv import proportional_pool_tokens as kv_pool_tokens
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, ENGINE_LAUNCHER_CODE
+from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm.sglang_contract.flags import parse_sglang_argv
 from sparkllm_dev.sim.engine_config import (
     EngineStartupError,
@@ -43,6 +44,18 @@ ARGS = ["--model-path", "/models/dsv4", "--pp-size", "3", "--nnodes", "3"]
 )
 def test_split_command(argv: list[str], sim: list[str], sglang: list[str]) -> None:
     assert split_command(argv) == (sim, sglang)
+
+
+def test_the_launcher_adds_rank_zeros_key_from_its_env_as_sglang_would_see_it() -> None:
+    """The engine key is on no command line: like the launcher, the simulator takes it
+    from the rank's env (one word; the key may start with "-"); -m has no launcher."""
+    env = {ENGINE_API_KEY_ENV: "-k"}
+    launcher = ["--", *ENGINE_COMMAND, "--port", "1"]
+    assert split_command(launcher, env) == ([], ["--port", "1", "--api-key=-k"])
+    with_model = ["--", *ENGINE_COMMAND, *ARGS]
+    assert parse_sglang_argv(split_command(with_model, env)[1])["api_key"] == "-k"
+    plain = ["--", "python3", "-m", "sglang.launch_server", "--port", "1"]
+    assert split_command(plain, env) == ([], ["--port", "1"])
 
 
 @pytest.mark.parametrize(

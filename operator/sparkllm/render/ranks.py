@@ -244,7 +244,7 @@ def render_rank_statefulset(
         engine_security=engine_container_security(ic),
         image=ic.spec.engine.image,
         command=list(ENGINE_COMMAND),
-        args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip, api_key=serves_api),
+        args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip),
         env=env,
         port=ENGINE_HTTP_PORT,
         probes=_probes(ic) if serves_api else None,

@@ -44,7 +44,9 @@ ENGINE_LISTEN_HOST: Final = "0.0.0.0"
 CUDA_GRAPH_DECODE_FLAG: Final = "--cuda-graph-max-bs-decode"
 # The layer split has no flag: SGLang reads it from this variable (get_pp_indices).
 LAYER_PARTITION_ENV: Final = "SGLANG_PP_LAYER_PARTITION"
-# The variable the kubelet expands into ``--api-key=$(...)``; a secretKeyRef fills it.
+# Rank 0's engine key, filled by a secretKeyRef. The engine launcher
+# (command.ENGINE_LAUNCHER_CODE) moves it from the environment into SGLang's sys.argv
+# inside the process: it is never on a command line (/proc/<pid>/cmdline, the pod spec).
 ENGINE_API_KEY_ENV: Final = "SPARKLLM_ENGINE_API_KEY"
 
 TOOL_CALL_PARSERS: Final = flag_spec("--tool-call-parser").choices or ()
@@ -82,8 +84,6 @@ class RankLaunch:
     rank: int
     rank0_address: str | None
     """Rank 0's node address (for ``--dist-init-addr``); None when not known."""
-    api_key: bool
-    """Whether the rank requires the engine key (rank 0 does)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,7 @@ class LaunchField:
     value: Callable[[InferenceClusterSpec, RankLaunch], LaunchValue | None]
     """The value for a rank, as Python holds it (0.57, 12288, "deepseekv4"); None: not set."""
     secret: bool = False
-    """A secret reference: rendered as one ``--flag=value`` word, never compared."""
+    """A secret: never on the command line (the launcher adds it), never compared."""
 
     @property
     def server_info_key(self) -> str:
@@ -118,8 +118,9 @@ def _dist_init_addr(spec: InferenceClusterSpec, launch: RankLaunch) -> str | Non
     return f"{launch.rank0_address}:{spec.network.dist_init_port}"
 
 
-def _api_key(_spec: InferenceClusterSpec, launch: RankLaunch) -> str | None:
-    return f"$({ENGINE_API_KEY_ENV})" if launch.api_key else None
+def _in_the_process(_spec: InferenceClusterSpec, _launch: RankLaunch) -> None:
+    """Not on the command line: ENGINE_LAUNCHER_CODE appends ``--api-key=<key>`` to
+    SGLang's ``sys.argv`` from ENGINE_API_KEY_ENV, on rank 0, whose env has it."""
 
 
 # In command-line order. Every rank gets every row; only --node-rank differs between ranks.
@@ -167,7 +168,7 @@ LAUNCH_FIELDS: Final = (
     LaunchField(
         "--reasoning-parser", "spec.engine.reasoningParser", lambda s, _: s.engine.reasoning_parser
     ),
-    LaunchField("--api-key", "spec.engine.apiKeySecretRef", _api_key, secret=True),
+    LaunchField("--api-key", "spec.engine.apiKeySecretRef", _in_the_process, secret=True),
 )
 
 # Flags (with their aliases) that extraArgs may not set: a second, conflicting --pp-size
