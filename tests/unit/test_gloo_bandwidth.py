@@ -20,6 +20,7 @@ from sparkllm.preflight.bandwidth import DEFAULT_SIZES, MIB
 from sparkllm_dev.gloo_bandwidth import GlooRun, run_gloo, torch_venv
 from tests.unit.tooling import filled
 
+pytestmark = pytest.mark.needs_binary  # the torch venv; no cluster
 FAST = ("--warmup", "1", "--iterations", "2")
 ROW = re.compile(r"^\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$")
 
