@@ -15,7 +15,6 @@ under ``CI=true``, like the dev cluster's binaries.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import subprocess
@@ -28,11 +27,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from sparkllm_dev.ci import unavailable
 from sparkllm_dev.devcluster.gateway_io import free_port
 from sparkllm_dev.devcluster.pod_supervisor import stop_processes
 from sparkllm_dev.devcluster.wait import wait_until
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 HOST = "127.0.0.1"
 START_TIMEOUT_SECONDS = 20
 
@@ -101,10 +100,7 @@ def redis_server() -> Iterator[RedisServer]:
     """One ``redis-server`` for the session (skips locally, fails in CI, when missing)."""
     binary = shutil.which("redis-server")
     if binary is None:
-        message = "redis-server missing: run `bash hack/setup-test-tools.sh` (`make test` does)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("redis-server missing: run `bash hack/setup-test-tools.sh` (`make test` does)")
     with tempfile.TemporaryDirectory(prefix="sparkllm-redis-") as workdir:
         server = start_redis_server(binary, workdir=Path(workdir))
         try:

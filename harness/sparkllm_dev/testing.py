@@ -29,12 +29,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from sparkllm_dev.ci import unavailable
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm_dev.devcluster.engines import EngineHarness
 from sparkllm_dev.devcluster.paths import PROFILE_ENV, TEST, TEST_PROFILES
 from sparkllm_dev.errors import DevClusterError
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (editable install)
 # Never the demo's cluster: a test profile (test, or test2/test3 when chosen for a second
 # run beside the first).
@@ -57,10 +57,7 @@ def devcluster() -> Iterator[DevCluster]:
     cluster = DevCluster()
     missing = cluster.paths.missing_binaries()
     if missing:
-        message = f"dev cluster binaries missing ({', '.join(missing)}): run `make binaries`"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"dev cluster binaries missing ({', '.join(missing)}): run `make binaries`")
     try:
         started = cluster.up(log=False)
     except DevClusterError as exc:

@@ -25,6 +25,7 @@ from sparkllm.errors import GatewayError
 from sparkllm.gateway import main
 from sparkllm.gateway.config import load_gateway_config
 from sparkllm.gateway.tls import ReloadingCertificate
+from sparkllm_dev.ci import in_ci
 from tests.unit.gateway_fixtures import (
     MODEL,
     free_port,
@@ -36,9 +37,7 @@ from tests.unit.gateway_fixtures import (
 from tests.unit.loopback_http import JSONHandler, serving
 
 OPENSSL = shutil.which("openssl")
-pytestmark = pytest.mark.skipif(
-    OPENSSL is None and os.environ.get("CI") != "true", reason="openssl CLI not installed"
-)
+pytestmark = pytest.mark.skipif(OPENSSL is None and not in_ci(), reason="openssl CLI not installed")
 
 
 def make_certificate(directory: Path, *, name: str) -> tuple[Path, Path]:

@@ -9,20 +9,10 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import NoReturn
 
-import pytest
-
-from tests.unit.test_chart_render import IN_CI
+from sparkllm_dev.ci import unavailable
 
 SETUP = "run `bash hack/setup-test-tools.sh` (`make test` does)"
-
-
-def unavailable(message: str) -> NoReturn:
-    """Skip (locally) or fail (CI) saying what is missing and how to get it."""
-    if IN_CI:
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def on_path(name: str) -> str:
@@ -34,4 +24,4 @@ def filled(path: Path, *, marker: str, how: str = SETUP) -> Path:
     """``path`` once its set-up step finished (``marker`` inside it exists), or skip/fail."""
     if (path / marker).is_file():
         return path
-    unavailable(f"nothing at {path} yet: {how}")
+    return unavailable(f"nothing at {path} yet: {how}")
