@@ -114,6 +114,8 @@ _PAYLOADS = st.fixed_dictionaries(
 )
 
 
+# 150 in every profile: a differential against SGLang's own V4 encoder over payload shapes
+# (tools, tool_choice, reasoning, continuation); the refusal paths are rare.
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payload=_PAYLOADS)
 def test_the_count_is_sglangs_and_the_bound_never_undercounts(payload: dict[str, Any]) -> None:

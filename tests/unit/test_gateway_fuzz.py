@@ -178,9 +178,7 @@ def _check_response(app: GatewayApp, sent: list[dict[str, Any]]) -> int:
     return int(starts[0]["status"])
 
 
-_FUZZ_SETTINGS = settings(
-    max_examples=300,
-    deadline=None,
+_FUZZ_SETTINGS = settings(  # examples: the profile's (conftest.py)
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 

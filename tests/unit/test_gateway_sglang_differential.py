@@ -205,6 +205,8 @@ _UNKNOWN_TOOL = re.compile(
     re.DOTALL,
 )
 _STRICTER = frozenset({"reasoning_effort"})
+# 300 in every profile: a differential against SGLang's own request handling over body
+# shapes, whose refusal paths are rare.
 _SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # The same bodies once more under server defaults: fewer, the paths they add are few.
 _DEFAULTS_SETTINGS = settings(_SETTINGS, max_examples=150)

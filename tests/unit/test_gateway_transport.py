@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkllm.gateway.admission import Admission, Route
@@ -280,7 +280,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_model_dir(tmp_path_factory.mktemp("model"), TOKENIZER)
 
 
-@settings(max_examples=200, deadline=None)
 @given(text=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=300))
 def test_tokens_are_never_fewer_than_bytes_over_the_longest_token(
     model_dir: Path, text: str

@@ -179,6 +179,8 @@ _request = st.tuples(
 )
 
 
+# 200 in every profile: the property is about interleavings of concurrent requests, which
+# few examples rarely reach.
 @settings(max_examples=200, deadline=None)
 @given(requests=st.lists(_request, min_size=1, max_size=40), limit=st.integers(50, 3000))
 def test_concurrent_requests_of_one_user_never_exceed_the_token_budget(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
@@ -322,7 +322,6 @@ def test_a_new_group_sorting_first_does_not_move_running_replicas() -> None:
     assert later == Assignment(replicas={0: B, 1: C, 2: A}, unplaced=())
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     replicas=st.integers(min_value=0, max_value=5),
     group_count=st.integers(min_value=0, max_value=5),
