@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkllm.api.secret_refs import SECRET_USE_LABEL
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_faults import GROUP_A, gang_restart_events, ready_at, replica_status
@@ -33,6 +34,8 @@ def start(cluster: DevCluster, namespace: str) -> tuple[str, str]:
     cluster.kubectl(
         "create", "secret", "generic", KEY_SECRET, "-n", namespace, f"--from-literal=token={key}"
     )
+    marked = f"{SECRET_USE_LABEL}=engine-api-key"
+    cluster.kubectl("label", "secret", KEY_SECRET, "-n", namespace, marked)
     doc = sample(GROUP_A)
     doc["spec"]["engine"]["apiKeySecretRef"] = {"name": KEY_SECRET, "key": "token"}
     apply(cluster, namespace, doc)

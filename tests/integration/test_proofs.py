@@ -1,9 +1,11 @@
 """Proof of service in status: capacity plan, config really applied, model check pending.
 
 The Ready cluster here also runs with a user's engine key (``spec.engine.apiKeySecretRef``)
-that starts with "-": rank 0's simulator must start with the rendered, kubelet-expanded
-command (``--api-key=<key>``, one word) and enforce exactly that key, which ConfigApplied
-proves too, since the operator reads ``/get_server_info`` with the key from the Secret.
+that starts with "-": rank 0's command line carries no key (issue 25), its launcher adds
+``--api-key=<key>`` (one word) from the env inside the process, and the simulator, which
+runs that same step, must enforce exactly that key, which ConfigApplied proves too, since
+the operator reads ``/get_server_info`` with the key from the Secret. Before that, the
+same object naming another app's Secret (not labelled for the use) is InvalidSpec.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkllm.api.secret_refs import SECRET_USE_LABEL
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import apply, condition, icl, ready, sample, user_keys
@@ -21,6 +24,14 @@ from tests.integration.test_reconcile import apply, condition, icl, ready, sampl
 pytestmark = pytest.mark.cluster
 GROUP_A = ["spark-a0", "spark-a1", "spark-a2"]
 ENGINE_KEY_SECRET = "user-engine-key"
+OTHER_APP_SECRET = "billing-db"
+
+
+def _invalid_spec(cluster: DevCluster, namespace: str) -> dict[str, Any] | None:
+    ready_condition = condition(icl(cluster, namespace), "Ready")
+    if ready_condition is None or ready_condition.get("reason") != "InvalidSpec":
+        return None
+    return ready_condition
 
 
 def settled(cluster: DevCluster, namespace: str, kind: str) -> dict[str, Any] | None:
@@ -34,19 +45,37 @@ def test_ready_cluster_proves_capacity_and_config(
 ) -> None:
     user_keys(devcluster, namespace)
     engine_key = "-" + secrets.token_urlsafe(24)  # argparse would take it for an option
+    for name, value in ((ENGINE_KEY_SECRET, engine_key), (OTHER_APP_SECRET, "db-password")):
+        devcluster.kubectl(
+            "create", "secret", "generic", name, "-n", namespace, f"--from-literal=token={value}"
+        )  # fmt: skip
     devcluster.kubectl(
-        "create", "secret", "generic", ENGINE_KEY_SECRET, "-n", namespace,
-        f"--from-literal=token={engine_key}",
-    )  # fmt: skip
+        "label", "secret", ENGINE_KEY_SECRET, "-n", namespace, f"{SECRET_USE_LABEL}=engine-api-key"
+    )
     doc = sample(GROUP_A)
+    # Another app's Secret, not marked for this use: refused before its value is read.
+    doc["spec"]["engine"]["apiKeySecretRef"] = {"name": OTHER_APP_SECRET, "key": "token"}
+    apply(devcluster, namespace, doc)
+    refused = wait_until(
+        lambda: _invalid_spec(devcluster, namespace), timeout=60, what="Ready=False InvalidSpec"
+    )
+    print(f"[proofs] another app's Secret: {refused['message']}")
+    assert refused["message"].startswith(
+        f"spec.engine.apiKeySecretRef: Secret {OTHER_APP_SECRET} is not marked"
+    )
+    assert icl(devcluster, namespace)["status"]["phase"] == "Failed"
     doc["spec"]["engine"]["apiKeySecretRef"] = {"name": ENGINE_KEY_SECRET, "key": "token"}
     apply(devcluster, namespace, doc)
     ready_obj = wait_until(lambda: ready(devcluster, namespace), timeout=90, what="Ready")
+    events = devcluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=InvalidSpec,type=Warning"
+    )["items"]
+    assert sum(e.get("count", 1) for e in events) == 1  # one Warning for the refusal
     selector = "sparkllm.io/rank=0,app.kubernetes.io/component=engine"
     rank0 = devcluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
     assert len(rank0) == 1
     container = rank0[0]["spec"]["containers"][0]
-    assert "--api-key=$(SPARKLLM_ENGINE_API_KEY)" in container["args"]
+    assert not [arg for arg in container["args"] if "api-key" in arg]  # on no command line
     key_env = next(e for e in container["env"] if e["name"] == "SPARKLLM_ENGINE_API_KEY")
     assert key_env["valueFrom"]["secretKeyRef"] == {"name": ENGINE_KEY_SECRET, "key": "token"}
     endpoint = ready_obj["status"]["replicaStatuses"][0]["endpoint"]

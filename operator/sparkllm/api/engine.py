@@ -297,7 +297,9 @@ class EngineSpec(ApiModel):
         description="apiKeySecretRef is the Secret key holding the key rank 0 requires "
         "(--api-key); the gateway presents it. Optional: when absent the operator "
         "generates a Secret and owns it. Rank 0 always requires a key, because with host "
-        "networking its port is open on the node's address.",
+        "networking its port is open on the node's address. The Secret must carry the "
+        "label sparkllm.io/secret-use=engine-api-key (its owner marks it for this use; "
+        "otherwise the InferenceCluster is InvalidSpec).",
     )
     extra_args: ExtraArgs = Field(
         default=(),

@@ -54,7 +54,9 @@ class RedisStoreSpec(ApiModel):
         default=None,
         description="passwordSecretRef names the Secret key with the Redis password "
         "(AUTH). Optional: unset, the gateway connects without a password — only for a "
-        "Redis no one else can reach.",
+        "Redis no one else can reach. The Secret must carry the label "
+        "sparkllm.io/secret-use=governance-redis-password (otherwise the InferenceCluster "
+        "is InvalidSpec): the gateway sends the value to address.",
     )
     database: int = Field(
         default=0,

@@ -25,15 +25,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from sparkllm.api import (
-    ENGINE_HTTP_PORT,
-    LABEL_REPLICA,
-    InferenceCluster,
-    Reason,
-    validate_inference_cluster,
-)
+from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster, Reason, validate_inference_cluster
 from sparkllm.api.admin_policy import AdminPolicy, PolicyDeniedError
 from sparkllm.errors import ClusterAPIError, SpecError
+from sparkllm.keys import LABEL_GENERATION, LABEL_REPLICA
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, OPTIONAL_API_GROUPS, lookup_kind
 from sparkllm.reconcile.decide import owned
@@ -42,9 +37,14 @@ from sparkllm.reconcile.decide.observation import ApiKind, Key, Observation, Ser
 from sparkllm.reconcile.decide.replica_state import pod_ready, pods_by_rank
 from sparkllm.reconcile.decide.replicas import Observed, label
 from sparkllm.reconcile.engines import ConfigProbe, Engines
-from sparkllm.reconcile.reads import read_acceptance, read_benchmark, read_engine_key, read_owned
+from sparkllm.reconcile.reads import (
+    read_acceptance,
+    read_benchmark,
+    read_engine_key,
+    read_owned,
+    read_secret_lanes,
+)
 from sparkllm.render.exposure import render_exposure
-from sparkllm.render.names import LABEL_GENERATION
 
 
 async def observe(
@@ -107,6 +107,9 @@ async def _read(
             spec_error=str(exc),
             spec_error_reason=reason or Reason.INVALID_SPEC,
         )
+    lane = await read_secret_lanes(api, ic)  # before any Secret's value is read
+    if lane is not None:
+        return Observation(key=key, obj=obj, now=clock(), spec_error=lane)
     observed = await read_owned(api, ic)
     engine_key = await read_engine_key(api, ic)
     benchmark = await read_benchmark(api, ic, obj)

@@ -2,7 +2,8 @@
 
 Why here and not beside the decisions they feed: ``decide`` is a package that imports
 nothing doing I/O, so every read lives on this side of the seam and hands decide plain
-facts — the owned objects, nodes and rank pods (``read_owned``), the engine-key Secret
+facts — the owned objects, nodes and rank pods (``read_owned``), whether the Secrets the
+spec names are marked for their use (``read_secret_lanes``), the engine-key Secret
 (``read_engine_key``), and a run on demand's Jobs, their pods and the users' key names
 (``read_on_demand``; only what the decision can use: nothing without a request or a run
 in flight, the key names and rivals' Jobs only when a Job may be created). Reads only;
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparkllm.api import InferenceCluster
+from sparkllm.api.secret_refs import lane_problem, laned_references
 from sparkllm.errors import SpecError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON
@@ -49,6 +51,19 @@ async def read_owned(api: KubeAPI, ic: InferenceCluster) -> Observed:
 def _with_kind(obj: JSON, kind: str) -> JSON:
     """List items come without apiVersion/kind; add the kind for lookups."""
     return {**obj, "kind": kind}
+
+
+async def read_secret_lanes(api: KubeAPI, ic: InferenceCluster) -> str | None:
+    """Why a Secret the spec names may not be used as it is named (its labels only:
+    ``api.secret_refs``), or None; read before any Secret's value is."""
+    namespace = ic.metadata.namespace or "default"
+    for ref in laned_references(ic.spec):
+        live = await api.get(SECRET, ref.name, namespace)
+        labels = None if live is None else (live["metadata"].get("labels") or {})
+        problem = lane_problem(ref, labels)
+        if problem is not None:
+            return problem
+    return None
 
 
 async def read_engine_key(api: KubeAPI, ic: InferenceCluster) -> EngineKeySeen:
