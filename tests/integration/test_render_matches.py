@@ -8,11 +8,17 @@ the API server adds defaults and server-set fields (uid, resourceVersion, manage
 status, defaulted spec fields), never changes ours — and the kinds and names must be
 the same on both sides. The generated engine-key Secret is the one exception, by
 design: the render names it in a comment and the live one exists with that key.
+
+The same module checks the rendered pods' Pod Security level on the real API server (no
+operator needed: server dry runs into namespaces labelled with each enforce level), so
+the levels docs/pod-security.md claims are exact.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,15 @@ from sparkllm.render.gateway import gateway_image_from
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import NAME, apply, ready, sample, user_keys
+from tests.unit.test_render_pod_security import (
+    CLAIMS,
+    JSON,
+    LEVELS,
+    VARIANTS,
+    job_pod_templates,
+    sample_doc,
+    sample_with,
+)
 
 pytestmark = pytest.mark.cluster
 KINDS = "serviceaccounts,roles,rolebindings,deployments,services,statefulsets,secrets"
@@ -103,3 +118,78 @@ def test_render_matches_what_the_operator_applied(
         if (found := subset_problems(obj, live[name], name))
     }
     assert problems == {}
+
+
+# --- Pod Security Admission: each pod kind meets exactly the level docs/pod-security.md
+# claims (tests/unit/test_render_pod_security.py: CLAIMS) ---------------------------------
+
+ADMITTED = re.compile(r"^pod/(\S+) created \(server dry run\)$", re.MULTILINE)
+REFUSED = re.compile(
+    r'pods "([^"]+)" is forbidden: (violates PodSecurity "[^"]+": .*)$', re.MULTILINE
+)
+
+
+def claimed_pods(tmp_path: Path) -> dict[str, tuple[str, JSON]]:
+    """Pod name -> (claimed level, Pod): every rank, the gateway (``sparkllm render``) and
+    the two Jobs' pods, for each variant."""
+    pods: dict[str, tuple[str, JSON]] = {}
+
+    def add(name: str, level: str, template: JSON) -> None:
+        meta = {"name": name, "labels": template["metadata"].get("labels", {})}
+        pods[name] = (level, {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                              "spec": template["spec"]})  # fmt: skip
+
+    for variant, changes in VARIANTS.items():
+        path = tmp_path / f"{variant}.yaml"
+        path.write_text(yaml.safe_dump(sample_doc(changes)))
+        rendered = yaml.safe_load_all(render_file(str(path), node_ips={}, namespace="llm"))
+        workloads = [o for o in rendered if o and o["kind"] in ("StatefulSet", "Deployment")]
+        assert len(workloads) == 4, [o["metadata"]["name"] for o in workloads]
+        for obj in workloads:
+            kind = "rank" if obj["kind"] == "StatefulSet" else "gateway"
+            suffix = obj["metadata"]["name"].removeprefix(NAME).replace("-r0-", "-")
+            add(f"{variant}{suffix or '-gateway'}", CLAIMS[(variant, kind)][0],
+                obj["spec"]["template"])  # fmt: skip
+        for kind, template in job_pod_templates(sample_with(changes)).items():
+            add(f"{variant}-{kind}", CLAIMS[(variant, kind)][0], template)
+    return pods
+
+
+def test_rendered_pods_meet_exactly_their_claimed_pod_security_level(
+    devcluster: DevCluster, tmp_path: Path
+) -> None:
+    pods = claimed_pods(tmp_path)
+    stream = yaml.safe_dump_all([pod for _, pod in pods.values()])
+    run = uuid.uuid4().hex[:5]
+    namespaces = {level: f"t-psa-{level}-{run}" for level in LEVELS}
+    try:
+        for level, ns in namespaces.items():
+            label = {"pod-security.kubernetes.io/enforce": level}
+            manifest = {"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": ns, "labels": label}}  # fmt: skip
+            devcluster.kubectl("create", "-f", "-", input=yaml.safe_dump(manifest))
+        for ns in namespaces.values():
+            # The pods name these ServiceAccounts; admission refuses a pod whose SA is absent.
+            for account in (f"{NAME}-gateway", f"{NAME}-acceptance"):
+                devcluster.kubectl("create", "serviceaccount", account, "-n", ns)
+            wait_until(
+                lambda ns=ns: devcluster.kubectl("get", "sa", "default", "-n", ns,
+                                                 check=False).returncode == 0,
+                timeout=60, what=f"default ServiceAccount in {ns}",
+            )  # fmt: skip
+        for level, ns in namespaces.items():
+            done = devcluster.kubectl(
+                "create", "--dry-run=server", "-n", ns, "-f", "-", input=stream, check=False
+            )
+            admitted = set(ADMITTED.findall(done.stdout))
+            refused = dict(REFUSED.findall(done.stderr))
+            rank = LEVELS.index(level)
+            expected = {name for name, (claim, _) in pods.items() if LEVELS.index(claim) >= rank}
+            for name, why in sorted(refused.items()):
+                print(f"[psa] enforce={level}: {name} refused: {why}")
+            print(f"[psa] enforce={level}: admitted {sorted(admitted)}")
+            assert admitted == expected, (level, done.stderr)
+            assert set(refused) == set(pods) - expected, (level, done.stderr)
+    finally:
+        for ns in namespaces.values():
+            devcluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -61,7 +61,7 @@ VARIANTS: Final[dict[str, dict[str, dict[str, Any]]]] = {
 # (variant, pod kind) -> the strictest Pod Security level the pod meets, and why not the
 # next stricter one.
 CLAIMS: Final[dict[tuple[str, str], tuple[str, str]]] = {
-    ("sample", "rank"): ("privileged", "hostNetwork, hostPath volumes, IPC_LOCK"),
+    ("sample", "rank"): ("privileged", "hostNetwork and its hostPort, hostPath volumes, IPC_LOCK"),
     ("sample", "gateway"): ("privileged", "the model's hostPath volume"),
     ("sample", "benchmark"): ("privileged", "the model's hostPath volume"),
     ("sample", "acceptance"): ("privileged", "the model's hostPath volume"),
