@@ -100,7 +100,7 @@ def _guarded_env_rule(refusal: Refusal) -> Rule:
         message=f"env must not set an SGLang variable that {refusal.reason}",
         check=lambda env: not any(var.name in refused for var in env),
         detail=lambda env: next(var.name for var in env if var.name in refused),
-        detail_cel=f"self.filter(e, e.name in {names})[0].name",
+        detail_cel=f"self.map(e, e.name).filter(n, n in {names})[0]",
         reason="FieldValueForbidden",
     )
 
@@ -184,7 +184,7 @@ ExtraEnv = Annotated[
         "spec.engine.layerPartition; the others are the operator's own)",
         check=lambda env: not any(var.name in OPERATOR_OWNED_ENV for var in env),
         detail=lambda env: next(var.name for var in env if var.name in OPERATOR_OWNED_ENV),
-        detail_cel=f"self.filter(e, e.name in {_OWNED_ENV_CEL})[0].name",
+        detail_cel=f"self.map(e, e.name).filter(n, n in {_OWNED_ENV_CEL})[0]",
         reason="FieldValueForbidden",
     ),
     *(_guarded_env_rule(refusal) for refusal in refused_env()),
