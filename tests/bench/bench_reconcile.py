@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkllm.api import LABEL_CLUSTER
+from sparkllm.keys import LABEL_CLUSTER
 from sparkllm_dev.devcluster import DevCluster, WaitTimeoutError, wait_until
 from sparkllm_dev.errors import DevClusterError
 from tests.bench.common import (

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from sparkllm.bench.accept.cli import JSON_MARKER
-from sparkllm.bench.accept.regression import BASELINE_ANNOTATION
+from sparkllm.keys import BASELINE_ANNOTATION
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.bench_jobs import BenchJobs, gateway_service_resolver
 from sparkllm_dev.devcluster.toymodel import train_tokenizer as train_v4_tokenizer

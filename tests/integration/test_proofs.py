@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkllm.api.secret_refs import SECRET_USE_LABEL
+from sparkllm.keys import SECRET_USE_LABEL
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import apply, condition, icl, ready, sample, user_keys

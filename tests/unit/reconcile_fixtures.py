@@ -19,9 +19,10 @@ from typing import Any
 
 import yaml
 
-from sparkllm.api import LABEL_RANK, validate_inference_cluster
+from sparkllm.api import validate_inference_cluster
 from sparkllm.configcheck import expected_server_args
 from sparkllm.integrity import ModelSummary
+from sparkllm.keys import LABEL_NODE_GROUP, LABEL_RANK
 from sparkllm.reconcile.decide import decide, owned
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
@@ -30,7 +31,6 @@ from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
-from sparkllm.render.names import LABEL_NODE_GROUP
 from sparkllm.render.placement import NodeFacts
 from sparkllm.render.ranks import VERIFY_CONTAINER
 

@@ -15,10 +15,11 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from sparkllm.keys import LABEL_GENERATION
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replicas import Observed
-from sparkllm.render.names import LABEL_GENERATION, rank_statefulset_name
+from sparkllm.render.names import rank_statefulset_name
 from tests.unit.reconcile_fixtures import NAME, matching, rank_pods
 
 JSON = dict[str, Any]

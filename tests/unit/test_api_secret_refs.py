@@ -16,13 +16,8 @@ from typing import Any, cast
 import pytest
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.api.secret_refs import (
-    SECRET_USE_LABEL,
-    SecretReference,
-    SecretUse,
-    lane_problem,
-    laned_references,
-)
+from sparkllm.api.secret_refs import SecretReference, SecretUse, lane_problem, laned_references
+from sparkllm.keys import SECRET_USE_LABEL
 from sparkllm.kube.client import KubeAPI
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.engines import Engines, RunningRequests

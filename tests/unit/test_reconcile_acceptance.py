@@ -14,7 +14,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkllm.api import Reason, validate_inference_cluster
-from sparkllm.bench.accept.regression import BASELINE_ANNOTATION
+from sparkllm.keys import (
+    ANNOTATION_ACCEPTANCE,
+    ANNOTATION_ACCEPTANCE_OPTIONS,
+    ANNOTATION_ACCEPTANCE_SET_BASELINE,
+    BASELINE_ANNOTATION,
+)
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide import decide as decide_pass
 from sparkllm.reconcile.decide import owned
@@ -28,9 +33,6 @@ from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, BenchmarkSeen
 from sparkllm.reconcile.decide.job_result import job_result
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.render.acceptance import (
-    ANNOTATION_ACCEPTANCE,
-    ANNOTATION_ACCEPTANCE_OPTIONS,
-    ANNOTATION_ACCEPTANCE_SET_BASELINE,
     AcceptanceRequest,
     acceptance_job_name,
     parse_acceptance_request,

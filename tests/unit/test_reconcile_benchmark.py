@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, cast
 import pytest
 
 from sparkllm.api import Reason, validate_inference_cluster
+from sparkllm.keys import ANNOTATION_BENCHMARK, ANNOTATION_BENCHMARK_USER
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, Kind
 from sparkllm.reconcile.decide.actions import Plan
@@ -36,12 +37,7 @@ from sparkllm.reconcile.decide.benchmark_plan import (
 )
 from sparkllm.reconcile.execute import benchmark_jobs
 from sparkllm.reconcile.reads import read_benchmark
-from sparkllm.render.benchmark import (
-    ANNOTATION_BENCHMARK,
-    ANNOTATION_BENCHMARK_USER,
-    BenchmarkRequest,
-    benchmark_job_name,
-)
+from sparkllm.render.benchmark import BenchmarkRequest, benchmark_job_name
 
 NOW = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
 CREATED, FINISHED, CONDITION_TIME = (

@@ -19,14 +19,18 @@ import pytest
 
 from sparkllm.api import Reason
 from sparkllm.integrity import ModelSummary
+from sparkllm.keys import (
+    ANNOTATION_BENCHMARK,
+    ANNOTATION_DRAIN_REASON,
+    ANNOTATION_DRAIN_STARTED,
+    ANNOTATION_RESTART,
+    LABEL_SERVING,
+)
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
-from sparkllm.reconcile.decide.drain import ANNOTATION_DRAIN_REASON
 from sparkllm.reconcile.decide.observation import Observation, ServerInfo
 from sparkllm.reconcile.decide.restarts import FORCE_CAUSE, UPDATE_CAUSE
-from sparkllm.render.benchmark import ANNOTATION_BENCHMARK
-from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, ANNOTATION_RESTART, LABEL_SERVING
 from sparkllm.render.placement import NODE_RANK_LABEL
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,

@@ -8,16 +8,11 @@ from typing import Any
 
 import pytest
 
-from sparkllm.reconcile.decide.drain import (
-    ANNOTATION_DRAIN_REASON,
-    draining_replicas,
-    mark_patch,
-    restart_drain,
-)
+from sparkllm.keys import ANNOTATION_DRAIN_REASON, ANNOTATION_DRAIN_STARTED, LABEL_SERVING
+from sparkllm.reconcile.decide.drain import draining_replicas, mark_patch, restart_drain
 from sparkllm.reconcile.decide.hang import HUNG_AFTER, hung_cause, unready_since
 from sparkllm.reconcile.decide.replicas import Observed, cause_class
 from sparkllm.reconcile.decide.restarts import FORCE_CAUSE, DrainFacts
-from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
 STARTED = "2026-03-01T11:00:00Z"
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from sparkllm.keys import ANNOTATION_DRAIN_REASON, ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan, PodPatch
-from sparkllm.reconcile.decide.drain import ANNOTATION_DRAIN_REASON, undrain_patch
+from sparkllm.reconcile.decide.drain import undrain_patch
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.restarts import FORCE_CAUSE
-from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, later, serving, with_obj
 from tests.unit.reconcile_world import edit_pod, pod_name
 

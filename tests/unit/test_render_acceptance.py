@@ -16,10 +16,12 @@ import pytest
 
 from sparkllm.bench.cli import configure_parser
 from sparkllm.errors import SpecError
-from sparkllm.render.acceptance import (
+from sparkllm.keys import (
     ANNOTATION_ACCEPTANCE,
     ANNOTATION_ACCEPTANCE_OPTIONS,
     ANNOTATION_ACCEPTANCE_SET_BASELINE,
+)
+from sparkllm.render.acceptance import (
     AcceptanceRequest,
     acceptance_job_name,
     acceptance_selector,

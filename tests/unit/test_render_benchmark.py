@@ -17,10 +17,9 @@ import pytest
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.bench.cli import configure_parser
 from sparkllm.errors import SpecError
+from sparkllm.keys import ANNOTATION_BENCHMARK, ANNOTATION_BENCHMARK_SCENARIOS, ANNOTATION_HASH
 from sparkllm.render.benchmark import (
     ACTIVE_DEADLINE_SECONDS,
-    ANNOTATION_BENCHMARK,
-    ANNOTATION_BENCHMARK_SCENARIOS,
     BENCH_API_KEY_ENV,
     TTL_SECONDS_AFTER_FINISHED,
     BenchmarkRequest,
@@ -29,7 +28,6 @@ from sparkllm.render.benchmark import (
     parse_benchmark_request,
     render_benchmark_job,
 )
-from sparkllm.render.names import ANNOTATION_HASH
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.router import engine_discovery_selector
 

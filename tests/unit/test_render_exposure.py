@@ -15,12 +15,12 @@ import yaml
 
 from sparkllm.api import InferenceCluster
 from sparkllm.gateway.config import load_gateway_config
+from sparkllm.keys import ANNOTATION_HASH, LABEL_SERVING
 from sparkllm.offline import fresh_plan
 from sparkllm.reconcile.decide.owned import OWNED, empty, to_prune
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.exposure import PROXY_TIMEOUT_SECONDS, TLS_DIR, render_exposure
 from sparkllm.render.gateway import GATEWAY_HTTP_PORT, admission_env, render_gateway
-from sparkllm.render.names import ANNOTATION_HASH, LABEL_SERVING
 from sparkllm.render.router import ROUTER_REQUEST_TIMEOUT_SECONDS, engine_discovery_selector
 from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT
 from tests.unit.reconcile_fixtures import SAMPLE

@@ -19,6 +19,7 @@ from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.errors import SpecError
 from sparkllm.gateway.config import MaxTokensPolicy, load_gateway_config
 from sparkllm.gateway_settings import ROUTER_PORT
+from sparkllm.keys import ANNOTATION_HASH
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import (
     DEFAULT_GATEWAY_IMAGE,
@@ -29,7 +30,6 @@ from sparkllm.render.gateway import (
     gateway_image_from,
     render_gateway,
 )
-from sparkllm.render.names import ANNOTATION_HASH
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.render.router import engine_discovery_selector, router_args

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 import pytest
 
-from sparkllm.render.names import ANNOTATION_HASH, LABEL_GENERATION
+from sparkllm.keys import ANNOTATION_HASH, LABEL_GENERATION
 from sparkllm.render.objects import (
     desired_hash,
     is_current,

@@ -27,15 +27,11 @@ import pytest
 import yaml
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
+from sparkllm.keys import ANNOTATION_HASH, ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
 from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.render import DEFAULT_TOOLS_IMAGE, EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
-from sparkllm.render.names import (
-    ANNOTATION_HASH,
-    ANNOTATION_TEMPLATE_HASH,
-    LABEL_GENERATION,
-    rank_selector_labels,
-)
+from sparkllm.render.names import rank_selector_labels
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.placement import NodeFacts, assign_groups, discover_groups
 from sparkllm.render.ranks import (

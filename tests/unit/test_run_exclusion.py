@@ -19,6 +19,7 @@ from typing import Any, cast
 import pytest
 
 from sparkllm.api import Reason, validate_inference_cluster
+from sparkllm.keys import ANNOTATION_ACCEPTANCE, ANNOTATION_BENCHMARK
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, Kind
 from sparkllm.reconcile.decide import decide as decide_pass
@@ -34,16 +35,8 @@ from sparkllm.reconcile.decide.benchmark_plan import JobResult, job_result
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.run_exclusion import rival_active, rival_wait
 from sparkllm.reconcile.reads import read_on_demand
-from sparkllm.render.acceptance import (
-    ANNOTATION_ACCEPTANCE,
-    acceptance_job_name,
-    parse_acceptance_request,
-)
-from sparkllm.render.benchmark import (
-    ANNOTATION_BENCHMARK,
-    BenchmarkRequest,
-    benchmark_job_name,
-)
+from sparkllm.render.acceptance import acceptance_job_name, parse_acceptance_request
+from sparkllm.render.benchmark import BenchmarkRequest, benchmark_job_name
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, serving, with_obj
 from tests.unit.test_reconcile_benchmark import COMPLETE, job, pod, the_cluster
 

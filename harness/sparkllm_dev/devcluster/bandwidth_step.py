@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from sparkllm.api import LABEL_CLUSTER, LABEL_REPLICA
-from sparkllm.render.names import LABEL_GENERATION
+from sparkllm.keys import LABEL_CLUSTER, LABEL_GENERATION, LABEL_REPLICA
 from sparkllm_dev.devcluster import hostpaths, kubelet
 from sparkllm_dev.gloo_bandwidth import TORCH_SETUP, torch_python
 

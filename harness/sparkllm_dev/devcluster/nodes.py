@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GROUP_LABEL = "sparkllm.io/node-group"
-RANK_LABEL = "sparkllm.io/rank"
+from sparkllm.keys import DEFAULT_NODE_GROUP_LABEL, NODE_RANK_LABEL
+
+GROUP_LABEL = DEFAULT_NODE_GROUP_LABEL  # the keys label-based placement reads
+RANK_LABEL = NODE_RANK_LABEL
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_PRODUCT = "NVIDIA-GB10"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"

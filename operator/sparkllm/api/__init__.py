@@ -29,13 +29,8 @@ from sparkllm.api.meta import (
     API_VERSION,
     BENCHMARK_SCENARIOS,
     CRD_NAME,
-    DEFAULT_NODE_GROUP_LABEL,
     GROUP,
     KIND,
-    LABEL_CLUSTER,
-    LABEL_RANK,
-    LABEL_REPLICA,
-    NODE_RANK_LABEL,
     PLURAL,
     VERSION,
 )
@@ -53,6 +48,13 @@ from sparkllm.api.status import (
     ReplicaStatus,
 )
 from sparkllm.api.validate import validate_inference_cluster, validate_inference_cluster_update
+from sparkllm.keys import (
+    DEFAULT_NODE_GROUP_LABEL,
+    LABEL_CLUSTER,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    NODE_RANK_LABEL,
+)
 from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT, OPERATOR_OWNED_FLAGS
 
 __all__ = [

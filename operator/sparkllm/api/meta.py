@@ -1,9 +1,8 @@
 """Names that identify the InferenceCluster API and the labels it is built on.
 
 Everything here is part of the published contract (DESIGN.md): the group/version/kind a
-user writes in a manifest, the CRD's names, the label keys the operator stamps on every
-object it owns and reads from nodes, and the benchmark scenario names a user may write
-in an annotation. (The engine's serving port is an SGLang launch fact: it lives in
+user writes in a manifest, the CRD's names, and the benchmark scenario names a user may
+write in an annotation (the label and annotation keys are :mod:`sparkllm.keys`). (The engine's serving port is an SGLang launch fact: it lives in
 :mod:`sparkllm.sglang_contract.fields` and ``sparkllm.api`` re-exports it.) They live in one
 module, with no logic, so that ``render``, ``reconcile``, the gateway and the CLI import
 one spelling of each name instead of re-typing string literals.
@@ -21,17 +20,6 @@ SINGULAR: Final = "inferencecluster"
 SHORT_NAMES: Final = ("icl",)
 CATEGORIES: Final = ("sparkllm",)
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
-
-# Labels on every object the operator creates (DESIGN.md, "What the operator creates").
-LABEL_CLUSTER: Final = "sparkllm.io/cluster"
-LABEL_REPLICA: Final = "sparkllm.io/replica"
-LABEL_RANK: Final = "sparkllm.io/rank"
-
-# Node labels read by label-based placement: the group a node belongs to (the key is
-# configurable per InferenceCluster; this is its default) and the node's rank inside its
-# group (fixed: one spelling across the fleet keeps node labelling scriptable).
-DEFAULT_NODE_GROUP_LABEL: Final = "sparkllm.io/node-group"
-NODE_RANK_LABEL: Final = "sparkllm.io/rank"
 
 # The benchmark scenarios a user may name in the annotation
 # ``sparkllm.io/benchmark-scenarios`` (render/benchmark.py), in matrix order. The matrix

@@ -20,8 +20,8 @@ from pydantic import Field
 
 from sparkllm.api.common import LabelKey, NodeName
 from sparkllm.api.engine import MAX_PIPELINE_PARALLEL
-from sparkllm.api.meta import DEFAULT_NODE_GROUP_LABEL, NODE_RANK_LABEL
 from sparkllm.api.rules import ApiModel, Rule
+from sparkllm.keys import DEFAULT_NODE_GROUP_LABEL, NODE_RANK_LABEL
 
 MAX_REPLICAS: Final = 16
 

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sparkllm.api.spec import InferenceClusterSpec
-
-SECRET_USE_LABEL: Final = "sparkllm.io/secret-use"
+from sparkllm.keys import SECRET_USE_LABEL
 
 
 class SecretUse(enum.StrEnum):

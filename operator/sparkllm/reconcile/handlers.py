@@ -15,8 +15,9 @@ from typing import Any
 
 import kopf
 
-from sparkllm.api import GROUP, LABEL_CLUSTER, PLURAL, VERSION
+from sparkllm.api import GROUP, PLURAL, VERSION
 from sparkllm.errors import ClusterAPIError
+from sparkllm.keys import LABEL_CLUSTER
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.context import OperatorContext
 from sparkllm.render.placement import node_facts

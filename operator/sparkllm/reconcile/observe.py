@@ -25,15 +25,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from sparkllm.api import (
-    ENGINE_HTTP_PORT,
-    LABEL_REPLICA,
-    InferenceCluster,
-    Reason,
-    validate_inference_cluster,
-)
+from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster, Reason, validate_inference_cluster
 from sparkllm.api.admin_policy import AdminPolicy, PolicyDeniedError
 from sparkllm.errors import ClusterAPIError, SpecError
+from sparkllm.keys import LABEL_GENERATION, LABEL_REPLICA
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON, OPTIONAL_API_GROUPS, lookup_kind
 from sparkllm.reconcile.decide import owned
@@ -50,7 +45,6 @@ from sparkllm.reconcile.reads import (
     read_secret_lanes,
 )
 from sparkllm.render.exposure import render_exposure
-from sparkllm.render.names import LABEL_GENERATION
 
 
 async def observe(

@@ -34,10 +34,16 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from sparkllm.api import API_VERSION, LABEL_CLUSTER, InferenceCluster
+from sparkllm.api import API_VERSION, InferenceCluster
 from sparkllm.bench.accept.regression import parse_tolerances
 from sparkllm.bench.accept.rows import parse_sections
 from sparkllm.errors import SpecError
+from sparkllm.keys import (
+    ANNOTATION_ACCEPTANCE,
+    ANNOTATION_ACCEPTANCE_OPTIONS,
+    ANNOTATION_ACCEPTANCE_SET_BASELINE,
+    LABEL_CLUSTER,
+)
 from sparkllm.render.benchmark import (
     BENCH_API_KEY_ENV,
     TERMINATION_LOG,
@@ -50,9 +56,6 @@ from sparkllm.render.benchmark import (
 from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, owner_reference
 from sparkllm.render.objects import JSON, stamp_hash
 
-ANNOTATION_ACCEPTANCE: Final = "sparkllm.io/acceptance"
-ANNOTATION_ACCEPTANCE_OPTIONS: Final = "sparkllm.io/acceptance-options"
-ANNOTATION_ACCEPTANCE_SET_BASELINE: Final = "sparkllm.io/acceptance-set-baseline"
 COMPONENT_ACCEPTANCE: Final = "acceptance"
 JSON_REPORT_PATH: Final = "/tmp/acceptance.json"
 MARKDOWN_REPORT_PATH: Final = "/tmp/acceptance.md"

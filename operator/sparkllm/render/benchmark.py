@@ -36,9 +36,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from sparkllm.api import BENCHMARK_SCENARIOS, LABEL_CLUSTER, InferenceCluster
+from sparkllm.api import BENCHMARK_SCENARIOS, InferenceCluster
 from sparkllm.errors import SpecError
 from sparkllm.gateway_settings import GATEWAY_HTTP_PORT
+from sparkllm.keys import (
+    ANNOTATION_BENCHMARK,
+    ANNOTATION_BENCHMARK_SCENARIOS,
+    ANNOTATION_BENCHMARK_USER,
+    ANNOTATION_SPEC_GENERATION,
+    LABEL_CLUSTER,
+)
 
 # The model volume and placement are the gateway's on purpose: the benchmark must mount
 # the model exactly where (and on the nodes where) the front door finds it.
@@ -47,11 +54,6 @@ from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, gateway_name,
 from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
 
-ANNOTATION_BENCHMARK: Final = "sparkllm.io/benchmark"
-ANNOTATION_BENCHMARK_SCENARIOS: Final = "sparkllm.io/benchmark-scenarios"
-# On the Job: who asked and what, so a finished Job can be reported on its own.
-ANNOTATION_BENCHMARK_USER: Final = "sparkllm.io/benchmark-user"
-ANNOTATION_SPEC_GENERATION: Final = "sparkllm.io/spec-generation"
 COMPONENT_BENCHMARK: Final = "benchmark"
 BENCH_CONTAINER: Final = "bench"
 BENCH_API_KEY_ENV: Final = "SPARKLLM_BENCH_API_KEY"

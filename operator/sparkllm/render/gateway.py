@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
-from sparkllm.api import GROUP, LABEL_CLUSTER, PLURAL, AdmissionSpec, InferenceCluster
+from sparkllm.api import GROUP, PLURAL, AdmissionSpec, InferenceCluster
 from sparkllm.gateway_settings import (
     GATEWAY_HTTP_PORT,
     GATEWAY_METRICS_PORT,
@@ -36,6 +36,7 @@ from sparkllm.gateway_settings import (
     env_var_name,
     governance_key_prefix,
 )
+from sparkllm.keys import LABEL_CLUSTER
 from sparkllm.render.exposure import (
     gateway_probe_scheme,
     gateway_tls_mounts,

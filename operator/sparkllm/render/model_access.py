@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from sparkllm.api import LABEL_CLUSTER, InferenceCluster
+from sparkllm.api import InferenceCluster
+from sparkllm.keys import LABEL_CLUSTER
 from sparkllm.render.names import COMPONENT_ENGINE, LABEL_COMPONENT
 from sparkllm.render.objects import JSON
 

@@ -3,28 +3,17 @@
 One spelling of each derived name (DESIGN.md: ``N-r{r}-rank{k}``, ``N-r{r}``, ``N``), so
 render, reconcile, the gateway's discovery selector and the tests all agree. The label
 set is small and fixed: it is what the operator prunes by, what the router discovers by,
-and what Prometheus series carry.
+and what Prometheus series carry; its ``sparkllm.io/`` keys are ``sparkllm.keys``'.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from sparkllm.api import API_VERSION, KIND, LABEL_CLUSTER, LABEL_RANK, LABEL_REPLICA
+from sparkllm.api import API_VERSION, KIND
+from sparkllm.keys import LABEL_CLUSTER, LABEL_RANK, LABEL_REPLICA
 
-LABEL_GENERATION: Final = "sparkllm.io/restart-generation"
-LABEL_NODE_GROUP: Final = "sparkllm.io/node-group"
-# On rank pods: "true" while the router may send them requests. Scaling down flips the
-# live rank-0 pod to "false" (the router's selector requires "true"), waits for the
-# router to let go, then removes the replica: draining at the gateway.
-LABEL_SERVING: Final = "sparkllm.io/serving"
-ANNOTATION_DRAIN_STARTED: Final = "sparkllm.io/drain-started"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
-ANNOTATION_HASH: Final = "sparkllm.io/desired-hash"
-# On rank pod templates: digest of the template without the restart generation, so a
-# pod made from an older spec is recognised (updateStrategy is OnDelete).
-ANNOTATION_TEMPLATE_HASH: Final = "sparkllm.io/template-hash"
-ANNOTATION_RESTART: Final = "sparkllm.io/restart"
 MANAGED_BY: Final = "sparkllm-operator"
 COMPONENT_ENGINE: Final = "engine"
 COMPONENT_GATEWAY: Final = "gateway"

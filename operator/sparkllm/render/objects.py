@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from sparkllm.render.names import ANNOTATION_HASH
+from sparkllm.keys import ANNOTATION_HASH
 
 JSON = dict[str, Any]
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkllm.api import NODE_RANK_LABEL, InferenceClusterSpec
+from sparkllm.api import InferenceClusterSpec
+from sparkllm.keys import NODE_RANK_LABEL
 
 
 @dataclass(frozen=True)

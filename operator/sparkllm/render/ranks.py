@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
-from sparkllm.render.engine import engine_env
-from sparkllm.render.model_access import model_volume
-from sparkllm.render.names import (
+from sparkllm.keys import (
     ANNOTATION_TEMPLATE_HASH,
     LABEL_GENERATION,
     LABEL_NODE_GROUP,
     LABEL_SERVING,
+)
+from sparkllm.render.engine import engine_env
+from sparkllm.render.model_access import model_volume
+from sparkllm.render.names import (
     owner_reference,
     rank_labels,
     rank_selector_labels,

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from sparkllm.api import ENGINE_HTTP_PORT, LABEL_CLUSTER, LABEL_RANK, InferenceCluster
+from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
 from sparkllm.gateway_settings import ROUTER_HOST, ROUTER_PORT
-from sparkllm.render.names import COMPONENT_ENGINE, LABEL_COMPONENT, LABEL_SERVING
+from sparkllm.keys import LABEL_CLUSTER, LABEL_RANK, LABEL_SERVING
+from sparkllm.render.names import COMPONENT_ENGINE, LABEL_COMPONENT
 from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS
 from sparkllm.sglang_contract.argv import attached
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sparkllm.bench.accept.load import DOCUMENTED_ARRIVAL_RATE, LoadSizes
-from sparkllm.bench.accept.regression import BASELINE_ANNOTATION, make_baseline, parse_tolerances
+from sparkllm.bench.accept.regression import make_baseline, parse_tolerances
 from sparkllm.bench.accept.report import report_json, report_markdown, status_summary
 from sparkllm.bench.accept.resources import node_selector
 from sparkllm.bench.accept.rows import SECTIONS, parse_sections
@@ -35,6 +35,7 @@ from sparkllm.bench.accept.run import AcceptConfig, StatusReader, run_acceptance
 from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SparkllmError, SpecError
+from sparkllm.keys import BASELINE_ANNOTATION
 from sparkllm.kube.client import KubeAPI, load_configuration
 from sparkllm.kube.kinds import INFERENCE_CLUSTER
 

@@ -19,7 +19,6 @@ from sparkllm.bench.stats import LoadMetrics
 from sparkllm.errors import SpecError
 
 SECTION: Final = "regression"
-BASELINE_ANNOTATION: Final = "sparkllm.io/accepted-baseline"
 LOWER_IS_BETTER: Final = ("ttftP95Ms", "tpotP95Ms", "e2eP95Ms")
 HIGHER_IS_BETTER: Final = ("outputTokensPerS",)
 DEFAULT_TOLERANCE: Final[Mapping[str, float]] = {

@@ -27,7 +27,12 @@ from functools import partial
 from typing import Any, Final
 
 from sparkllm.api import InferenceCluster, Reason
-from sparkllm.bench.accept.regression import BASELINE_ANNOTATION, make_baseline
+from sparkllm.bench.accept.regression import make_baseline
+from sparkllm.keys import (
+    ANNOTATION_ACCEPTANCE,
+    ANNOTATION_ACCEPTANCE_SET_BASELINE,
+    BASELINE_ANNOTATION,
+)
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.benchmark import (
     BENCHMARK_RIVAL,
@@ -37,8 +42,6 @@ from sparkllm.reconcile.decide.benchmark import (
 )
 from sparkllm.reconcile.decide.benchmark_plan import OnDemand
 from sparkllm.render.acceptance import (
-    ANNOTATION_ACCEPTANCE,
-    ANNOTATION_ACCEPTANCE_SET_BASELINE,
     AcceptanceRequest,
     acceptance_job_name,
     acceptance_rbac_name,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sparkllm.api import LABEL_REPLICA, InferenceCluster, Phase
+from sparkllm.api import InferenceCluster, Phase
+from sparkllm.keys import LABEL_NODE_GROUP, LABEL_REPLICA
 from sparkllm.reconcile.decide.actions import JSON, PendingEvent, PodPatch, earliest
 from sparkllm.reconcile.decide.drain import mark_patch, restart_drain, undrain_patch
 from sparkllm.reconcile.decide.replica_state import pods_by_rank
@@ -30,7 +31,7 @@ from sparkllm.reconcile.decide.status import ClusterReport, ReplicaReport
 from sparkllm.render import EngineKeyRef
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
-from sparkllm.render.names import LABEL_NODE_GROUP, cluster_selector
+from sparkllm.render.names import cluster_selector
 from sparkllm.render.placement import Assignment, NodeHolder, assign_groups, discover_groups
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from sparkllm.api import InferenceCluster
 from sparkllm.errors import SpecError
+from sparkllm.keys import ANNOTATION_ACCEPTANCE, ANNOTATION_BENCHMARK
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.actions import Removal
 from sparkllm.reconcile.decide.benchmark_plan import (
@@ -40,9 +41,8 @@ from sparkllm.reconcile.decide.benchmark_plan import (
     plan_rejected,
 )
 from sparkllm.reconcile.decide.run_exclusion import Rival, rival_wait
-from sparkllm.render.acceptance import ANNOTATION_ACCEPTANCE, acceptance_selector
+from sparkllm.render.acceptance import acceptance_selector
 from sparkllm.render.benchmark import (
-    ANNOTATION_BENCHMARK,
     benchmark_job_name,
     benchmark_selector,
     parse_benchmark_request,

@@ -37,13 +37,11 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple, Protocol
 
 from sparkllm.api import Reason
+from sparkllm.keys import ANNOTATION_BENCHMARK
 from sparkllm.reconcile.decide.job_result import (
     JobResult,
     job_result,
     parse_termination_message,
-)
-from sparkllm.render.benchmark import (
-    ANNOTATION_BENCHMARK,
 )
 from sparkllm.render.objects import JSON
 

@@ -23,6 +23,7 @@ from sparkllm.api import ConditionType, InferenceCluster, InferenceClusterSpec, 
 from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
 from sparkllm.configcheck import compare_server_info
 from sparkllm.errors import SpecError
+from sparkllm.keys import ANNOTATION_RESTART
 from sparkllm.reconcile.decide import owned
 from sparkllm.reconcile.decide.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
 from sparkllm.reconcile.decide.acceptance import acceptance_keep, decide_acceptance
@@ -53,7 +54,7 @@ from sparkllm.reconcile.decide.status import (
     progressing_verdict,
 )
 from sparkllm.render.governance_default import with_governance_default
-from sparkllm.render.names import ANNOTATION_RESTART, cluster_selector
+from sparkllm.render.names import cluster_selector
 from sparkllm.render.placement import node_holders
 
 

@@ -28,15 +28,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from sparkllm.api import ENGINE_HTTP_PORT, LABEL_RANK, LABEL_REPLICA, Reason
+from sparkllm.api import ENGINE_HTTP_PORT, Reason
+from sparkllm.keys import (
+    ANNOTATION_DRAIN_REASON,
+    ANNOTATION_DRAIN_STARTED,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    LABEL_SERVING,
+)
 from sparkllm.reconcile.decide.actions import PendingEvent, PodPatch, earliest
 from sparkllm.reconcile.decide.replicas import Observed, label, timestamp
 from sparkllm.reconcile.decide.restarts import DrainFacts
-from sparkllm.render.names import ANNOTATION_DRAIN_STARTED, LABEL_SERVING
 
 ROUTER_LET_GO: Final = timedelta(seconds=6)  # smg drains a vanished worker for 5 s
 DRAIN_DEADLINE: Final = timedelta(seconds=300)  # the documents' long requests take minutes
-ANNOTATION_DRAIN_REASON: Final = "sparkllm.io/drain-reason"  # a planned restart's cause
 JSON = dict[str, Any]
 
 

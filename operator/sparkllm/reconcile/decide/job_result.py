@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from sparkllm.render.benchmark import ANNOTATION_BENCHMARK_USER, BENCH_CONTAINER
+from sparkllm.keys import ANNOTATION_BENCHMARK_USER
+from sparkllm.render.benchmark import BENCH_CONTAINER
 from sparkllm.render.objects import JSON
 
 MESSAGE_LIMIT: Final = 512  # of a termination message that is not a summary

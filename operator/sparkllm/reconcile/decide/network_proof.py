@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sparkllm.api import LABEL_REPLICA, ConditionType, InferenceCluster, Reason
+from sparkllm.api import ConditionType, InferenceCluster, Reason
 from sparkllm.api.network_status import MAX_FINDINGS
+from sparkllm.keys import LABEL_REPLICA
 from sparkllm.preflight.bandwidth import MIB, BandwidthResult, result_from_json
 from sparkllm.preflight.findings import Check, Finding, Severity, failed, from_json, summarize
 from sparkllm.reconcile.decide.proofs import init_container_result, keep_failed, rank_pods

@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sparkllm.api import LABEL_RANK, ConditionType, InferenceClusterSpec, Reason
+from sparkllm.api import ConditionType, InferenceClusterSpec, Reason
 from sparkllm.configcheck import Mismatch, describe_mismatches
 from sparkllm.integrity import ModelSummary, compare_rank_summaries
 from sparkllm.integrity.summary import SummaryError
+from sparkllm.keys import LABEL_RANK
 from sparkllm.plan import plan_capacity
 from sparkllm.reconcile.decide.replicas import Observed, label
 from sparkllm.reconcile.decide.status import condition

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from sparkllm.api import LABEL_RANK, LABEL_REPLICA
-from sparkllm.render.names import LABEL_GENERATION
+from sparkllm.keys import LABEL_GENERATION, LABEL_RANK, LABEL_REPLICA
 from sparkllm.render.placement import NodeFacts
 
 JSON = dict[str, Any]

@@ -14,14 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sparkllm.api import (
-    ENGINE_HTTP_PORT,
-    LABEL_RANK,
-    LABEL_REPLICA,
-    InferenceCluster,
-    Phase,
-    Reason,
-)
+from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster, Phase, Reason
+from sparkllm.keys import ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION, LABEL_RANK, LABEL_REPLICA
 from sparkllm.reconcile.decide.actions import PendingEvent
 from sparkllm.reconcile.decide.hang import unready_since
 from sparkllm.reconcile.decide.replica_state import ReplicaState, observe_replica, pods_by_rank
@@ -35,7 +29,6 @@ from sparkllm.reconcile.decide.restarts import (
 )
 from sparkllm.reconcile.decide.status import ReplicaReport
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
-from sparkllm.render.names import ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
 from sparkllm.render.placement import NodeFacts
 from sparkllm.render.ranks import pod_template_hash
 
