@@ -9,7 +9,7 @@
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
 #         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua}. A binary already there
-#         is not rebuilt.
+#         is not rebuilt. With --control-plane only the first seven (what `make demo` needs).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -46,7 +46,7 @@ timed() {  # timed LABEL CMD...: run CMD, report how long it took
   local label=$1 start=$SECONDS
   shift
   log "building $label ..."
-  "$@"
+  "$@" || return  # (set -e does not reach here: the caller runs us under `||`)
   log "built $label in $((SECONDS - start)) s"
 }
 
@@ -113,12 +113,37 @@ build_glua() {
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "github.com/yuin/gopher-lua/cmd/glua@$GLUA_VERSION"
 }
 
+# The builds run side by side: each spends part of its time fetching modules from the
+# proxy (network) while another compiles (CPU), and Go's build cache is safe to share.
+# A failed build fails the script, naming it; its output is in $WORK/<name>.log.
+pids=()
+names=()
+start_build() {  # start_build NAME LABEL FUNCTION: run FUNCTION in the background
+  local name=$1 label=$2 fn=$3
+  (timed "$label" "$fn" >"$WORK/$name.log" 2>&1 || { tail -n 30 "$WORK/$name.log" >&2; exit 1; }) &
+  pids+=($!)
+  names+=("$name")
+}
+
 total=$SECONDS
-have etcd || timed "etcd $ETCD_VERSION" build_etcd
-have kwok kwokctl || timed "kwok $KWOK_VERSION" build_kwok
+have etcd || start_build etcd "etcd $ETCD_VERSION" build_etcd
+have kwok kwokctl || start_build kwok "kwok $KWOK_VERSION" build_kwok
 have kube-apiserver kube-controller-manager kube-scheduler kubectl \
-  || timed "kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
-have helm || timed "helm $HELM_VERSION" build_helm
-have kubeconform || timed "kubeconform $KUBECONFORM_VERSION" build_kubeconform
-have glua || timed "glua (gopher-lua) $GLUA_VERSION" build_glua
-log "all binaries in $BIN ($((SECONDS - total)) s)"
+  || start_build kubernetes "kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
+# --control-plane: only what a dev cluster runs (`make demo`); the tests' tools come with
+# a plain run (`make binaries`).
+if [[ ${1:-} != --control-plane ]]; then
+  have helm || start_build helm "helm $HELM_VERSION" build_helm
+  have kubeconform || start_build kubeconform "kubeconform $KUBECONFORM_VERSION" build_kubeconform
+  have glua || start_build glua "glua (gopher-lua) $GLUA_VERSION" build_glua
+fi
+failed=()
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || failed+=("${names[$i]}")
+  grep -h '^\[build-binaries' "$WORK/${names[$i]}.log" || true
+done
+if ((${#failed[@]})); then
+  log "FAILED: ${failed[*]} (logs: $WORK/<name>.log)"
+  exit 1
+fi
+log "binaries in $BIN ($((SECONDS - total)) s)"

@@ -29,7 +29,12 @@ from typing import Any
 import yaml
 
 from sparkllm_dev.devcluster.nodes import SimNode, node_manifest, spark_nodes
-from sparkllm_dev.devcluster.paths import K8S_VERSION, DevPaths, default_paths
+from sparkllm_dev.devcluster.paths import (
+    CONTROL_PLANE_BINARIES,
+    K8S_VERSION,
+    DevPaths,
+    default_paths,
+)
 from sparkllm_dev.devcluster.wait import wait_until
 from sparkllm_dev.errors import DevClusterError
 
@@ -131,7 +136,9 @@ class DevCluster:
 
     def is_running(self) -> bool:
         """True when the API server answers /readyz with our kubeconfig."""
-        if not self.paths.kubeconfig.exists() or self.paths.missing_binaries():
+        if not self.paths.kubeconfig.exists() or self.paths.missing_binaries(
+            CONTROL_PLANE_BINARIES
+        ):
             return False
         probe = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
         return probe.returncode == 0 and probe.stdout.strip() == "ok"
