@@ -403,10 +403,16 @@ def test_the_charts_admission_policy_refuses_what_the_operator_would(
             interval=0.2,
             what="the admission policy to take effect",
         )
-        vap = crd_installed.kubectl_json(
-            "get", "validatingadmissionpolicy", objs[0]["metadata"]["name"]
-        )
-        assert not (vap.get("status") or {}).get("typeChecking", {}).get("expressionWarnings")
+        vap_name = objs[0]["metadata"]["name"]
+
+        def type_checked() -> dict[str, Any] | None:
+            vap = crd_installed.kubectl_json("get", "validatingadmissionpolicy", vap_name)
+            status: dict[str, Any] = vap.get("status") or {}
+            done = status.get("observedGeneration") == vap["metadata"]["generation"]
+            return status if done else None
+
+        status = wait_until(type_checked, timeout=60, what="the policy's type checking")
+        assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
         messages = []
         for name, change in POLICY_CASES:
             changed = apply_changes(base, set_values=dict(change), delete=[])

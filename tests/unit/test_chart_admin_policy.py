@@ -130,7 +130,7 @@ def test_disabled_renders_no_policy_and_no_env() -> None:
         ("images.allowedRepositories[0]=Evil Repo", "/policy/images/allowedRepositories/0"),
         ("images.requireDigest=maybe", "/policy/images/requireDigest"),
         ("modelPaths.allowedPrefixes[0]=models", "/policy/modelPaths/allowedPrefixes/0"),
-        ("placement.namespaces.Team_A.nodes[0]=a", "/policy/placement/namespaces"),
+        ("placement.namespaces.Team_A.nodes[0]=a", "invalid propertyName 'Team_A'"),
         ("placement.default.nodez[0]=a", "'nodez' not allowed"),
         ("exposure.allowedHosts[0]=*.*.example.com", "/policy/exposure/allowedHosts/0"),
         ("exposure.allowedIssuers[0].kind=CA", "/policy/exposure/allowedIssuers/0"),

@@ -164,7 +164,11 @@ def test_ha_runs_two_pods_with_distinct_priorities_and_stable_identities() -> No
         "--namespace=llm-a",
         "--namespace=llm-b",
     ]
-    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    env = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in container["env"]
+        if "valueFrom" in e  # the others are plain values (the admin policy)
+    }
     assert env == {
         "POD_ID": "metadata.name",
         "POD_INDEX": "metadata.labels['apps.kubernetes.io/pod-index']",
