@@ -39,6 +39,7 @@ from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.engines import Engines
 from sparkllm.reconcile.observe import observe
 from sparkllm_dev.testing import ROOT
+from tests.fixtures.invalid import apply_changes
 
 JSON = dict[str, Any]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
@@ -46,16 +47,12 @@ CHART_VALUES = ROOT / "charts" / "sparkllm" / "values.yaml"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-def sample(namespace: str = "llm", **sections: Any) -> JSON:
-    doc: JSON = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
+def sample(namespace: str = "llm", **changes: Any) -> JSON:
+    """The sample in ``namespace`` with spec changes (``engine__image=...``: spec.engine.image)."""
+    doc: JSON = yaml.safe_load(SAMPLE.read_text())
     doc["metadata"].update(namespace=namespace, uid="u", generation=1)
-    for path, value in sections.items():
-        section, _, field = path.partition("__")
-        if field:
-            doc["spec"].setdefault(section, {})[field] = value
-        else:
-            doc["spec"][section] = value
-    return doc
+    paths = {"spec." + key.replace("__", "."): value for key, value in changes.items()}
+    return apply_changes(doc, set_values=paths, delete=[])
 
 
 def violations(obj: JSON, policy: AdminPolicy | None = None) -> list[str]:
