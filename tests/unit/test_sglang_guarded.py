@@ -14,7 +14,7 @@ import pytest
 from sparkllm.errors import SpecError
 from sparkllm.sglang_contract.command import engine_args
 from sparkllm.sglang_contract.fields import LAUNCH_FIELDS, REFUSED_FLAGS
-from sparkllm.sglang_contract.flags import SGLANG_VERSION, flag_spec, known_flags
+from sparkllm.sglang_contract.flags import SGLANG_VERSION, flag_spec, flag_table, known_flags
 from sparkllm.sglang_contract.guarded import (
     ENV_DECISIONS,
     FLAG_DECISIONS,
@@ -28,7 +28,7 @@ from sparkllm.sglang_contract.guarded import (
     refused_env,
     refused_flags,
 )
-from tests.unit.test_configcheck import sample_spec
+from tests.unit.test_configcheck import ROOT, sample_spec
 
 
 def _extracted_flags() -> set[str]:
@@ -114,3 +114,19 @@ def test_a_mirrored_flag_reaches_the_engine_as_written_and_a_bad_one_is_invalid_
     bad = sample_spec(extraArgs=["--default-chat-template-kwargs", '{"messages": []}'])
     with pytest.raises(SpecError, match=r"^spec\.engine\.extraArgs: .* may not set 'messages'"):
         engine_args(bad, rank=1, rank0_ip="10.0.0.1")
+
+
+def test_api_docs_list_every_refused_setting() -> None:
+    """docs/api.md's table says what the code does: every refused flag (canonical name)
+    and variable, and the mirrored flag, appear in its section."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    section = text.split("## Engine settings the front door must know about", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    specs = {spec.dest: spec for spec in flag_table().flags}
+    refused = {
+        specs[flag_spec(spelling).dest].name for r in refused_flags() for spelling in r.spellings
+    }
+    named = [*refused, *REFUSED_FLAGS, *mirrored_flags()]
+    named += [name for r in refused_env() for name in r.spellings]
+    missing = [name for name in named if f"`{name}`" not in section]
+    assert not missing, f"docs/api.md does not list {missing}"
