@@ -15,11 +15,12 @@ the administrator's policy (the chart's ``policy``), which observe checks first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from sparkllm.api.admin_policy import AdminPolicy
 from sparkllm.api.governance_store import RedisStoreSpec
+from sparkllm.errors import ClusterAPIError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import kind_of
 from sparkllm.reconcile.decide import decide
@@ -28,6 +29,8 @@ from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
 from sparkllm.reconcile.observe import observe
 from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
+
+HTTP_UNPROCESSABLE = 422  # the API server's "Invalid": the object itself is refused
 
 
 def utcnow() -> datetime:
@@ -75,7 +78,20 @@ class ClusterReconciler:
             gateway_image=self.gateway_image,
             governance_default=self.governance_default,
         )
-        await execute(self.api, plan, clock=self.clock)
+        try:
+            await execute(self.api, plan, clock=self.clock)
+        except ClusterAPIError as exc:
+            if exc.status != HTTP_UNPROCESSABLE:
+                raise
+            # The API server refused an object rendered from a spec it accepted: the spec
+            # cannot be applied, so say so in status (InvalidSpec, one Warning Event)
+            # rather than retry the same write every few seconds (issue 25).
+            message = f"the API server refused an object made from this spec: {exc}"
+            refused = replace(observation, ic=None, spec_error=message)
+            await execute(
+                self.api, decide(refused, gateway_image=self.gateway_image), clock=self.clock
+            )
+            return PassOutcome()
         return PassOutcome(
             retry_after=plan.retry_after,
             nodes=set(plan.nodes),
