@@ -32,14 +32,14 @@ from sparkllm.render.gateway import (
 )
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.ranks import EngineKeyRef
-from sparkllm.render.router import engine_discovery_selector, router_args
+from sparkllm.render.router import ROUTER_LAUNCHER_CODE, engine_discovery_selector, router_args
+from sparkllm.sglang_contract.command import launched_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm_dev.devcluster.kubelet import expand_references
 
 NAME, NAMESPACE, UID = "llm", "serving", "uid-123"
 ENGINE_KEY = EngineKeyRef(secret="llm-engine-key", key="token")
 IMAGE = "registry.example/sparkllm:9.9.9"
-KEY_PLACEHOLDER = f"$({ENGINE_API_KEY_ENV})"
 
 BASE: dict[str, Any] = {
     "apiVersion": "sparkllm.io/v1alpha1",
@@ -86,9 +86,11 @@ def container(objects: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
 
 
 def parsed_router(ic: InferenceCluster) -> Any:
-    """The router's args through smg 1.13.0's own parser (an unknown flag exits)."""
-    args = [expand_references(arg, {ENGINE_API_KEY_ENV: "engine-key"}) for arg in router_args(ic)]
-    parsed = parse_router_args(args)
+    """The router's args, as its launcher hands them to smg with the key in its env,
+    through smg 1.13.0's own parser (an unknown flag exits)."""
+    environ = {ENGINE_API_KEY_ENV: "engine-key"}
+    args = [expand_references(arg, environ) for arg in router_args(ic)]
+    parsed = parse_router_args(launched_args(args, environ))
     parsed._validate_router_args()
     return parsed
 
@@ -208,7 +210,7 @@ def test_router_listens_on_loopback_and_authenticates_to_engines_from_the_secret
     router = parsed_router(cluster())
     assert (router.host, router.port) == ("127.0.0.1", ROUTER_PORT)
     assert router.health_check_port is not None
-    assert router.api_key == "engine-key"  # what the kubelet expands $(VAR) to
+    assert router.api_key == "engine-key"  # what the launcher adds from the env
     ref = {"secretKeyRef": {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}}
     assert container(render(), "router")["env"] == [{"name": ENGINE_API_KEY_ENV, "valueFrom": ref}]
 
@@ -350,8 +352,10 @@ def test_keys_are_only_referenced_never_written() -> None:
             else:
                 assert isinstance(env_var["value"], str)  # Kubernetes wants strings
                 assert not env_var["name"].endswith("_KEY")  # a key is never a literal
-    args = container(render(), "router")["args"]
-    assert [arg for arg in args if KEY_PLACEHOLDER in arg] == [f"--api-key={KEY_PLACEHOLDER}"]
+    router = container(render(), "router")
+    assert router["command"] == ["python", "-c", ROUTER_LAUNCHER_CODE, "launch"]
+    words = [router["command"][-1], *router["args"]]  # [2] is the launcher's code
+    assert not [word for word in words if "api-key" in word or "$(" in word]  # issue 25
 
 
 # --- exposure, placement, hardening ----------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import subprocess
 import sys
 import time
@@ -34,7 +35,9 @@ from sparkllm.errors import SpecError
 from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
+from sparkllm.render.router import ROUTER_LAUNCHER_CODE
 from sparkllm.sglang_contract.argv import attached, flag_name, option_value, replace_option_values
+from sparkllm.sglang_contract.command import launched_args
 from sparkllm_dev.devcluster import kubelet
 from sparkllm_dev.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,
@@ -63,7 +66,6 @@ AWKWARD_KEYS = [
     "-key with spaces",
     "0123456789abcdef",  # an ordinary (generated, hex) key still works
 ]
-SMG = Path(sys.executable).parent / "smg"
 DEADLINE_SECONDS = 30.0
 
 
@@ -102,11 +104,19 @@ def rank0_started(*, key: str) -> tuple[list[str], dict[str, str]]:
     return started(rank0["spec"]["template"]["spec"], "engine", key=key)
 
 
-def router_command(*, key: str) -> list[str]:
+def router_started(*, key: str) -> tuple[list[str], dict[str, str]]:
     ic = user_keyed_cluster()
     objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image="img:1")
     deployment = next(o for o in objects if o["kind"] == "Deployment")
-    return started_command(deployment["spec"]["template"]["spec"], "router", key=key)
+    return started(deployment["spec"]["template"]["spec"], "router", key=key)
+
+
+def router_command(*, key: str) -> list[str]:
+    """smg's words as its launcher hands them over: ``launch``, the args, then the key."""
+    command, env = router_started(key=key)
+    assert command[:4] == ["python", "-c", ROUTER_LAUNCHER_CODE, "launch"]
+    assert not any("api-key" in word for word in command[3:])  # on no command line
+    return ["smg", *launched_args(command[3:], env)]
 
 
 def as_two_words(command: Sequence[str], *, key: str) -> list[str]:
@@ -185,13 +195,20 @@ def worker() -> Iterator[str]:
 
 
 def test_smg_starts_with_a_dash_leading_key_and_presents_it(worker: str, tmp_path: Path) -> None:
-    command = router_command(key=DASH_KEY)
+    """The rendered router command runs for real: the launcher's code, smg with the
+    rendered args (localized, discovery swapped for one worker), the key only in the env.
+    smg presents it to the worker, and it is not on the process's command line."""
+    command, env = router_started(key=DASH_KEY)
+    assert not any(DASH_KEY in word for word in command)  # only the env holds it
     ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
-    args = localize_router_args(with_worker_url(command[2:], url=worker), ports=ports)
+    args = localize_router_args(with_worker_url(command[4:], url=worker), ports=ports)
     log = tmp_path / "smg.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(SMG), "launch", *args], stdout=sink, stderr=subprocess.STDOUT
+            [sys.executable, *command[1:4], *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
         )
     liveness = f"http://127.0.0.1:{ports['--health-check-port']}/liveness"
     try:
@@ -206,6 +223,8 @@ def test_smg_starts_with_a_dash_leading_key_and_presents_it(worker: str, tmp_pat
             time.sleep(0.1)
         assert live, f"smg never answered {liveness}: {log.read_text(errors='replace')}"
         assert f"Bearer {DASH_KEY}" in _Worker.seen, _Worker.seen
+        # smg retitles its process (smg::router); either way the key is not in it
+        assert DASH_KEY.encode() not in Path(f"/proc/{process.pid}/cmdline").read_bytes()
     finally:
         process.kill()  # ours; a graceful stop waits out smg's drain window
         process.wait(timeout=DEADLINE_SECONDS)

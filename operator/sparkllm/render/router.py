@@ -13,7 +13,10 @@ off a replica and would leave a dead one in rotation too long.
 A module of its own because the router's argv is a contract with another program (smg's
 argparse), apart from the Kubernetes objects ``render.gateway`` builds around it.
 
-Pure: no I/O. The engine key never appears: ``--api-key=$(SPARKLLM_ENGINE_API_KEY)``.
+Pure: no I/O. The engine key never appears, not even on smg's command line: like rank 0,
+the router starts through a launcher (:data:`ROUTER_LAUNCHER_CODE`) that moves the key
+from its environment into smg's ``sys.argv`` inside the process (smg 1.13.0 takes it only
+as ``--api-key``).
 """
 
 from __future__ import annotations
@@ -25,12 +28,23 @@ from sparkllm.gateway_settings import ROUTER_HOST, ROUTER_PORT
 from sparkllm.keys import LABEL_CLUSTER, LABEL_RANK, LABEL_SERVING
 from sparkllm.render.names import COMPONENT_ENGINE, LABEL_COMPONENT
 from sparkllm.render.ranks import HEALTH_PATH, HEALTH_TIMEOUT_SECONDS
-from sparkllm.sglang_contract.argv import attached
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
 ROUTER_HEALTH_PORT: Final = 30081  # smg's isolated probe listener (loopback too)
 ROUTER_METRICS_PORT: Final = 29000  # smg's Prometheus exporter, on the pod IP
-ROUTER_COMMAND: Final = ("smg", "launch")
+ROUTER_LAUNCHER_CODE: Final = (
+    f"import os,sys;k=os.environ.pop({ENGINE_API_KEY_ENV!r},None);sys.argv[0]='smg';"
+    "sys.argv+=[] if k is None else ['--api-key='+k];from smg.cli import main;main()"
+)
+"""``python -c`` code: ``smg`` with the engine key appended to its argv from the env.
+
+smg reads its arguments from ``sys.argv[1:]`` (``smg.cli.main``), the first being the
+subcommand (``launch``); the key goes last as one ``--api-key=<key>`` word (it may start
+with "-"), exactly what ``sglang_contract.command.launched_args`` gives for these args.
+``/proc/<pid>/cmdline`` keeps the command the kubelet started, without the key; the
+variable is popped, so nothing smg starts inherits it.
+"""
+ROUTER_COMMAND: Final = ("python", "-c", ROUTER_LAUNCHER_CODE, "launch")
 # smg and uvicorn let in-flight streams finish on SIGTERM; longer answers are cut.
 SHUTDOWN_GRACE_SECONDS: Final = 290
 
@@ -83,10 +97,9 @@ def engine_discovery_selector(cluster: str) -> dict[str, str]:
 
 
 def router_args(ic: InferenceCluster) -> list[str]:
-    """``smg launch`` arguments; the engine key stays ``$(SPARKLLM_ENGINE_API_KEY)``.
+    """``smg launch`` arguments, without the engine key (the launcher adds it).
 
-    smg parses them with Python's argparse, so the key is attached with "=" exactly as
-    on rank 0's command line; every other value is the operator's or a DNS name.
+    smg parses them with Python's argparse; every value is the operator's or a DNS name.
     """
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     admission, engine = ic.spec.admission, ic.spec.engine
@@ -106,8 +119,6 @@ def router_args(ic: InferenceCluster) -> list[str]:
         "--balance-abs-threshold", str(max(1, engine.max_running_requests // 4)),
         "--max-tree-size", str(ROUTER_MAX_TREE_CHARS),
         "--disable-tokenizer-autoload",
-        # One word: the key may start with "-" (a user's Secret); see sglang_contract/argv.py.
-        attached("--api-key", f"$({ENGINE_API_KEY_ENV})"),
         "--health-check-endpoint", HEALTH_PATH,
         "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_SECONDS),
         "--health-check-timeout-secs", str(HEALTH_TIMEOUT_SECONDS),
@@ -138,6 +149,7 @@ def router_args(ic: InferenceCluster) -> list[str]:
 __all__ = [
     "BODY_REWRITE_MARGIN_BYTES",
     "ROUTER_COMMAND",
+    "ROUTER_LAUNCHER_CODE",
     "ROUTER_LIVENESS_COMMAND",
     "ROUTER_METRICS_PORT",
     "ROUTER_REQUEST_TIMEOUT_SECONDS",
