@@ -17,15 +17,16 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Final
 
 from sparkllm.bench.accept import cli as accept_cli
+from sparkllm.bench.args import BenchArgs
 from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.prompts import PromptBuilder
 from sparkllm.bench.report import BenchReport, report_json, report_markdown, status_summary
 from sparkllm.bench.runner import BenchTarget, run_matrix
-from sparkllm.bench.scenarios import SCENARIO_NAMES, select_scenarios
+from sparkllm.bench.scenarios import select_scenarios
+from sparkllm.cli_args import add_options, from_namespace
 from sparkllm.errors import SparkllmError
 
 EXIT_PASSED: Final = 0
@@ -33,42 +34,14 @@ EXIT_NOT_PASSED: Final = 1
 EXIT_ERROR: Final = 2
 
 
-def _scenario_list(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add ``sparkllm bench``'s options to ``parser``."""
-    parser.add_argument(
-        "--base-url", required=True, help="gateway or rank-0 URL, e.g. http://h:8000"
-    )
-    parser.add_argument("--model", required=True, help="the served model name")
-    parser.add_argument(
-        "--api-key-env", metavar="VAR", help="environment variable holding the API key"
-    )
-    parser.add_argument(
-        "--scenarios",
-        type=_scenario_list,
-        help=f"comma-separated subset of: {', '.join(SCENARIO_NAMES)} (default: all)",
-    )
-    parser.add_argument("--requests", type=int, help="override every scenario's request count")
-    parser.add_argument(
-        "--tokenizer", type=Path, help="directory with tokenizer.json (else approximate)"
-    )
-    parser.add_argument("--timeout", type=float, default=900.0, help="per request, seconds")
-    parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up request")
-    parser.add_argument("--output", type=Path, help="write the full JSON report here")
-    parser.add_argument("--markdown", type=Path, help="write the Markdown report here")
-    parser.add_argument(
-        "--status-summary",
-        type=Path,
-        help="write the compact status.benchmark JSON here (e.g. /dev/termination-log)",
-    )
-    accept_cli.configure_parser(parser)
+    """Add ``sparkllm bench``'s options (the checklist's too) to ``parser``."""
+    add_options(parser, BenchArgs)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(namespace: argparse.Namespace) -> int:
     """Run the benchmark (or, with ``--accept``, the checklist); the exit status."""
+    args = from_namespace(BenchArgs, namespace)
     if args.accept:
         return accept_cli.run(args)
     try:

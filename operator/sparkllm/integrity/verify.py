@@ -21,8 +21,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, TextIO
+from typing import Final, TextIO
 
+from sparkllm.cli_args import add_options, from_namespace
+from sparkllm.integrity.args import DEFAULT_TERMINATION_LOG, HashMode, VerifyModelArgs
 from sparkllm.integrity.checksums import (
     FULL_HASH_BELOW_BYTES,
     ChecksumError,
@@ -34,10 +36,8 @@ from sparkllm.integrity.checksums import (
 from sparkllm.integrity.layout import check_layout
 from sparkllm.integrity.summary import ModelSummary, build_summary
 
-DEFAULT_TERMINATION_LOG: Final = "/dev/termination-log"
 EXIT_OK: Final = 0
 EXIT_PROBLEM: Final = 1
-HashMode = Literal["sampled", "full"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,30 +130,12 @@ def write_termination_message(path: str, message: str) -> None:
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add verify-model's options to ``parser`` (for the ``sparkllm`` CLI)."""
-    parser.add_argument("--model-dir", required=True, type=Path, help="the model directory")
-    parser.add_argument(
-        "--expected-shards", required=True, type=int, help="spec.model.expectedShards"
-    )
-    parser.add_argument("--expected-layers", type=int, help="spec.model.numLayers (optional)")
-    parser.add_argument("--checksums", type=Path, help="sha256sum-format manifest (optional)")
-    parser.add_argument(
-        "--hash",
-        choices=["sampled", "full"],
-        default="sampled",
-        help="without a manifest: fingerprint large files by samples (default) or fully",
-    )
-    parser.add_argument(
-        "--jobs", type=int, default=min(4, os.cpu_count() or 1), help="hashing threads"
-    )
-    parser.add_argument(
-        "--termination-log",
-        default=DEFAULT_TERMINATION_LOG,
-        help=f"where to write the JSON summary (default {DEFAULT_TERMINATION_LOG})",
-    )
+    add_options(parser, VerifyModelArgs)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(namespace: argparse.Namespace) -> int:
     """Run verify-model from parsed arguments; the exit status."""
+    args = from_namespace(VerifyModelArgs, namespace)
     manifest = None
     if args.checksums is not None:
         try:

@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from sparkllm.cli_args import add_options, from_namespace, option
 from sparkllm.preflight.findings import Check, Finding, Severity, failed, from_json, to_json
 
 Collective = Literal["all_reduce", "all_gather"]
@@ -217,22 +218,32 @@ def result_from_json(text: str) -> BandwidthResult:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class BandwidthArgs:
+    """The collective to time, in the order the rank pods' init container writes them
+    (``render/network_preflight.py``); the module's parser is built from the same fields."""
+
+    COMMAND: ClassVar[tuple[str, ...]] = ()  # run as ``python -m sparkllm.preflight.bandwidth``
+
+    backend: Literal["nccl", "gloo"] = option("--backend", default="nccl", always=True)
+    op: Collective = option("--op", default="all_reduce", always=True)
+    threshold_gbps: float = option("--threshold-gbps", default=DEFAULT_THRESHOLD_GBPS, always=True)
+    termination_log: Path | None = option("--termination-log", default=None)
+    gate: bool = option("--gate", default=False, help="exit 1 below the threshold")
+    node: str = option("--node", default="", help="node name (default: $NODE_NAME)")
+    max_mib: int = option("--max-mib", default=128, help="largest size (8 MiB up)")
+    warmup: int = option("--warmup", default=2)
+    iterations: int = option("--iterations", default=5)
+    timeout_seconds: float = option("--timeout-seconds", default=600.0, help="rendezvous wait")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm-preflight-bandwidth",
         description="Time a collective across the ranks of a torch.distributed group "
         "(env:// rendezvous: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).",
     )
-    parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
-    parser.add_argument("--op", choices=("all_reduce", "all_gather"), default="all_reduce")
-    parser.add_argument("--node", default=os.environ.get("NODE_NAME", "unknown"))
-    parser.add_argument("--threshold-gbps", type=float, default=DEFAULT_THRESHOLD_GBPS)
-    parser.add_argument("--max-mib", type=int, default=128, help="largest size (8 MiB up)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--timeout-seconds", type=float, default=600, help="rendezvous wait")
-    parser.add_argument("--gate", action="store_true", help="exit 1 below the threshold")
-    parser.add_argument("--termination-log", type=Path, default=None)
+    add_options(parser, BandwidthArgs)
     return parser
 
 
@@ -246,7 +257,7 @@ def _slowest(dist: Any, torch: Any, samples: list[Sample], *, device: str) -> li
     ]
 
 
-def _collect(args: argparse.Namespace) -> tuple[int, int, list[Sample]]:
+def _collect(args: BandwidthArgs) -> tuple[int, int, list[Sample]]:
     """Rendezvous, time every size, agree on the times: (rank, world size, samples)."""
     # The engine image's torch; the operator's image has none, hence no static import.
     torch: Any = importlib.import_module("torch")
@@ -275,7 +286,8 @@ def _collect(args: argparse.Namespace) -> tuple[int, int, list[Sample]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the collective; rank 0 prints the table and the finding (exit 1 below threshold)."""
-    args = _parser().parse_args(argv)
+    args = from_namespace(BandwidthArgs, _parser().parse_args(argv))
+    node = args.node or os.environ.get("NODE_NAME", "unknown")
     rank = int(os.environ.get("RANK", "0"))
     ranks = int(os.environ.get("WORLD_SIZE", "0"))
     try:
@@ -283,10 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a peer that never came, a refused port: a finding, no traceback
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         text = f"rank {rank} of {ranks}: no collective with rank 0 at {where}: {exc}"
-        findings = [Finding(args.node, Check.BANDWIDTH, Severity.ERROR, text[:600])]
+        findings = [Finding(node, Check.BANDWIDTH, Severity.ERROR, text[:600])]
         samples = []
     else:
-        findings = evaluate(samples, node=args.node, threshold_gbps=args.threshold_gbps)
+        findings = evaluate(samples, node=node, threshold_gbps=args.threshold_gbps)
     largest = max(samples, key=lambda s: s.nbytes, default=None)
     result = BandwidthResult(
         rank=rank,

@@ -16,7 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from sparkllm.integrity.verify import DEFAULT_TERMINATION_LOG, write_termination_message
+from sparkllm.cli_args import add_options, from_namespace
+from sparkllm.integrity.verify import write_termination_message
+from sparkllm.preflight.args import VerifyNetworkArgs
 from sparkllm.preflight.checks import NodeExpectations, check_node
 from sparkllm.preflight.findings import Check, Finding, Severity, failed, to_json
 from sparkllm.preflight.host import HostView
@@ -24,29 +26,14 @@ from sparkllm.preflight.host import HostView
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add verify-network's options to ``parser`` (for the ``sparkllm`` CLI)."""
-    parser.add_argument("--root", type=Path, default=Path("/"), help="where sys, proc, etc are")
-    for part in ("sys", "proc", "etc"):
-        parser.add_argument(f"--{part}-dir", type=Path, default=None, help=f"/{part} (over --root)")
-    parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="node name")
-    parser.add_argument("--socket-interface", required=True, help="spec.network.socketInterface")
-    parser.add_argument("--ib-hca", action="append", required=True, help="one of ibHCAs")
-    parser.add_argument("--gid-index", type=int, required=True, help="spec.network.ibGIDIndex")
-    parser.add_argument("--roce-mtu", type=int, default=None, help="expected MTU of RoCE ports")
-    parser.add_argument("--socket-mtu", type=int, default=None, help="expected socket MTU")
-    parser.add_argument("--gate", action="store_true", help="exit 1 when a check fails")
-    parser.add_argument(
-        "--copy-bandwidth-module",
-        type=Path,
-        default=None,
-        help="copy sparkllm.preflight (stdlib only) here for verify-bandwidth's PYTHONPATH",
-    )
-    parser.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG)
+    add_options(parser, VerifyNetworkArgs)
 
 
 # What ``python -m sparkllm.preflight.bandwidth`` imports: the package and its
 # stdlib-only modules (verify.py, this CLI, needs more and is left out).
 SHIPPED: tuple[str, ...] = (
     "sparkllm/__init__.py",
+    "sparkllm/cli_args.py",
     "sparkllm/preflight/__init__.py",
     "sparkllm/preflight/bandwidth.py",
     "sparkllm/preflight/checks.py",
@@ -65,8 +52,9 @@ def copy_bandwidth_module(dest: Path) -> None:
         shutil.copyfile(root / relative, target)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(namespace: argparse.Namespace) -> int:
     """Run every per-node check; print each finding; the exit status."""
+    args = from_namespace(VerifyNetworkArgs, namespace)
     expect = NodeExpectations(
         socket_interface=args.socket_interface,
         ib_hcas=tuple(args.ib_hca),
@@ -75,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         socket_mtu=args.socket_mtu,
         environment=dict(os.environ),
     )
-    node = args.node or "unknown"
+    node = args.node or os.environ.get("NODE_NAME") or "unknown"
     host = HostView(
         sys=args.sys_dir or args.root / "sys",
         proc=args.proc_dir or args.root / "proc",

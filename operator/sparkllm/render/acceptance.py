@@ -31,12 +31,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from sparkllm.api import API_VERSION, InferenceCluster
 from sparkllm.bench.accept.regression import parse_tolerances
 from sparkllm.bench.accept.rows import parse_sections
+from sparkllm.bench.args import BenchArgs
+from sparkllm.cli_args import coerce, command_line
 from sparkllm.errors import SpecError
 from sparkllm.keys import (
     ANNOTATION_ACCEPTANCE,
@@ -178,21 +181,26 @@ def acceptance_selector(cluster: str) -> str:
 def acceptance_args(ic: InferenceCluster, *, options: tuple[tuple[str, str], ...]) -> list[str]:
     """``sparkllm bench --accept`` arguments (after ``sparkllm``); no key value."""
     namespace = ic.metadata.namespace or "default"
-    args = [
-        "bench", "--accept",
-        "--base-url", front_door_url(ic),
-        "--model", ic.spec.model.served_name,
-        "--api-key-env", BENCH_API_KEY_ENV,
-        "--tokenizer", ic.spec.model.path,
-        "--inference-cluster", f"{namespace}/{ic.metadata.name}",
-        "--status-summary", TERMINATION_LOG,
-        "--output", JSON_REPORT_PATH,
-        "--markdown", MARKDOWN_REPORT_PATH,
-        "--print-json",
-    ]  # fmt: skip
-    for name, value in options:
-        args += [f"--{name}", value]
-    return args
+    run = BenchArgs(
+        accept=True,
+        base_url=front_door_url(ic),
+        model=ic.spec.model.served_name,
+        api_key_env=BENCH_API_KEY_ENV,
+        tokenizer=Path(ic.spec.model.path),
+        inference_cluster=f"{namespace}/{ic.metadata.name}",
+        status_summary=Path(TERMINATION_LOG),
+        output=Path(JSON_REPORT_PATH),
+        markdown=Path(MARKDOWN_REPORT_PATH),
+        print_json=True,
+        **_typed(options),
+    )
+    return command_line(run)
+
+
+def _typed(options: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A request's checked options as the values of ``BenchArgs``'s fields."""
+    fields = {name: name.replace("-", "_") for name, _ in options}
+    return {fields[name]: coerce(BenchArgs, fields[name], value) for name, value in options}
 
 
 def render_acceptance_job(

@@ -34,9 +34,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from sparkllm.api import BENCHMARK_SCENARIOS, InferenceCluster
+from sparkllm.bench.args import BenchArgs
+from sparkllm.cli_args import command_line
 from sparkllm.errors import SpecError
 from sparkllm.gateway_settings import GATEWAY_HTTP_PORT
 from sparkllm.keys import (
@@ -143,18 +146,16 @@ def front_door_url(ic: InferenceCluster) -> str:
 
 def bench_args(ic: InferenceCluster, *, scenarios: Sequence[str] | None) -> list[str]:
     """``sparkllm bench`` arguments (after the ``sparkllm`` command); no key value."""
-    args = [
-        "bench",
-        "--base-url", front_door_url(ic),
-        "--model", ic.spec.model.served_name,
-        "--api-key-env", BENCH_API_KEY_ENV,
-        "--tokenizer", ic.spec.model.path,
-        "--status-summary", TERMINATION_LOG,
-        "--output", REPORT_PATH,
-    ]  # fmt: skip
-    if scenarios:
-        args += ["--scenarios", ",".join(scenarios)]
-    return args
+    run = BenchArgs(
+        base_url=front_door_url(ic),
+        model=ic.spec.model.served_name,
+        api_key_env=BENCH_API_KEY_ENV,
+        tokenizer=Path(ic.spec.model.path),
+        status_summary=Path(TERMINATION_LOG),
+        output=Path(REPORT_PATH),
+        scenarios=tuple(scenarios) if scenarios else None,
+    )
+    return command_line(run)
 
 
 def render_benchmark_job(

@@ -13,9 +13,14 @@ and ``status.network``. Off (the default) adds nothing at all.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Final
 
 from sparkllm.api import InferenceCluster
+from sparkllm.cli_args import command_line
+from sparkllm.preflight.args import VerifyNetworkArgs
+from sparkllm.preflight.bandwidth import BandwidthArgs
 from sparkllm.render.engine import engine_env
 from sparkllm.render.objects import JSON
 from sparkllm.render.pod_security import (
@@ -58,22 +63,23 @@ def network_init_container(
     does not start. ``addresses``: the replica's node addresses, rank 0's first.
     """
     net = ic.spec.network
-    args = ["verify-network", "--socket-interface", net.socket_interface]
-    args += ["--gid-index", str(net.ib_gid_index), "--roce-mtu", str(net.roce_mtu)]
-    for hca in net.ib_hcas:
-        args += ["--ib-hca", hca]
-    if net.socket_mtu is not None:
-        args += ["--socket-mtu", str(net.socket_mtu)]
-    for part in HOST_DIRS:
-        args += [f"--{part}-dir", f"/host/{part}"]
-    if net.preflight.mode == "gate":
-        args.append("--gate")
+    checks = VerifyNetworkArgs(
+        socket_interface=net.socket_interface,
+        gid_index=net.ib_gid_index,
+        roce_mtu=net.roce_mtu,
+        ib_hca=tuple(net.ib_hcas),
+        socket_mtu=net.socket_mtu,
+        sys_dir=Path("/host/sys"),  # HOST_DIRS, mounted below
+        proc_dir=Path("/host/proc"),
+        etc_dir=Path("/host/etc"),
+        gate=net.preflight.mode == "gate",
+    )
     mounts = [
         {"name": f"host-{part}", "mountPath": f"/host/{part}", "readOnly": True}
         for part in HOST_DIRS
     ]
     if _measures(ic, ranks=len(addresses)):
-        args += ["--copy-bandwidth-module", CODE_DIR]
+        checks = replace(checks, copy_bandwidth_module=Path(CODE_DIR))
         mounts.append({"name": CODE_VOLUME, "mountPath": CODE_DIR})
     addresses_env = {"name": RANK_ADDRESSES_ENV, "value": ",".join(addresses)}
     return {
@@ -81,7 +87,7 @@ def network_init_container(
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["sparkllm"],
-        "args": args,
+        "args": command_line(checks),
         "env": [*env, NODE_NAME_ENV, addresses_env],
         "terminationMessagePolicy": "File",
         "volumeMounts": mounts,
@@ -96,11 +102,13 @@ def bandwidth_init_container(
 ) -> JSON:
     """The collective across the replica's ranks, in the engine image (NCCL, its GPU)."""
     preflight = ic.spec.network.preflight
-    args = ["--backend", "nccl", "--op", "all_reduce"]
-    args += ["--threshold-gbps", f"{preflight.min_bus_bandwidth_gbps:g}"]
-    args += ["--termination-log", "/dev/termination-log"]
-    if preflight.mode == "gate":
-        args.append("--gate")
+    collective = BandwidthArgs(
+        backend="nccl",
+        op="all_reduce",
+        threshold_gbps=preflight.min_bus_bandwidth_gbps,
+        termination_log=Path("/dev/termination-log"),
+        gate=preflight.mode == "gate",
+    )
     rendezvous = [
         {"name": "RANK", "value": str(rank)},
         {"name": "WORLD_SIZE", "value": str(len(addresses))},
@@ -119,7 +127,7 @@ def bandwidth_init_container(
         "image": ic.spec.engine.image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-m", "sparkllm.preflight.bandwidth"],
-        "args": args,
+        "args": command_line(collective),
         "env": [*env, NODE_NAME_ENV, *rendezvous],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # The engine's GPU (a pod's request is the larger of init and app containers', so

@@ -14,10 +14,13 @@ the model are mounted read-only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final
 
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
+from sparkllm.cli_args import command_line
+from sparkllm.integrity.args import VerifyModelArgs
 from sparkllm.keys import (
     ANNOTATION_TEMPLATE_HASH,
     LABEL_GENERATION,
@@ -154,23 +157,22 @@ def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSO
     termination message, which the operator compares across ranks.
     """
     model = ic.spec.model
-    args = [
-        "verify-model",
-        "--model-dir", model.path,
-        "--expected-shards", str(model.expected_shards),
-        "--expected-layers", str(model.num_layers),
-    ]  # fmt: skip
+    checks = VerifyModelArgs(
+        model_dir=Path(model.path),
+        expected_shards=model.expected_shards,
+        expected_layers=model.num_layers,
+    )
     model_mounts = [m for m in mounts if m["name"] == "model"]
     if model.checksums is not None:
         key = model.checksums.config_map_ref.key
-        args += ["--checksums", f"{CHECKSUMS_MOUNT}/{key}"]
+        checks = replace(checks, checksums=Path(CHECKSUMS_MOUNT) / key)
         model_mounts.append({"name": "checksums", "mountPath": CHECKSUMS_MOUNT, "readOnly": True})
     return {
         "name": VERIFY_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["sparkllm"],
-        "args": args,
+        "args": command_line(checks),
         "terminationMessagePolicy": "File",
         "volumeMounts": model_mounts,
         "securityContext": tools_container_security(),

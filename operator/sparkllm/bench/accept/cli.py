@@ -3,9 +3,10 @@
 A mode of ``sparkllm bench`` rather than a command of its own (the product's command set
 stays as it is): it shares the target options (``--base-url``, ``--model``,
 ``--api-key-env``, ``--timeout``, ``--tokenizer``, ``--output``, ``--markdown``,
-``--status-summary``) and adds the checklist's own, below. ``--tokenizer DIR`` sizes the
-load's prompts in the model's own tokens (else words, labelled approximate). The API key
-comes from the variable named with ``--api-key-env``. With ``--inference-cluster
+``--status-summary``) and adds the checklist's own (``bench/args.py``, the ``--accept``
+group). ``--tokenizer DIR`` sizes the load's prompts in the model's own tokens (else
+words, labelled approximate). The API key comes from the variable named with
+``--api-key-env``. With ``--inference-cluster
 NAMESPACE/NAME`` the InferenceCluster's status gives rank restarts (before / after the soak
 and the whole run) and its ``sparkllm.io/accepted-baseline`` annotation the baseline;
 ``--set-baseline`` writes this run's stress figures there (on request only). ``--baseline
@@ -17,21 +18,20 @@ rows do not fail the run, and never read as pass.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 from collections.abc import Mapping
 from dataclasses import fields
-from pathlib import Path
 from typing import Any, Final
 
-from sparkllm.bench.accept.load import DOCUMENTED_ARRIVAL_RATE, LoadSizes
 from sparkllm.bench.accept.regression import make_baseline, parse_tolerances
 from sparkllm.bench.accept.report import report_json, report_markdown, status_summary
 from sparkllm.bench.accept.resources import node_selector
-from sparkllm.bench.accept.rows import SECTIONS, parse_sections
+from sparkllm.bench.accept.rows import parse_sections
 from sparkllm.bench.accept.run import AcceptConfig, StatusReader, run_acceptance
+from sparkllm.bench.accept.sizes import LoadSizes
+from sparkllm.bench.args import BenchArgs
 from sparkllm.bench.cli_io import api_key, write
 from sparkllm.bench.runner import BenchTarget
 from sparkllm.errors import SparkllmError, SpecError
@@ -46,45 +46,7 @@ JSON_MARKER: Final = "--- sparkllm accept: JSON report ---"
 LOAD_OPTIONS: Final = tuple(f.name for f in fields(LoadSizes) if f.name != "seed")
 
 
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add the checklist's own options (beside ``sparkllm bench``'s) to ``parser``."""
-    group = parser.add_argument_group("acceptance checklist (with --accept)")
-    group.add_argument(
-        "--accept", action="store_true", help="run the acceptance checklist instead of the matrix"
-    )
-    group.add_argument(
-        "--sections", default=",".join(SECTIONS), help=f"subset of: {', '.join(SECTIONS)}"
-    )
-    group.add_argument("--scale8-requests", type=int, default=120)
-    group.add_argument("--scale8-concurrency", type=int, default=8)
-    group.add_argument("--arrival-requests", type=int, default=160)
-    group.add_argument(
-        "--arrival-rate",
-        type=float,
-        default=DOCUMENTED_ARRIVAL_RATE,
-        help="req/s (default: the documents' suggested starting load, 0.10)",
-    )
-    group.add_argument("--soak-seconds", type=float, default=300.0)
-    group.add_argument("--soak-concurrency", type=int, default=2)
-    group.add_argument("--input-tokens", type=int, default=256)
-    group.add_argument("--output-tokens", type=int, default=128)
-    group.add_argument("--prometheus-url", help="Prometheus base URL for resource safety")
-    group.add_argument("--node-label", default="instance", help="node-exporter's node label")
-    group.add_argument("--inference-cluster", metavar="NAMESPACE/NAME")
-    group.add_argument("--baseline", type=Path, help="accepted baseline JSON file")
-    group.add_argument("--write-baseline", type=Path, help="write this run as a baseline file")
-    group.add_argument(
-        "--set-baseline", action="store_true", help="accept this run on the InferenceCluster"
-    )
-    group.add_argument("--tolerance", help="metric=fraction,... (e.g. ttftP95Ms=0.3)")
-    group.add_argument(
-        "--print-json",
-        action="store_true",
-        help="print the JSON report after the Markdown (a Job's log then keeps both)",
-    )
-
-
-def _sizes(args: argparse.Namespace) -> LoadSizes:
+def _sizes(args: BenchArgs) -> LoadSizes:
     sizes = LoadSizes(**{name: getattr(args, name) for name in LOAD_OPTIONS})
     counts = (sizes.scale8_requests, sizes.scale8_concurrency, sizes.arrival_requests)
     if min(counts) < 1 or sizes.soak_concurrency < 1 or sizes.arrival_rate <= 0:
@@ -127,7 +89,7 @@ class ClusterLink:
             await api.aclose()
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: BenchArgs) -> int:
     link = ClusterLink(args.inference_cluster) if args.inference_cluster else None
     baseline = json.loads(args.baseline.read_text()) if args.baseline else None
     if baseline is None and link is not None:
@@ -167,7 +129,7 @@ async def _run(args: argparse.Namespace) -> int:
     return EXIT_PASSED if run.passed else EXIT_NOT_PASSED
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: BenchArgs) -> int:
     """Run the checklist from parsed arguments; the exit status."""
     try:
         if args.set_baseline and not args.inference_cluster:

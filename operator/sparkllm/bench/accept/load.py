@@ -18,36 +18,17 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, TextIO
+from typing import TextIO
 
 import httpx
 
+from sparkllm.bench.accept.sizes import LoadSizes
 from sparkllm.bench.client import ChatRequest, stream_chat
 from sparkllm.bench.progress import ProgressBar
 from sparkllm.bench.prompts import PromptBuilder
 from sparkllm.bench.runner import BenchTarget, ScenarioRun, run_scenario
 from sparkllm.bench.scenarios import Scenario
 from sparkllm.bench.stats import LoadMetrics, RequestResult, summarize
-
-DOCUMENTED_ARRIVAL_RATE: Final = 0.10
-"""req/s: the documents' suggested starting load for 256 -> 128 requests (an upper bound)."""
-INPUT_TOKENS: Final = 256
-OUTPUT_TOKENS: Final = 128
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSizes:
-    """How much load each item sends (defaults: the documents')."""
-
-    scale8_requests: int = 120
-    scale8_concurrency: int = 8
-    arrival_requests: int = 160
-    arrival_rate: float = DOCUMENTED_ARRIVAL_RATE
-    soak_seconds: float = 300.0
-    soak_concurrency: int = 2
-    input_tokens: int = INPUT_TOKENS
-    output_tokens: int = OUTPUT_TOKENS
-    seed: int = 19
 
 
 def scale8_scenario(sizes: LoadSizes) -> Scenario:

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import httpx
 
 from sparkllm.bench.accept.functional import FUNCTIONAL_CHECKS, Probe
-from sparkllm.bench.accept.load import LoadContext, LoadSizes, run_arrival, run_scale8, run_soak
+from sparkllm.bench.accept.load import LoadContext, run_arrival, run_scale8, run_soak
 from sparkllm.bench.accept.regression import (
     DEFAULT_TOLERANCE,
     regression_rows,
@@ -36,6 +36,7 @@ from sparkllm.bench.accept.regression import (
 )
 from sparkllm.bench.accept.resources import prometheus_rows, restart_count, restarts_row
 from sparkllm.bench.accept.rows import SECTIONS, Row, verdict
+from sparkllm.bench.accept.sizes import LoadSizes
 from sparkllm.bench.progress import ProgressBar
 from sparkllm.bench.prompts import PromptBuilder
 from sparkllm.bench.runner import BenchTarget
