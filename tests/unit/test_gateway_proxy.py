@@ -6,6 +6,7 @@ assertions cover the whole path: auth, admission, limits, relay, streaming, erro
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import json
@@ -374,6 +375,54 @@ def test_client_disconnect_cancels_the_upstream_request(
         wait_until(recorder.disconnected.is_set, what="the upstream to see the disconnect")
         wait_until(lambda: app.limiter.in_flight == 0, what="the slot to be released")
     assert not recorder.stream_finished.is_set()
+
+
+def test_a_non_streamed_answer_is_read_to_its_end_for_a_client_that_left(
+    model_dir: Path,
+    keys_dir: Path,
+    upstream: tuple[UpstreamRecorder, ServerThread],
+    recorder: UpstreamRecorder,
+) -> None:
+    """Issue 25: the engine makes a non-streamed answer whole before its first byte, so
+    when the client leaves, the gateway keeps the upstream exchange (to charge the
+    answer's usage) instead of cancelling it as for a stream (above). The app is called
+    directly so the disconnect arrives exactly once the request is upstream."""
+    app = _app(model_dir, keys_dir, upstream[1].url)
+    body = json.dumps(_chat(HOLD_MARKER, max_tokens=5)).encode()
+    scope = {
+        "type": "http", "method": "POST", "path": CHAT, "query_string": b"",
+        "headers": [(b"authorization", b"Bearer key-alice"),
+                    (b"content-length", str(len(body)).encode())],
+    }  # fmt: skip
+    told = asyncio.Event()
+    bodies = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if bodies:
+            return bodies.pop()
+        await asyncio.to_thread(  # the upstream runs in its own thread
+            wait_until, lambda: bool(_generations(recorder)), what="the request upstream"
+        )
+        told.set()  # from now on the client is gone, as uvicorn says it
+        return {"type": "http.disconnect"}
+
+    async def send(_message: dict[str, Any]) -> None:
+        return None  # uvicorn drops what is sent to a gone client
+
+    async def client_leaves_then_engine_answers() -> None:
+        serving = asyncio.ensure_future(app(scope, receive, send))
+        await told.wait()
+        await asyncio.sleep(0)  # the relay's watcher has taken the disconnect
+        assert not serving.done()
+        recorder.release.set()  # the engine finishes its answer
+        await asyncio.wait_for(serving, timeout=10)
+        await app.upstream.aclose()
+
+    asyncio.run(client_leaves_then_engine_answers())
+    assert not recorder.disconnected.is_set()  # never cut: the upstream answered in full
+    closed = 'sparkllm_gateway_requests_total{outcome="client_closed",route="/v1/chat/completions"}'
+    assert f"{closed} 1.0" in _metrics(app)
+    assert app.limiter.in_flight == 0
 
 
 # --- upstream failures and pass-through ------------------------------------------------------

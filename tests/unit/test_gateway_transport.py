@@ -89,10 +89,13 @@ def _send_until_cut(conn: socket.socket, pieces: list[bytes]) -> bytes:
             conn.sendall(piece)
     except OSError:
         pass  # refused and closed before the rest: what it said is still readable
+    chunks = []
     try:
-        return _read_all(conn)
-    except ConnectionResetError:  # unread bytes made the close a reset
-        return b""
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:  # unread bytes made the close a reset, after the answer
+        pass
+    return b"".join(chunks)
 
 
 PAD = 100_000  # issue 25: an X-Pad of 100,000 bytes in one write got 200 under 32 KiB

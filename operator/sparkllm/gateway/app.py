@@ -259,6 +259,9 @@ class GatewayApp:
                     send=meter.send,
                     receive=receive,
                     no_worker=self.metrics.counting_no_replica(self.serving.reply),
+                    # A non-streamed answer is made whole before its first byte: read it
+                    # even for a client that left, to charge what the engine produced.
+                    drain=not decision.stream,
                 )
             finally:
                 await self.governor.release(holder)

@@ -9,7 +9,13 @@ Why this way:
 * the answer is streamed: the upstream's body chunks are sent on as they arrive
   (``more_body``), so SSE tokens reach the user without buffering;
 * a client that disconnects cancels the upstream exchange, which closes the upstream
-  connection and makes the engine abort the generation instead of finishing it for no one;
+  connection and makes the engine abort the generation instead of finishing it for no one
+  — except a non-streamed generation already at the upstream (``drain``): the engine makes
+  its whole answer before the first byte, so what it made is known only from the answer's
+  ``usage``. The gateway keeps reading that answer (sending nothing: the client is gone),
+  within the same bounds as any answer (the read timeout; the meter keeps at most
+  ``MAX_METERED_BYTES``), so the user is charged what the engine produced (issue 25:
+  six such requests were charged 342 prompt tokens while the engine made ~13,900);
 * failures are told apart: when the router answered, its status and body pass through
   unchanged; when it could not be reached, the client gets 503; a broken exchange gets
   502, no response in time 504 — in OpenAI's error format (replies.py);
@@ -23,6 +29,7 @@ The upstream module's errors are translated here and do not leave this module.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -119,12 +126,17 @@ class UpstreamClient:
         send: Send,
         receive: Receive,
         no_worker: Callable[[], Awaitable[ErrorReply]] | None = None,
+        drain: bool = False,
     ) -> RelayResult:
         """Send the request upstream and stream the answer to ``send``.
 
-        Runs until the answer is complete or the client disconnects, whichever is first.
-        When the router answers that it has no replica for the model and ``no_worker`` is
-        given, the client gets ``await no_worker()`` instead (serving.py).
+        Runs until the answer is complete or the client disconnects, whichever is first;
+        with ``drain``, a client that disconnects once the request is written upstream
+        does not end the exchange: the answer is still read to its end (and passed to
+        ``send``, which drops it for a gone client), and the result says
+        ``client_closed``. When the router answers that it has no replica for the model
+        and ``no_worker`` is given, the client gets ``await no_worker()`` instead
+        (serving.py).
         """
         request = self._pool.request_bytes(method=method, path=path, headers=headers, body=body)
         # The exchange runs in this task; one watcher task cancels it if the client goes.
@@ -134,9 +146,11 @@ class UpstreamClient:
         # request's path.)
         exchanging = asyncio.current_task()
         assert exchanging is not None
-        watch = _DisconnectWatch(exchanging, receive)
+        watch = _DisconnectWatch(exchanging, receive, drain=drain)
         try:
-            result = await self._exchange(request, send, on_wait=watch.start, no_worker=no_worker)
+            result = await self._exchange(
+                request, send, on_wait=watch.start, on_sent=watch.sent, no_worker=no_worker
+            )
         except asyncio.CancelledError:
             if not watch.fired or exchanging.uncancel() > 0:
                 raise  # not ours: the server is shutting down, or someone else cancelled
@@ -145,6 +159,8 @@ class UpstreamClient:
             )
         finally:
             watch.stop()
+        if watch.gone:  # drained: read to the end for a client that had left
+            return dataclasses.replace(result, client_closed=True)
         return result
 
     async def _exchange(
@@ -153,10 +169,11 @@ class UpstreamClient:
         send: Send,
         *,
         on_wait: Callable[[], object],
+        on_sent: Callable[[], object],
         no_worker: Callable[[], Awaitable[ErrorReply]] | None,
     ) -> RelayResult:
         try:
-            async with self._pool.exchange(request, on_wait=on_wait) as response:
+            async with self._pool.exchange(request, on_wait=on_wait, on_sent=on_sent) as response:
                 first_byte_at = time.perf_counter()
                 status, body = response.status, None
                 if no_worker is not None and status in ROUTER_NO_WORKER_STATUSES:  # small
@@ -231,14 +248,21 @@ class UpstreamClient:
 
 
 class _DisconnectWatch:
-    """Cancels the relaying task when the client disconnects, between start and stop."""
+    """Cancels the relaying task when the client disconnects, between start and stop;
+    with ``drain``, only until the request is written upstream (then it notes ``gone``)."""
 
-    def __init__(self, task: asyncio.Task[object], receive: Receive) -> None:
+    def __init__(self, task: asyncio.Task[object], receive: Receive, *, drain: bool) -> None:
         self._task = task
         self._receive = receive
         self._watcher: asyncio.Future[None] | None = None
         self._armed = True
-        self.fired = False
+        self._drain = drain
+        self._sent = False
+        self.fired = False  # the exchange was cancelled for the client
+        self.gone = False  # the client left while the exchange went on (drain)
+
+    def sent(self) -> None:
+        self._sent = True
 
     def start(self) -> None:
         if self._watcher is None and self._armed:
@@ -251,9 +275,13 @@ class _DisconnectWatch:
 
     async def _run(self) -> None:
         await wait_for_disconnect(self._receive)
-        if self._armed:
-            self.fired = True
-            self._task.cancel()  # closes the upstream connection: the engine aborts
+        if not self._armed:
+            return
+        if self._drain and self._sent:
+            self.gone = True  # the engine has it: read its answer, to learn what it made
+            return
+        self.fired = True
+        self._task.cancel()  # closes the upstream connection: the engine aborts
 
 
 def _reply_for(exc: UpstreamError) -> ErrorReply:

@@ -83,19 +83,26 @@ class _Exchange:
     """The async context manager ``UpstreamPool.exchange`` returns (a class rather than
     ``contextlib.asynccontextmanager``: it is on every request's path)."""
 
-    __slots__ = ("_connection", "_on_wait", "_pool", "_request")
+    __slots__ = ("_connection", "_on_sent", "_on_wait", "_pool", "_request")
 
     def __init__(
-        self, pool: UpstreamPool, request: bytes, on_wait: Callable[[], object] | None
+        self,
+        pool: UpstreamPool,
+        request: bytes,
+        on_wait: Callable[[], object] | None,
+        on_sent: Callable[[], object] | None,
     ) -> None:
         self._pool, self._request, self._on_wait = pool, request, on_wait
+        self._on_sent = on_sent
         self._connection: UpstreamConnection | None = None
 
     async def __aenter__(self) -> Response:
         pool = self._pool
         await pool._acquire(self._on_wait)
         try:
-            connection, status, headers = await pool._send(self._request, self._on_wait)
+            connection, status, headers = await pool._send(
+                self._request, self._on_wait, self._on_sent
+            )
         except BaseException:
             pool._release(None)
             raise
@@ -167,7 +174,13 @@ class UpstreamPool:
         lines.append(body)
         return b"".join(lines)
 
-    def exchange(self, request: bytes, *, on_wait: Callable[[], object] | None = None) -> _Exchange:
+    def exchange(
+        self,
+        request: bytes,
+        *,
+        on_wait: Callable[[], object] | None = None,
+        on_sent: Callable[[], object] | None = None,
+    ) -> _Exchange:
         """``async with pool.exchange(request) as response``: the Response once its head
         arrived; the connection is released when the block is left.
 
@@ -175,9 +188,11 @@ class UpstreamPool:
         end and the upstream keeps the connection, closed otherwise (an error, a timeout,
         the caller cancelled). ``on_wait`` is called before the exchange first waits: for
         a free connection, for a new one, or (the usual case) for the answer once the
-        request is written — it may be called more than once.
+        request is written — it may be called more than once. ``on_sent`` is called once
+        the request is written to a connection (from then on the upstream may be working
+        on it).
         """
-        return _Exchange(self, request, on_wait)
+        return _Exchange(self, request, on_wait, on_sent)
 
     async def _acquire(self, on_wait: Callable[[], object] | None) -> None:
         if self._slots.locked():  # the timeout only where waiting is possible
@@ -200,7 +215,10 @@ class UpstreamPool:
         self._slots.release()
 
     async def _send(
-        self, request: bytes, on_wait: Callable[[], object] | None
+        self,
+        request: bytes,
+        on_wait: Callable[[], object] | None,
+        on_sent: Callable[[], object] | None = None,
     ) -> tuple[UpstreamConnection, int, Headers]:
         """Write ``request`` and wait for the head; once more on a fresh connection if a
         reused one broke before answering. The connection is closed on failure."""
@@ -210,6 +228,8 @@ class UpstreamPool:
                 on_wait()
             connection = await self._connect()
         connection.send_request(request)
+        if on_sent is not None:
+            on_sent()
         if on_wait is not None:
             on_wait()
         try:

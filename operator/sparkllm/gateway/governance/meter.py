@@ -5,16 +5,21 @@ at admission and must then be charged what the engine really produced, so the re
 back to the user. The relay keeps the answer's bytes as they pass (a list append per
 chunk, nothing parsed while tokens flow); when the exchange is over the meter reads them:
 
-* a JSON answer's ``usage`` (``prompt_tokens``, ``completion_tokens``);
+* a JSON answer's ``usage`` (``prompt_tokens``, ``completion_tokens``) — also when the
+  client left before it came: a non-streamed generation is made whole before its first
+  byte, so the relay keeps reading it for a client that left (proxy.py, ``drain``) and
+  the engine's own count is charged, not "no byte sent, no output made";
 * a stream's ``usage`` chunk, when the client asked for one (``stream_options``);
 * otherwise the stream's text (content, reasoning, tool-call arguments, completions'
   ``text``) counted with the model's tokenizer — also for a stream the client left:
-  the engine aborted when the connection closed, so what it streamed is what it made.
+  a stream's tokens go out as they are made and the engine aborted when the connection
+  closed, so what it streamed is what it made (give or take the tokens in flight).
 
-When nothing can be read (a JSON answer cut off mid-body, more than
-``MAX_METERED_BYTES`` of answer), the reservation is charged in full; a client gone
-before any answer byte is charged its prompt and no output (the engine aborted). The
-budget is never exceeded either way: the engine cannot produce more than the
+When the engine's answer cannot tell (a JSON answer cut off mid-body, more than
+``MAX_METERED_BYTES`` of answer), the reservation is charged in full. A client gone
+before any answer byte — a stream during prefill, or any request before it was written
+upstream — is charged its prompt and no output (the engine aborted, or never had it).
+The budget is never exceeded either way: the engine cannot produce more than the
 ``max_tokens`` the reservation covers.
 """
 

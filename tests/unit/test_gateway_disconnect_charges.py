@@ -1,0 +1,163 @@
+"""Charges follow the work: non-streamed requests the client leaves mid-generation.
+
+Issue 25: six non-streamed chats closed after 7.6 s while the engine ran all six were
+charged their prompts only (342 tokens; the engine produced ~13,900): for a non-streamed
+request the whole generation happens before the first byte, so "no byte sent" does not
+mean "no output made". The gateway now keeps reading such an answer for a client that
+left (proxy.py, ``drain``) and charges its ``usage``.
+
+Real parts on loopback: the SGLang simulator (in process, its own HTTP server), the real
+``smg`` router launched with the arguments the operator renders, and the gateway. The
+clients hang up while the simulator is generating all N answers; the ledger must then
+hold exactly what the simulator produced (its ``sglang:*_tokens_total`` counters).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkllm.gateway.app import GatewayApp, build_gateway_app
+from sparkllm_dev.devcluster.gateway_io import (
+    ROUTER_PORT_FLAGS,
+    free_port,
+    localize_router_args,
+    with_worker_url,
+)
+from sparkllm_dev.sim.server import prepare
+from tests.unit.accept_sim import KEY, MODEL, sim_argv
+from tests.unit.gateway_fixtures import (
+    gateway_config,
+    running,
+    train_tokenizer,
+    wait_until,
+    write_keys,
+    write_model_dir,
+)
+from tests.unit.test_render_secret_args import router_command
+
+REQUESTS = 6
+MAX_TOKENS = 60  # each answer: 60 tokens at 20 ms, ~1.2 s of generation
+TPOT_MS = 20
+USER_KEY = "key-alice"
+SMG = Path(sys.executable).parent / "smg"
+
+
+def engine_tokens(sim_url: str) -> dict[str, float]:
+    """The simulator's own counts: prompt and generated tokens, finished requests."""
+    text = httpx.get(f"{sim_url}/metrics", timeout=10).text
+    wanted = ("prompt_tokens_total", "generation_tokens_total", "num_requests_total")
+    totals = dict.fromkeys(wanted, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removeprefix("sglang:")
+            if name in totals:
+                totals[name] += sample.value
+    totals["num_running_reqs"] = sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "sglang:num_running_reqs"
+    )
+    return totals
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, GatewayApp, str]]:
+    """(the simulator's URL, the gateway app, the gateway's URL), smg between them."""
+    root = tmp_path_factory.mktemp("charges")
+    model = write_model_dir(root / "model", train_tokenizer())
+    sim_options = [f"--sim-tpot-ms={TPOT_MS}", "--sim-answer-tokens=1000"]
+    engine = prepare([*sim_argv(model, sim=sim_options, parsers=False), "--enable-metrics"], env={})
+    with running(engine.app) as sim:
+        ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
+        rendered = router_command(key=KEY)  # smg's words as the router container runs it
+        assert rendered[:2] == ["smg", "launch"]
+        args = localize_router_args(with_worker_url(rendered[2:], url=sim.url), ports=ports)
+        log = root / "smg.log"
+        with log.open("wb") as sink:
+            router = subprocess.Popen([str(SMG), "launch", *args], stdout=sink, stderr=sink)
+        try:
+            router_url = f"http://127.0.0.1:{ports['--port']}"
+            wait_until(lambda: _ready(router_url), timeout=60, what="smg to register the engine")
+            keys = write_keys(root / "keys", {"alice": USER_KEY})
+            config = gateway_config(
+                model_dir=model, keys_dir=keys, upstream_url=router_url, upstream_api_key=KEY,
+                served_model_name=MODEL, model_aliases=(),
+            )  # fmt: skip
+            app = build_gateway_app(config)
+            with running(app) as gateway:
+                yield sim.url, app, gateway.url
+        finally:
+            router.kill()  # ours; a graceful stop waits out smg's drain window
+            router.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readiness", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _open_chat(gateway_url: str, index: int) -> socket.socket:
+    """A non-streamed chat sent over a raw socket, so the test can hang up mid-answer."""
+    body = json.dumps({
+        "model": MODEL, "max_tokens": MAX_TOKENS,
+        "messages": [{"role": "user", "content": f"tell me a long story, number {index}"}],
+    }).encode()  # fmt: skip
+    host, port = gateway_url.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)))
+    conn.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer " + USER_KEY.encode() + b"\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    return conn
+
+
+def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made(
+    stack: tuple[str, GatewayApp, str],
+) -> None:
+    sim_url, app, gateway_url = stack
+    before = engine_tokens(sim_url)
+    connections = [_open_chat(gateway_url, i) for i in range(REQUESTS)]
+    try:
+        wait_until(
+            lambda: engine_tokens(sim_url)["num_running_reqs"] == REQUESTS,
+            what="the engine to generate all the answers",
+        )
+        assert engine_tokens(sim_url)["num_requests_total"] == before["num_requests_total"]
+    finally:
+        for conn in connections:  # every client hangs up mid-generation
+            conn.close()
+    wait_until(lambda: app.limiter.in_flight == 0, timeout=30, what="the answers to be read")
+    after = engine_tokens(sim_url)
+    made_output = after["generation_tokens_total"] - before["generation_tokens_total"]
+    made_prompt = after["prompt_tokens_total"] - before["prompt_tokens_total"]
+    usage = httpx.get(
+        f"{gateway_url}/v1/usage", headers={"authorization": f"Bearer {USER_KEY}"}, timeout=10
+    ).json()
+    (row,) = usage["data"]
+    print(
+        f"\n{REQUESTS} non-streamed chats (max_tokens {MAX_TOKENS}) closed by the client while "
+        f"the engine generated all {REQUESTS}:\n"
+        f"  engine produced: {made_output:.0f} output tokens, {made_prompt:.0f} prompt tokens, "
+        f"{after['num_requests_total'] - before['num_requests_total']:.0f} requests finished\n"
+        f"  ledger charged:  {row['output_tokens']} output tokens, {row['input_tokens']} "
+        f"input tokens, outcomes {row['outcomes']}\n"
+        f"  before this change (prompt only, 'no byte sent'): 0 output tokens"
+    )
+    assert after["num_requests_total"] - before["num_requests_total"] == REQUESTS
+    assert made_output == REQUESTS * MAX_TOKENS  # every answer ran to max_tokens
+    assert row["outcomes"] == {"client_closed": REQUESTS}
+    assert row["output_tokens"] == made_output  # the engine's usage, charged exactly
+    assert row["input_tokens"] == made_prompt
