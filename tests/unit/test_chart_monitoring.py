@@ -218,6 +218,7 @@ def test_engine_pod_monitor_matches_what_the_operator_renders() -> None:
     monitor = one(
         render_chart({**ALL_MONITORING, "watchNamespaces": ["llm"]}, api_versions=MONITORING_API),
         "PodMonitor",
+        "sparkllm-engines",
     )
     rendered = yaml.safe_load_all(
         render_file(
@@ -240,6 +241,41 @@ def test_engine_pod_monitor_matches_what_the_operator_renders() -> None:
     # Prometheus sanitises the label names: sparkllm.io/rank -> sparkllm_io_rank.
     expr = alerts(rule_of())["SparkLLMRankDown"]["expr"]
     assert "sparkllm_io_rank" in expr
+
+
+def test_gateway_pod_monitor_scrapes_the_metrics_ports_no_service_carries() -> None:
+    """Issue 25: the admission layer's metrics (per-user series) left the users' port;
+    Prometheus reaches them on the pod, by ports no exposure object can route."""
+    monitor = one(
+        render_chart({**ALL_MONITORING, "watchNamespaces": ["llm"]}, api_versions=MONITORING_API),
+        "PodMonitor",
+        "sparkllm-gateways",
+    )
+    rendered = [
+        o
+        for o in yaml.safe_load_all(
+            render_file(
+                str(ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"),
+                node_ips={},
+                namespace="llm",
+            )
+        )
+        if o
+    ]
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]
+    selector = monitor["spec"]["selector"]
+    assert selector["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert all(e["key"] in pod["metadata"]["labels"] for e in selector["matchExpressions"])
+    assert set(monitor["spec"]["podTargetLabels"]) <= pod["metadata"]["labels"].keys()
+    pod_ports = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    scraped = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
+    assert scraped == ["metrics", "router-metrics"]
+    assert set(scraped) <= pod_ports
+    (service,) = [o for o in rendered if o["kind"] == "Service" and o["metadata"]["name"] == (
+        deployment["metadata"]["name"])]  # fmt: skip
+    assert {p["targetPort"] for p in service["spec"]["ports"]}.isdisjoint(scraped)
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["llm"]}
 
 
 def test_operator_service_monitor_keeps_the_metrics_namespace_label() -> None:

@@ -108,6 +108,7 @@ ALL_MONITORING = {
     "metrics": {
         "serviceMonitor": {"enabled": True, "interval": "30s", "labels": {}},
         "enginePodMonitor": {"enabled": True, "interval": "15s", "labels": {}},
+        "gatewayPodMonitor": {"enabled": True, "interval": "15s", "labels": {}},
     },
     "prometheusRule": {"enabled": True},
     "grafanaDashboard": {"enabled": True},

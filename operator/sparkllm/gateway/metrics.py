@@ -161,15 +161,13 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.users = UserMetrics(self.registry)
-        self._known_users: Callable[[], Iterable[str]] = tuple
-        self.registry.before_collect = lambda: self.users.forget_users(self._known_users())
 
     def watch_limiter(self, limiter: Limiter, *, users: Callable[[], Iterable[str]]) -> None:
         """Read the gauges from the limiter at scrape time (no hot-path cost); ``users``:
         who holds a key now (the per-user series of the others are dropped at scrape)."""
         self.in_flight.set_function(lambda: limiter.in_flight)
         self.queued.set_function(lambda: limiter.queued)
-        self._known_users = users
+        self.registry.before_collect = lambda: self.users.forget_users(users())
 
     def count_request(self, route: str, outcome: Outcome) -> None:
         """One finished request (``route`` outside ROUTES counts as "other")."""
