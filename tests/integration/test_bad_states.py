@@ -86,6 +86,14 @@ def placed_on(cluster: DevCluster, namespace: str, name: str) -> list[str] | Non
     return list(replicas[0]["nodes"]) if replicas else None
 
 
+def gateway_node(cluster: DevCluster, namespace: str, name: str) -> str | None:
+    """The node the scheduler gave ``name``'s gateway pod (None: none scheduled yet)."""
+    selector = f"sparkllm.io/cluster={name},app.kubernetes.io/component=gateway"
+    pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+    nodes = [p["spec"].get("nodeName") for p in pods]
+    return nodes[0] if nodes and nodes[0] else None
+
+
 def warnings(cluster: DevCluster, namespace: str, reason: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cluster.kubectl_json(
         "get", "events", "-n", namespace, "--field-selector", f"reason={reason},type=Warning"
@@ -210,6 +218,16 @@ def test_label_discovery_takes_a_free_group_then_reports_none_free(
     apply(devcluster, namespace, manifest("two", placement=labelled))
     second = until(lambda: placed_on(devcluster, namespace, "two"), timeout=60, what="two")
     assert sorted([first, second]) == [GROUP_A, GROUP_B]  # a free group each, no sharing
+    # Each front door runs on its own group's nodes, which hold its model (issue 25: with
+    # "any node with the label" one landed on the other object's group).
+    for name, group in (("one", first), ("two", second)):
+        node = until(
+            lambda name=name: gateway_node(devcluster, namespace, name),
+            timeout=60,
+            what=f"{name}'s gateway pod scheduled",
+        )
+        print(f"[bad-states] {name}: group {group}, gateway on {node}")
+        assert node in group
     apply(devcluster, namespace, manifest("three", placement=labelled))
     cond = until(
         lambda: reason_is(devcluster, namespace, "three", "Progressing", "NodeGroupInUse"),
