@@ -2,7 +2,9 @@
 
 Each subcommand parses its arguments here and calls one function elsewhere; nothing in
 this module decides policy. Errors from sparkllm's own hierarchy are printed as one
-line and exit 1; anything else is a bug and keeps its traceback.
+line and exit 1; anything else is a bug and keeps its traceback. ``sparkllm --version``
+names the package and the SGLang version whose contract (flags, command line, server
+info) it was built against.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sparkllm import __version__
 from sparkllm.errors import SparkllmError
 
 if TYPE_CHECKING:
@@ -39,13 +42,20 @@ def _run(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from sparkllm.offline import STORE_FLAGS, governance_default_from_flags, render_file
+    from sparkllm.render.product_image import product_image
 
     store = (args.redis_address, args.redis_secret, args.redis_key, args.redis_database)
     default = governance_default_from_flags(dict(zip(STORE_FLAGS, store, strict=True)))
+    image = product_image(
+        reference=args.image,
+        pull_policy=args.image_pull_policy,
+        pull_secrets=args.image_pull_secret or [],
+    )
     text = render_file(
         args.file,
         node_ips=dict(args.node_ip or []),
         namespace=args.namespace,
+        gateway_image=image,
         governance_default=default,
         admin_policy=_admin_policy(args.admin_policy),
     )
@@ -73,6 +83,31 @@ def _node_ip(text: str) -> tuple[str, str]:
     return name, ip
 
 
+def version_text() -> str:
+    """What ``sparkllm --version`` prints: this package and the SGLang contract it pins."""
+    from sparkllm.sglang_contract.flags import SGLANG_VERSION
+
+    return f"sparkllm {__version__} (SGLang contract {SGLANG_VERSION})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the SGLang contract's table only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        del kwargs  # argparse's default/help: fixed here
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print the version (and the pinned SGLang's) and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def _lazy_subcommand(parser: argparse.ArgumentParser, module_name: str) -> None:
     """Let ``module_name`` define its own flags (configure_parser) and run (run)."""
     module = importlib.import_module(module_name)
@@ -84,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm", description=__doc__.splitlines()[0] if __doc__ else None
     )
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator against the current kubeconfig")
@@ -128,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
          "(governance.redis.database; default 0)"),
     ):  # fmt: skip
         store.add_argument(flag, dest=dest, metavar=metavar, help=help_text)
+    image = render.add_argument_group(
+        "the operator's own image (chart values image.* and imagePullSecrets): the gateway's, "
+        "the ranks' init containers' and the Jobs'"
+    )
+    for flag, metavar, help_text in (
+        ("--image", "REF", "image.repository with :image.tag or @image.digest (default "
+         "the published image of this version)"),
+        ("--image-pull-policy", "POLICY", "image.pullPolicy: Always, IfNotPresent (default) "
+         "or Never"),
+        ("--image-pull-secret", "SECRET", "an entry of imagePullSecrets (repeatable): a Secret "
+         "in the InferenceCluster's namespace, on every pod's imagePullSecrets"),
+    ):  # fmt: skip
+        action = "append" if flag == "--image-pull-secret" else "store"
+        image.add_argument(flag, metavar=metavar, action=action, help=help_text)
     render.add_argument(
         "--admin-policy",
         metavar="FILE",

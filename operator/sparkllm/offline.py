@@ -11,14 +11,17 @@ shown as a comment naming it and its key, never as an object or a value.
 Reconcile learns node addresses and label-discovered groups from the API server;
 offline there is none, so explicit node groups are required and each node's address is
 taken from ``--node-ip NODE=IP`` or, failing that, the node's name (SGLang accepts a
-resolvable host name in ``--dist-init-addr``). The gateway image is the operator's
-default unless one is given. The operator's default governance store (the chart's
-``governance.redis``, which the operator reads from its env) is given here as flags of
-the same names (``--governance-redis-address`` ...), checked the same way and handed to
-the same decide: a spec naming no store then renders, as in the cluster, a gateway on
-that Redis. The administrator's policy (the chart's ``policy``) is given as a file
-(``--admin-policy``, the chart's values or the ``policy`` mapping): a spec outside it
-is refused with the operator's message.
+resolvable host name in ``--dist-init-addr``). The operator's own image (the gateway's,
+the init containers', the Jobs'), its pull policy and pull secrets are the chart's
+``image`` values, which the operator reads from its env (``render/product_image.py``);
+here they are flags of the same meaning (``--image``, ``--image-pull-policy``,
+``--image-pull-secret``), the default image unless given. The operator's default
+governance store (the chart's ``governance.redis``, which the operator reads from its
+env) is given here as flags of the same names (``--governance-redis-address`` ...),
+checked the same way and handed to the same decide: a spec naming no store then renders,
+as in the cluster, a gateway on that Redis. The administrator's policy (the chart's
+``policy``) is given as a file (``--admin-policy``, the chart's values or the ``policy``
+mapping): a spec outside it is refused with the operator's message.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
-from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 from sparkllm.render.governance_default import governance_default
 from sparkllm.render.placement import NodeFacts
+from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
 
 RENDER_UID = "00000000-0000-0000-0000-000000000000"
 # decide takes the time from its observation; nothing rendered depends on it.
@@ -83,7 +86,7 @@ def fresh_plan(
     obj: dict[str, Any],
     *,
     node_ips: Mapping[str, str],
-    gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+    gateway_image: ProductImage = DEFAULT_PRODUCT_IMAGE,
     governance_default: RedisStoreSpec | None = None,
     admin_policy: AdminPolicy | None = None,
 ) -> Plan:
@@ -119,7 +122,7 @@ def render_file(
     *,
     node_ips: Mapping[str, str],
     namespace: str | None,
-    gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+    gateway_image: ProductImage = DEFAULT_PRODUCT_IMAGE,
     governance_default: RedisStoreSpec | None = None,
     admin_policy: AdminPolicy | None = None,
 ) -> str:

@@ -26,6 +26,7 @@ import yaml
 from sparkllm.api import validate_inference_cluster
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm_dev.devcluster.paths import cache_root
@@ -85,7 +86,7 @@ def rendered(namespace: str, exposure: dict[str, Any]) -> list[dict[str, Any]]:
     ic = validate_inference_cluster(doc)
     key = EngineKeyRef(secret=f"{NAME}-engine-key", key="token")
     return [
-        *render_gateway(ic, engine_key=key, gateway_image="sparkllm:test"),
+        *render_gateway(ic, engine_key=key, gateway_image=ProductImage("sparkllm:test")),
         *render_exposure(ic),
     ]
 

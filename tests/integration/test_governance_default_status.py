@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from sparkllm.offline import STORE_FLAGS, governance_default_from_flags, render_file
-from sparkllm.render.gateway import gateway_image_from
 from sparkllm.render.governance_default import ADDRESS_ENV, DATABASE_ENV
+from sparkllm.render.product_image import product_image_from
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import NAME, apply, icl, sample, user_keys
@@ -72,7 +72,7 @@ def test_status_says_the_default_store_and_render_matches_it(
         str(path),
         node_ips=node_ips(devcluster),
         namespace=namespace,
-        gateway_image=gateway_image_from(os.environ),
+        gateway_image=product_image_from(os.environ),
         governance_default=governance_default_from_flags(flags),
     )
     rendered = {f"{o['kind']}/{o['metadata']['name']}": o for o in yaml.safe_load_all(text) if o}

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from sparkllm.offline import render_file
-from sparkllm.render.gateway import gateway_image_from
+from sparkllm.render.product_image import product_image_from
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import NAME, apply, ready, sample, user_keys
@@ -96,7 +96,7 @@ def test_render_matches_what_the_operator_applied(
         str(path),
         node_ips=node_ips(devcluster),
         namespace=namespace,
-        gateway_image=gateway_image_from(os.environ),  # what the operator process uses
+        gateway_image=product_image_from(os.environ),  # what the operator process uses
     )
     rendered = {f"{o['kind']}/{o['metadata']['name']}": o for o in yaml.safe_load_all(text) if o}
 

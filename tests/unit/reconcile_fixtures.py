@@ -32,13 +32,14 @@ from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.placement import NodeFacts
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import VERIFY_CONTAINER
 
 JSON = dict[str, Any]
 SAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "samples" / "deepseek-v4-flash.yaml"
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 NAME, NAMESPACE, UID = "llm", "llm", "uid-llm"
-GATEWAY_IMAGE = "registry.example/sparkllm:test"
+GATEWAY_IMAGE = ProductImage("registry.example/sparkllm:test")
 GROUPS = (("a0", "a1", "a2"), ("b0", "b1", "b2"), ("c0", "c1", "c2"))
 GROUP_INDEX = {key: i for i, name in enumerate("abc") for key in (name, f"group-{i}")}
 IPS = {node: f"10.0.{g}.{10 + r}" for g, group in enumerate(GROUPS) for r, node in enumerate(group)}

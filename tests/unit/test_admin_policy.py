@@ -40,6 +40,7 @@ from sparkllm.reconcile.engines import Engines
 from sparkllm.reconcile.observe import observe
 from sparkllm_dev.testing import ROOT
 from tests.fixtures.invalid import apply_changes
+from tests.unit.reconcile_fixtures import GATEWAY_IMAGE
 
 JSON = dict[str, Any]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
@@ -384,7 +385,7 @@ def test_a_denied_object_is_failed_policy_denied_before_anything_else_is_read() 
     assert api.reads == ["InferenceCluster/deepseek-v4-flash"]
     assert observation.ic is None
     assert observation.spec_error_reason is Reason.POLICY_DENIED
-    plan = decide(observation, gateway_image="registry.example/sparkllm:test")
+    plan = decide(observation, gateway_image=GATEWAY_IMAGE)
     assert not plan.apply
     assert not plan.secrets
     assert plan.status is not None
@@ -396,7 +397,7 @@ def test_a_denied_object_is_failed_policy_denied_before_anything_else_is_read() 
     # The next pass over the same generation writes no second Event.
     again = decide(
         replace(observation, obj={**obj, "status": plan.status}),
-        gateway_image="registry.example/sparkllm:test",
+        gateway_image=GATEWAY_IMAGE,
     )
     assert not again.events
     assert again.status is None  # nothing changed: no status write

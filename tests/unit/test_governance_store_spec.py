@@ -25,6 +25,7 @@ from sparkllm.gateway.governance.store import MemoryStore
 from sparkllm.gateway_settings import env_var_name
 from sparkllm.reconcile.decide import decide
 from sparkllm.render.gateway import admission_env, render_gateway
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import EngineKeyRef
 from tests.unit import reconcile_fixtures
 
@@ -60,7 +61,7 @@ def env_of(gateway: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 def deployment(gateway: dict[str, Any] | None) -> dict[str, Any]:
     ic = validate_inference_cluster(manifest(gateway))
-    objects = render_gateway(ic, engine_key=ENGINE_KEY, gateway_image="img:1")
+    objects = render_gateway(ic, engine_key=ENGINE_KEY, gateway_image=ProductImage("img:1"))
     return next(obj for obj in objects if obj["kind"] == "Deployment")
 
 
@@ -164,7 +165,7 @@ def test_status_says_where_governance_state_lives(
 ) -> None:
     """Through decide, as the operator writes it: status.gateway, valid against the API."""
     obj = reconcile_fixtures.cluster(gateway=gateway)
-    plan = decide(reconcile_fixtures.observation(obj), gateway_image="img:1")
+    plan = decide(reconcile_fixtures.observation(obj), gateway_image=ProductImage("img:1"))
     assert plan.status is not None
     status = plan.status["gateway"]
     assert {k: status[k] for k in expected} == expected

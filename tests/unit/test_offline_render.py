@@ -24,8 +24,8 @@ from sparkllm.reconcile.decide import decide, owned
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
-from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
 from sparkllm.render.placement import NodeFacts
+from sparkllm.render.product_image import DEFAULT_IMAGE, ProductImage
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
@@ -88,10 +88,10 @@ def test_images_are_the_operators_defaults() -> None:
     _, objects = rendered()
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     images = {c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]}
-    assert images == {DEFAULT_GATEWAY_IMAGE}
+    assert images == {DEFAULT_IMAGE}
     rank0 = next(o for o in objects if o["kind"] == "StatefulSet")
     init = {c["image"] for c in rank0["spec"]["template"]["spec"]["initContainers"]}
-    assert init == {DEFAULT_GATEWAY_IMAGE}  # the tools image the operator passes
+    assert init == {DEFAULT_IMAGE}  # the tools image the operator passes
 
 
 def test_node_addresses_reach_dist_init_addr() -> None:
@@ -105,8 +105,8 @@ def test_node_addresses_reach_dist_init_addr() -> None:
 def test_render_is_what_decide_applies() -> None:
     """Once the rendered objects are live, the operator's next pass applies none again."""
     obj = load_cluster(str(SAMPLE), namespace="llm")
-    plan = fresh_plan(copy.deepcopy(obj), node_ips=IPS, gateway_image="img:1")
-    _, objects = rendered(gateway_image="img:1")
+    plan = fresh_plan(copy.deepcopy(obj), node_ips=IPS, gateway_image=ProductImage("img:1"))
+    _, objects = rendered(gateway_image=ProductImage("img:1"))
     assert list(plan.apply) == objects
     assert plan.status is not None
     assert plan.status["phase"] == "Starting"
@@ -124,7 +124,7 @@ def test_render_is_what_decide_applies() -> None:
             ref=engine_key_ref(validate_inference_cluster(obj)), exists=True, value="v"
         ),
     )
-    again = decide(live, gateway_image="img:1")
+    again = decide(live, gateway_image=ProductImage("img:1"))
     assert again.apply == ()
     assert again.prune == ()
 

@@ -38,6 +38,7 @@ from sparkllm.render.acceptance import (
     parse_acceptance_request,
     render_acceptance_rbac,
 )
+from sparkllm.render.product_image import ProductImage
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, serving, with_obj, with_status
 from tests.unit.test_reconcile_benchmark import COMPLETE, CREATED, FAILED, FINISHED, job, pod
 from tests.unit.test_reconcile_benchmark import the_cluster as benchmark_cluster
@@ -77,7 +78,7 @@ def finished(name: str, summary: JSON, *, ok: bool) -> BenchmarkSeen:
 
 def decide(obj: JSON, seen: BenchmarkSeen, *, ready: bool = True) -> BenchmarkOutcome:
     ic = validate_inference_cluster(obj)
-    return decide_acceptance(ic, obj, seen, ready=ready, image="img", now=NOW)
+    return decide_acceptance(ic, obj, seen, ready=ready, image=ProductImage("img:1"), now=NOW)
 
 
 def test_a_request_creates_the_rbac_then_the_job() -> None:
@@ -235,7 +236,7 @@ def test_a_pass_creates_the_job_and_keeps_the_benchmark_status() -> None:
     assert plan.status["benchmark"] == live_benchmark  # sent again: SSA would drop it
     job = plan.create_jobs[-1]
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == GATEWAY_IMAGE  # the operator's own image
+    assert container["image"] == GATEWAY_IMAGE.reference  # the operator's own image
 
 
 def test_a_pass_reports_the_result_and_writes_the_baseline_it_was_asked_for() -> None:

@@ -38,6 +38,7 @@ from sparkllm.reconcile.decide.benchmark_plan import (
 from sparkllm.reconcile.execute import benchmark_jobs
 from sparkllm.reconcile.reads import read_benchmark
 from sparkllm.render.benchmark import BenchmarkRequest, benchmark_job_name
+from sparkllm.render.product_image import ProductImage
 
 NOW = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
 CREATED, FINISHED, CONDITION_TIME = (
@@ -372,7 +373,7 @@ def step(api: RecordingAPI, obj: JSON, *, ready: bool = True) -> BenchmarkOutcom
     """Observe, decide, and make the step's Job writes (the status is the planned one)."""
     ic = validate_inference_cluster(obj)
     seen = asyncio.run(read_benchmark(cast(KubeAPI, api), ic, obj))
-    outcome = decide_benchmark(ic, obj, seen, ready=ready, image="img", now=NOW)
+    outcome = decide_benchmark(ic, obj, seen, ready=ready, image=ProductImage("img:1"), now=NOW)
     plan = Plan(
         target=obj,
         delete_jobs=outcome.delete_jobs,

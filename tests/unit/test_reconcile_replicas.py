@@ -24,6 +24,7 @@ from sparkllm.reconcile.decide.replicas import (
 from sparkllm.reconcile.decide.restarts import backoff_delay
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.placement import NodeFacts
+from sparkllm.render.product_image import ProductImage
 from tests.unit.test_render_ranks import KEY, NODES, RANK0_IP, sample
 
 
@@ -64,7 +65,8 @@ def _first_start() -> tuple[Observed, ReplicaInputs]:
     )
     inputs = ReplicaInputs(
         index=0, group_key="group-0", nodes=NODES, previous=None, reset_budget=False,
-        force=False, others_ready=True, blocked=None, engine_key=KEY, tools_image="tools:1",
+        force=False, others_ready=True, blocked=None, engine_key=KEY,
+        tools_image=ProductImage("tools:1"),
         now=datetime(2026, 11, 30, tzinfo=UTC),
     )  # fmt: skip
     return observed, inputs

@@ -29,11 +29,12 @@ from sparkllm.render.benchmark import (
     render_benchmark_job,
 )
 from sparkllm.render.objects import desired_hash
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.router import engine_discovery_selector
 
 NAME, NAMESPACE, UID = "llm", "serving", "uid-123"
 USER, SCENARIOS = ANNOTATION_BENCHMARK, ANNOTATION_BENCHMARK_SCENARIOS
-IMAGE = "registry.example/sparkllm:9.9.9"
+IMAGE = ProductImage("registry.example/sparkllm:9.9.9")
 MODEL_PATH = "/models/DeepSeek-V4-Flash-NVFP4"
 
 

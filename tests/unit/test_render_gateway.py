@@ -22,15 +22,13 @@ from sparkllm.gateway_settings import ROUTER_PORT
 from sparkllm.keys import ANNOTATION_HASH
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import (
-    DEFAULT_GATEWAY_IMAGE,
     GATEWAY_HTTP_PORT,
-    GATEWAY_IMAGE_ENV,
     GATEWAY_METRICS_PORT,
     admission_env,
-    gateway_image_from,
     render_gateway,
 )
 from sparkllm.render.objects import desired_hash
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.render.router import ROUTER_LAUNCHER_CODE, engine_discovery_selector, router_args
 from sparkllm.sglang_contract.command import launched_args
@@ -39,7 +37,7 @@ from sparkllm_dev.devcluster.kubelet import expand_references
 
 NAME, NAMESPACE, UID = "llm", "serving", "uid-123"
 ENGINE_KEY = EngineKeyRef(secret="llm-engine-key", key="token")
-IMAGE = "registry.example/sparkllm:9.9.9"
+IMAGE = ProductImage("registry.example/sparkllm:9.9.9")
 
 BASE: dict[str, Any] = {
     "apiVersion": "sparkllm.io/v1alpha1",
@@ -139,7 +137,9 @@ def test_rendering_is_deterministic_and_the_image_changes_only_the_deployment() 
     assert first == again
     other = {
         o["kind"]: o
-        for o in render_gateway(cluster(), engine_key=ENGINE_KEY, gateway_image="other:1")
+        for o in render_gateway(
+            cluster(), engine_key=ENGINE_KEY, gateway_image=ProductImage("other:1")
+        )
     }
     changed = sorted(
         kind
@@ -452,20 +452,8 @@ def test_containers_run_non_root_with_read_only_root() -> None:
         assert security["readOnlyRootFilesystem"] is True
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"] == {"drop": ["ALL"]}
-        assert item["image"] == IMAGE
+        assert item["image"] == IMAGE.reference
         assert "livenessProbe" in item
         assert item["resources"]["limits"]["memory"]
         assert "nvidia.com/gpu" not in item["resources"]["requests"]
     assert "hostNetwork" not in spec
-
-
-@pytest.mark.parametrize(
-    ("environ", "expected"),
-    [
-        ({}, DEFAULT_GATEWAY_IMAGE),
-        ({GATEWAY_IMAGE_ENV: ""}, DEFAULT_GATEWAY_IMAGE),
-        ({GATEWAY_IMAGE_ENV: "mirror.local/sparkllm:0.1.0"}, "mirror.local/sparkllm:0.1.0"),
-    ],
-)
-def test_gateway_image_default_and_override(environ: dict[str, str], expected: str) -> None:
-    assert gateway_image_from(environ) == expected

@@ -30,12 +30,13 @@ from sparkllm.render.acceptance import AcceptanceRequest, render_acceptance_job
 from sparkllm.render.benchmark import render_benchmark_job
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.pod_security import TOOLS_USER
+from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE
 
 JSON = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
 DOC = ROOT / "docs" / "pod-security.md"
-TOOLS_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
+TOOLS_IMAGE: Final = DEFAULT_PRODUCT_IMAGE
 KEY = EngineKeyRef(secret="deepseek-v4-flash-engine-key", key="token")
 USER: Final = "alice"
 KINDS: Final = ("rank", "gateway", "benchmark", "acceptance")
@@ -184,7 +185,7 @@ def test_users_sparkllm_image_non_root_engine_as_the_spec_says(
             assert effective(spec, container, "runAsNonRoot") is non_root, name
             assert container["securityContext"]["readOnlyRootFilesystem"] is False
         else:
-            assert container["image"] == TOOLS_IMAGE
+            assert container["image"] == TOOLS_IMAGE.reference
             assert effective(spec, container, "runAsNonRoot") is True, name
             assert effective(spec, container, "runAsUser") == TOOLS_USER, name
             assert effective(spec, container, "runAsGroup") == TOOLS_USER, name

@@ -29,11 +29,12 @@ import yaml
 from sparkllm.api import InferenceCluster, validate_inference_cluster
 from sparkllm.keys import ANNOTATION_HASH, ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
 from sparkllm.reconcile.decide.secrets import engine_key_ref
-from sparkllm.render import DEFAULT_TOOLS_IMAGE, EngineKeyRef, ReplicaPlan, render_replica
-from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE, render_gateway
+from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
+from sparkllm.render.gateway import render_gateway
 from sparkllm.render.names import rank_selector_labels
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.placement import NodeFacts, assign_groups, discover_groups
+from sparkllm.render.product_image import DEFAULT_IMAGE, DEFAULT_PRODUCT_IMAGE, ProductImage
 from sparkllm.render.ranks import (
     CHECKSUMS_MOUNT,
     NODE_FAILURE_TOLERATION_SECONDS,
@@ -205,7 +206,7 @@ def test_golden_two_replica_sample() -> None:
 
 def test_golden_gateway_of_the_sample() -> None:
     ic = load_sample("deepseek-v4-flash.yaml")
-    objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image=DEFAULT_GATEWAY_IMAGE)
+    objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image=DEFAULT_PRODUCT_IMAGE)
     check_golden("deepseek-v4-flash-gateway.yaml", "deepseek-v4-flash.yaml", objects)
 
 
@@ -431,7 +432,7 @@ def test_template_hash_changes_with_rank0_address_and_tools_image() -> None:
     assert all(b != m for b, m in zip(base, template_hashes(ic, moved), strict=True))
     tools = [
         pod_template_hash(render_rank_statefulset(ic, plan=plan(), rank=k, engine_key=KEY,
-                                                  tools_image="mirror.local/sparkllm:0.1.0"))
+                                                  tools_image=ProductImage("mirror.local/sparkllm:0.1.0")))
         for k in range(3)
     ]  # fmt: skip
     assert all(b != t for b, t in zip(base, tools, strict=True))
@@ -453,7 +454,7 @@ def test_template_hash_is_independent_of_the_replicas_spec_only_fields() -> None
 def test_verify_model_init_container() -> None:
     for sts in statefulsets(sample()):
         verify = verify_container(sts)
-        assert verify["image"] == DEFAULT_TOOLS_IMAGE
+        assert verify["image"] == DEFAULT_IMAGE
         assert verify["command"] == ["sparkllm"]
         assert verify["args"] == [
             "verify-model",
@@ -469,7 +470,7 @@ def test_verify_model_init_container() -> None:
     custom = render_rank_statefulset(
         sample(model={"expectedShards": 12, "numLayers": 30},
                engine={"layerPartition": [10, 10, 10]}),
-        plan=plan(), rank=2, engine_key=KEY, tools_image="mirror.local/sparkllm:9",
+        plan=plan(), rank=2, engine_key=KEY, tools_image=ProductImage("mirror.local/sparkllm:9"),
     )  # fmt: skip
     verify = verify_container(custom)
     assert verify["image"] == "mirror.local/sparkllm:9"

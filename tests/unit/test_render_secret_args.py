@@ -35,6 +35,7 @@ from sparkllm.errors import SpecError
 from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.router import ROUTER_LAUNCHER_CODE
 from sparkllm.sglang_contract.argv import attached, flag_name, option_value, replace_option_values
 from sparkllm.sglang_contract.command import launched_args
@@ -106,7 +107,7 @@ def rank0_started(*, key: str) -> tuple[list[str], dict[str, str]]:
 
 def router_started(*, key: str) -> tuple[list[str], dict[str, str]]:
     ic = user_keyed_cluster()
-    objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image="img:1")
+    objects = render_gateway(ic, engine_key=engine_key_ref(ic), gateway_image=ProductImage("img:1"))
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     return started(deployment["spec"]["template"]["spec"], "router", key=key)
 

@@ -37,6 +37,7 @@ from sparkllm.reconcile.decide.run_exclusion import rival_active, rival_wait
 from sparkllm.reconcile.reads import read_on_demand
 from sparkllm.render.acceptance import acceptance_job_name, parse_acceptance_request
 from sparkllm.render.benchmark import BenchmarkRequest, benchmark_job_name
+from sparkllm.render.product_image import ProductImage
 from tests.unit.reconcile_fixtures import GATEWAY_IMAGE, serving, with_obj
 from tests.unit.test_reconcile_benchmark import COMPLETE, job, pod, the_cluster
 
@@ -119,12 +120,12 @@ def test_a_rival_is_active_by_its_request_or_its_status_in_flight() -> None:
 
 def bench_pass(obj: JSON, seen: BenchmarkSeen) -> BenchmarkOutcome:
     ic = validate_inference_cluster(obj)
-    return decide_benchmark(ic, obj, seen, ready=True, image="img", now=NOW)
+    return decide_benchmark(ic, obj, seen, ready=True, image=ProductImage("img:1"), now=NOW)
 
 
 def accept_pass(obj: JSON, seen: BenchmarkSeen) -> BenchmarkOutcome:
     ic = validate_inference_cluster(obj)
-    return decide_acceptance(ic, obj, seen, ready=True, image="img", now=NOW)
+    return decide_acceptance(ic, obj, seen, ready=True, image=ProductImage("img:1"), now=NOW)
 
 
 def test_a_benchmark_waits_for_a_running_acceptance_then_starts_by_itself() -> None:

@@ -45,11 +45,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{- /* The one sparkllm image: repository@digest when image.digest is set, else
+repository:tag (tag default: the chart's appVersion). The operator runs it and hands it on
+to every pod it makes (templates/operator.yaml, env SPARKLLM_IMAGE). */ -}}
 {{- define "sparkllm.image" -}}
 {{- if eq .Values.image.tag "latest" -}}
 {{- fail "image.tag: use an exact tag (or leave it empty for the chart's appVersion), not latest" -}}
 {{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* "true" when the operator watches every namespace (no watchNamespaces given). */}}

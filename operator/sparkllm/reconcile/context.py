@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -27,8 +26,8 @@ from sparkllm.kube.client import KubeAPI, load_configuration
 from sparkllm.reconcile import metrics
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
-from sparkllm.render.gateway import gateway_image_from
 from sparkllm.render.placement import NodeFacts
+from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
 
 logger = logging.getLogger("sparkllm.reconcile")
 
@@ -41,6 +40,7 @@ class OperatorContext:
     resync_seconds: float = 60.0
     governance_default: RedisStoreSpec | None = None  # the chart's governance.redis
     admin_policy: AdminPolicy | None = None  # the chart's policy
+    product_image: ProductImage = DEFAULT_PRODUCT_IMAGE  # the chart's image, pull secrets
     _runtime: dict[str, object] = field(default_factory=dict)
     _node_users: dict[str, set[Key]] = field(default_factory=dict)
     _waiting: set[Key] = field(default_factory=set)
@@ -51,7 +51,7 @@ class OperatorContext:
         api = KubeAPI(load_configuration(self.kubeconfig))
         reconciler = ClusterReconciler(
             api,
-            gateway_image=gateway_image_from(os.environ),
+            gateway_image=self.product_image,
             governance_default=self.governance_default,
             admin_policy=self.admin_policy,
         )

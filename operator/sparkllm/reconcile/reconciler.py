@@ -28,7 +28,7 @@ from sparkllm.reconcile.decide.observation import Key
 from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
 from sparkllm.reconcile.observe import observe
-from sparkllm.render.gateway import DEFAULT_GATEWAY_IMAGE
+from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
 
 HTTP_UNPROCESSABLE = 422  # the API server's "Invalid": the object itself is refused
 
@@ -55,7 +55,7 @@ class ClusterReconciler:
         self,
         api: KubeAPI,
         *,
-        gateway_image: str = DEFAULT_GATEWAY_IMAGE,
+        gateway_image: ProductImage = DEFAULT_PRODUCT_IMAGE,
         governance_default: RedisStoreSpec | None = None,
         admin_policy: AdminPolicy | None = None,
         clock: Callable[[], datetime] = utcnow,

@@ -19,6 +19,7 @@ from sparkllm.api.admin_policy import admin_policy_from_env
 from sparkllm.reconcile import handlers  # noqa: F401  (registers the kopf handlers)
 from sparkllm.reconcile.context import OperatorContext
 from sparkllm.render.governance_default import governance_default_from
+from sparkllm.render.product_image import product_image_from
 
 
 def run_operator(
@@ -36,6 +37,7 @@ def run_operator(
     # Read before anything starts: a bad value is one clear error (exit 1), no traceback.
     governance_default = governance_default_from(os.environ)
     admin_policy = admin_policy_from_env(os.environ)  # the chart's policy; unset: no limits
+    product_image = product_image_from(os.environ)  # the chart's image for every pod made
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     logging.basicConfig(
@@ -50,6 +52,7 @@ def run_operator(
         resync_seconds=resync_seconds,
         governance_default=governance_default,
         admin_policy=admin_policy,
+        product_image=product_image,
     )
     asyncio.run(
         kopf.operator(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from sparkllm.api import InferenceCluster
 from sparkllm.render.objects import JSON
+from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
 from sparkllm.render.ranks import (
-    DEFAULT_TOOLS_IMAGE,
     EngineKeyRef,
     ReplicaPlan,
     render_rank_statefulset,
@@ -24,7 +24,7 @@ def render_replica(
     *,
     plan: ReplicaPlan,
     engine_key: EngineKeyRef,
-    tools_image: str = DEFAULT_TOOLS_IMAGE,
+    tools_image: ProductImage = DEFAULT_PRODUCT_IMAGE,
 ) -> list[JSON]:
     """Every object of one replica: its rank StatefulSets (rank order) and its Service."""
     objects = [
@@ -37,4 +37,4 @@ def render_replica(
     return objects
 
 
-__all__ = ["DEFAULT_TOOLS_IMAGE", "EngineKeyRef", "ReplicaPlan", "render_replica"]
+__all__ = ["EngineKeyRef", "ProductImage", "ReplicaPlan", "render_replica"]

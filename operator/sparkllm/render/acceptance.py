@@ -58,6 +58,7 @@ from sparkllm.render.benchmark import (
 )
 from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, owner_reference
 from sparkllm.render.objects import JSON, stamp_hash
+from sparkllm.render.product_image import ProductImage
 
 COMPONENT_ACCEPTANCE: Final = "acceptance"
 JSON_REPORT_PATH: Final = "/tmp/acceptance.json"
@@ -204,7 +205,7 @@ def _typed(options: tuple[tuple[str, str], ...]) -> dict[str, Any]:
 
 
 def render_acceptance_job(
-    ic: InferenceCluster, *, request: AcceptanceRequest, image: str, generation: int
+    ic: InferenceCluster, *, request: AcceptanceRequest, image: ProductImage, generation: int
 ) -> JSON:
     """The acceptance Job for ``request``, as its ServiceAccount, stamped."""
     annotations = {ANNOTATION_ACCEPTANCE_SET_BASELINE: str(request.set_baseline).lower()}

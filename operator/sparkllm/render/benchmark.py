@@ -56,6 +56,7 @@ from sparkllm.render.model_access import model_node_affinity, model_tolerations,
 from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, gateway_name, owner_reference
 from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
+from sparkllm.render.product_image import ProductImage
 
 COMPONENT_BENCHMARK: Final = "benchmark"
 BENCH_CONTAINER: Final = "bench"
@@ -163,7 +164,7 @@ def render_benchmark_job(
     *,
     user: str,
     scenarios: Sequence[str] | None,
-    image: str,
+    image: ProductImage,
     generation: int,
 ) -> JSON:
     """The benchmark Job for ``user`` (a data key of the users' keys Secret), stamped."""
@@ -201,8 +202,11 @@ class BenchJob:
     """Run as this ServiceAccount (its token mounted); None: no token at all."""
 
 
-def render_bench_job(ic: InferenceCluster, *, job: BenchJob, image: str, generation: int) -> JSON:
-    """One attempt of ``sparkllm <args>`` as ``job.user`` against the front door, stamped."""
+def render_bench_job(
+    ic: InferenceCluster, *, job: BenchJob, image: ProductImage, generation: int
+) -> JSON:
+    """One attempt of ``sparkllm <args>`` as ``job.user`` against the front door, stamped;
+    ``image`` is the operator's own (it has the CLI)."""
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     key_ref = {"name": ic.spec.admission.api_keys_secret_ref.name, "key": job.user}
     mounts: list[JSON] = [{"name": "tmp", "mountPath": "/tmp"}]
@@ -229,7 +233,9 @@ def render_bench_job(ic: InferenceCluster, *, job: BenchJob, image: str, generat
         # Only with the model mounted does the pod need this object's nodes (a Spark).
         affinity=model_node_affinity(ic) if job.model_mount else None,
         tolerations=model_tolerations(ic) if job.model_mount else [],
-        image=image,
+        image=image.reference,
+        pull_policy=image.pull_policy,
+        pull_secrets=image.pod_pull_secrets(),
         service_account=job.service_account,
         container={
             "name": BENCH_CONTAINER,

@@ -53,6 +53,7 @@ from sparkllm.render.names import (
 )
 from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.render.router import (
     ROUTER_COMMAND,
@@ -63,9 +64,6 @@ from sparkllm.render.router import (
 )
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm.sglang_contract.guarded import mirrored_settings
-
-DEFAULT_GATEWAY_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
-GATEWAY_IMAGE_ENV: Final = "SPARKLLM_IMAGE"  # the operator's env, not the gateway's
 
 USER_KEYS_DIR: Final = "/etc/sparkllm/user-keys"
 # The governance policy's ConfigMap, mounted as a directory (not subPath) so the kubelet
@@ -82,11 +80,6 @@ MIN_READY_SECONDS: Final = 5
 # Longer than smg's and uvicorn's own drain (render/router.py: SHUTDOWN_GRACE_SECONDS).
 TERMINATION_GRACE_SECONDS: Final = 300
 PRE_STOP_SLEEP_SECONDS: Final = 5  # let the Service drop the pod before it stops accepting
-
-
-def gateway_image_from(environ: Mapping[str, str]) -> str:
-    """The gateway image: ``SPARKLLM_IMAGE`` from the operator's env, else the default."""
-    return environ.get(GATEWAY_IMAGE_ENV) or DEFAULT_GATEWAY_IMAGE
 
 
 def gateway_rbac_name(cluster: str) -> str:
@@ -314,7 +307,7 @@ def gateway_tolerations(ic: InferenceCluster) -> list[JSON]:
 
 def _deployment(
     ic: InferenceCluster, *, rbac: str, common: Mapping[str, object], engine_key: EngineKeyRef,
-    gateway_image: str,
+    gateway_image: ProductImage,
 ) -> JSON:  # fmt: skip
     name = ic.metadata.name
     return render_template(
@@ -330,7 +323,9 @@ def _deployment(
         container_security=RESTRICTED_CONTAINER_SECURITY,
         affinity=model_node_affinity(ic),
         tolerations=gateway_tolerations(ic),
-        image=gateway_image,
+        image=gateway_image.reference,
+        pull_policy=gateway_image.pull_policy,
+        pull_secrets=gateway_image.pod_pull_secrets(),
         admission=_admission(ic, engine_key=engine_key),
         router=_router(ic, engine_key=engine_key),
         pre_stop={"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
@@ -340,9 +335,10 @@ def _deployment(
 
 
 def render_gateway(
-    ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: str
+    ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: ProductImage
 ) -> list[JSON]:
-    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped."""
+    """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped;
+    both containers run ``gateway_image`` (the operator's own)."""
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     labels = cluster_labels(name, COMPONENT_GATEWAY)
     owner = owner_reference(name=name, uid=ic.metadata.uid or "")
@@ -362,12 +358,9 @@ def render_gateway(
 
 
 __all__ = [
-    "DEFAULT_GATEWAY_IMAGE",
     "GATEWAY_HTTP_PORT",
-    "GATEWAY_IMAGE_ENV",
     "GATEWAY_METRICS_PORT",
     "admission_env",
-    "gateway_image_from",
     "gateway_rbac_name",
     "gateway_selector_labels",
     "render_gateway",

@@ -28,6 +28,7 @@ from sparkllm.render.pod_security import (
     tools_container_security,
     uses_rdma,
 )
+from sparkllm.render.product_image import ProductImage
 
 NETWORK_CONTAINER: Final = "verify-network"
 BANDWIDTH_CONTAINER: Final = "verify-bandwidth"
@@ -54,7 +55,7 @@ RANK_ADDRESSES_ENV: Final = "SPARKLLM_RANK_ADDRESSES"
 
 
 def network_init_container(
-    ic: InferenceCluster, *, image: str, env: list[JSON], addresses: tuple[str, ...]
+    ic: InferenceCluster, *, image: ProductImage, env: list[JSON], addresses: tuple[str, ...]
 ) -> JSON:
     """The per-node checks before SGLang on every rank; also ships the bandwidth module.
 
@@ -84,8 +85,8 @@ def network_init_container(
     addresses_env = {"name": RANK_ADDRESSES_ENV, "value": ",".join(addresses)}
     return {
         "name": NETWORK_CONTAINER,
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
+        "image": image.reference,
+        "imagePullPolicy": image.pull_policy,
         "command": ["sparkllm"],
         "args": command_line(checks),
         "env": [*env, NODE_NAME_ENV, addresses_env],
@@ -151,7 +152,7 @@ def network_preflight(
     *,
     rank: int,
     addresses: tuple[str, ...],
-    image: str,
+    image: ProductImage,
     env: list[JSON],
     volumes: list[JSON],
 ) -> list[JSON]:

@@ -45,6 +45,7 @@ from sparkllm.render.pod_security import (
     tools_container_security,
     uses_rdma,
 )
+from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
@@ -52,9 +53,6 @@ from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 # replica is already broken and the operator restarts it as a whole when the node is back.
 NODE_FAILURE_TOLERATION_SECONDS: Final = 5
 SHM_SIZE: Final = "16Gi"
-# The operator's own image carries the CLI (`sparkllm verify-model`); SPARKLLM_IMAGE in the
-# operator's environment overrides it (reconcile passes it in; render stays pure).
-DEFAULT_TOOLS_IMAGE: Final = "ghcr.io/sparkllm/sparkllm:0.1.0"
 HEALTH_PATH: Final = "/health"
 # SGLang's /health runs a one-token generation and answers 503 when no output at all
 # (any request's) arrived within 20 s (SGLANG_HEALTH_CHECK_TIMEOUT); the probe waits 25 s.
@@ -150,7 +148,9 @@ VERIFY_CONTAINER: Final = "verify-model"
 CHECKSUMS_MOUNT: Final = "/etc/sparkllm/checksums"
 
 
-def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSON]) -> JSON:
+def _verify_init_container(
+    ic: InferenceCluster, *, image: ProductImage, mounts: list[JSON]
+) -> JSON:
     """The integrity check that runs before SGLang on every rank (condition ModelVerified).
 
     It reads the model directory read-only and writes a compact summary to its
@@ -169,8 +169,8 @@ def _verify_init_container(ic: InferenceCluster, *, image: str, mounts: list[JSO
         model_mounts.append({"name": "checksums", "mountPath": CHECKSUMS_MOUNT, "readOnly": True})
     return {
         "name": VERIFY_CONTAINER,
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
+        "image": image.reference,
+        "imagePullPolicy": image.pull_policy,
         "command": ["sparkllm"],
         "args": command_line(checks),
         "terminationMessagePolicy": "File",
@@ -210,9 +210,10 @@ def render_rank_statefulset(
     plan: ReplicaPlan,
     rank: int,
     engine_key: EngineKeyRef,
-    tools_image: str = DEFAULT_TOOLS_IMAGE,
+    tools_image: ProductImage = DEFAULT_PRODUCT_IMAGE,
 ) -> JSON:
-    """The StatefulSet of ``rank`` in replica ``plan.index``."""
+    """The StatefulSet of ``rank`` in replica ``plan.index``; its init containers run
+    ``tools_image`` (the operator's own), whose pull secrets the pod carries."""
     name, namespace, uid = _identity(ic)
     labels = {**rank_labels(name, plan.index, rank), LABEL_NODE_GROUP: plan.group_key}
     serves_api = rank == 0
@@ -247,6 +248,7 @@ def render_rank_statefulset(
         pod_security=rank_pod_security(),
         engine_security=engine_container_security(ic),
         image=ic.spec.engine.image,
+        pull_secrets=tools_image.pod_pull_secrets(),
         command=list(ENGINE_COMMAND),
         args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip),
         env=env,

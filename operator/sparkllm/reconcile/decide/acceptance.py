@@ -50,6 +50,7 @@ from sparkllm.render.acceptance import (
     render_acceptance_job,
     render_acceptance_rbac,
 )
+from sparkllm.render.product_image import ProductImage
 
 STATUS_FIELD: Final = "acceptance"
 
@@ -115,7 +116,7 @@ def _acceptance_request(ic: InferenceCluster, obj: Mapping[str, Any]) -> Request
 
 
 def _objects(
-    ic: InferenceCluster, *, request: AcceptanceRequest, image: str, generation: int
+    ic: InferenceCluster, *, request: AcceptanceRequest, image: ProductImage, generation: int
 ) -> tuple[JSON, ...]:
     job = render_acceptance_job(ic, request=request, image=image, generation=generation)
     return (*render_acceptance_rbac(ic), job)

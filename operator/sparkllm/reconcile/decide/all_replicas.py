@@ -33,6 +33,7 @@ from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.names import cluster_selector
 from sparkllm.render.placement import Assignment, NodeHolder, assign_groups, discover_groups
+from sparkllm.render.product_image import ProductImage
 
 
 @dataclass
@@ -58,7 +59,7 @@ class PassFacts:
     force: bool  # sparkllm.io/restart=now
     blocked: str | None  # model copies disagree
     engine_key: EngineKeyRef
-    gateway_image: str
+    gateway_image: ProductImage  # the operator's own: gateway, init containers
     now: datetime
     running: Mapping[int, int | None] = field(default_factory=dict)  # requests per replica
     absent_apis: frozenset[tuple[str, str]] = frozenset()  # (apiVersion, kind) not served

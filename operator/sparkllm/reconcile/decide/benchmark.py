@@ -48,6 +48,7 @@ from sparkllm.render.benchmark import (
     parse_benchmark_request,
     render_benchmark_job,
 )
+from sparkllm.render.product_image import ProductImage
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class Requested:
 
     user: str
     job: str
-    create: Callable[[str], tuple[JSON, ...]]
+    create: Callable[[ProductImage], tuple[JSON, ...]]
     """The objects to create for an image, the Job last."""
     consumed: tuple[str, ...] = ()
     """Annotations answered with the request, beside the request annotation."""
@@ -123,7 +124,7 @@ def _benchmark_request(ic: InferenceCluster, obj: Mapping[str, Any]) -> Requeste
         return None
     generation = int(obj["metadata"].get("generation") or 0)
 
-    def create(image: str) -> tuple[JSON, ...]:
+    def create(image: ProductImage) -> tuple[JSON, ...]:
         job = render_benchmark_job(
             ic, user=request.user, scenarios=request.scenarios, image=image,
             generation=generation,
@@ -174,7 +175,7 @@ def decide_on_demand(
     *,
     kind: StepKind,
     ready: bool,
-    image: str,
+    image: ProductImage,
     now: datetime,
 ) -> BenchmarkOutcome:
     """Pure: the step's status, Events, annotations, objects to create and Jobs to delete."""
@@ -247,7 +248,7 @@ def decide_benchmark(
     seen: BenchmarkSeen,
     *,
     ready: bool,
-    image: str,
+    image: ProductImage,
     now: datetime,
 ) -> BenchmarkOutcome:
     """Pure: the benchmark step's outcome."""

@@ -6,8 +6,10 @@ what one pass read, so it is tested as a table of observations without a cluster
 ``sparkllm render`` prints what the operator would apply by calling this same function
 on a fresh observation. No I/O, no clock (``observation.now``), no metrics (the plan
 lists the increments), no randomness (the generated key is named, ``execute`` makes it).
-The operator's settings come in as arguments: the gateway image, and the default
-governance store (the chart's ``governance.redis``) acted on for a spec that names none.
+The operator's settings come in as arguments: its own image (``gateway_image``: the
+gateway's, the init containers' and the Jobs', with its pull policy and pull secrets, the
+chart's ``image`` values), and the default governance store (the chart's
+``governance.redis``) acted on for a spec that names none.
 It reads as a list of steps: refuse what cannot be acted on, the engine key, the
 replicas, the proofs, the benchmark, the drain, then the status and the annotations.
 """
@@ -56,12 +58,13 @@ from sparkllm.reconcile.decide.status import (
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import cluster_selector
 from sparkllm.render.placement import node_holders
+from sparkllm.render.product_image import ProductImage
 
 
 def decide(
     observation: Observation,
     *,
-    gateway_image: str,
+    gateway_image: ProductImage,
     governance_default: RedisStoreSpec | None = None,
 ) -> Plan:
     """Every write of this pass, and when to look again; ``governance_default`` is the
@@ -96,7 +99,7 @@ def _act(
     ic: InferenceCluster,
     *,
     capacity: JSON,
-    gateway_image: str,
+    gateway_image: ProductImage,
     gateway: JSON,
 ) -> Plan:
     """The pass of a valid spec whose memory plan fits (``gateway``: its status.gateway)."""

@@ -30,6 +30,7 @@ from sparkllm.reconcile.decide.restarts import (
 from sparkllm.reconcile.decide.status import ReplicaReport
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.placement import NodeFacts
+from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import pod_template_hash
 
 JSON = dict[str, Any]
@@ -73,7 +74,7 @@ class ReplicaInputs:
     others_ready: bool  # every other replica serves (rolling updates)
     blocked: str | None  # why the replica must not run (model copies disagree)
     engine_key: EngineKeyRef
-    tools_image: str
+    tools_image: ProductImage
     now: datetime
     drain: DrainFacts = field(default_factory=DrainFacts)  # the drain before a planned restart
 
