@@ -52,21 +52,16 @@ SMG = Path(sys.executable).parent / "smg"
 
 
 def engine_tokens(sim_url: str) -> dict[str, float]:
-    """The simulator's own counts: prompt and generated tokens, finished requests."""
+    """The simulator's own counts: prompt and generated tokens, finished and running
+    requests (summed over labels)."""
     text = httpx.get(f"{sim_url}/metrics", timeout=10).text
     wanted = ("prompt_tokens_total", "generation_tokens_total", "num_requests_total")
-    totals = dict.fromkeys(wanted, 0.0)
+    totals = dict.fromkeys((*wanted, "num_running_reqs"), 0.0)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name.removeprefix("sglang:")
             if name in totals:
                 totals[name] += sample.value
-    totals["num_running_reqs"] = sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == "sglang:num_running_reqs"
-    )
     return totals
 
 
@@ -154,7 +149,7 @@ def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made
         f"{after['num_requests_total'] - before['num_requests_total']:.0f} requests finished\n"
         f"  ledger charged:  {row['output_tokens']} output tokens, {row['input_tokens']} "
         f"input tokens, outcomes {row['outcomes']}\n"
-        f"  before this change (prompt only, 'no byte sent'): 0 output tokens"
+        f"  (the rule before issue 25, 'no byte sent' = prompt only, charged no output)"
     )
     assert after["num_requests_total"] - before["num_requests_total"] == REQUESTS
     assert made_output == REQUESTS * MAX_TOKENS  # every answer ran to max_tokens
