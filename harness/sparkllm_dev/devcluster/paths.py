@@ -6,7 +6,7 @@ starts in seconds and nothing touches ``~/.kube/config`` unless asked. The versi
 are pinned here and in ``hack/build-binaries.sh``; a test checks the two agree.
 
 Two dev clusters can run side by side, so that `make test` passes while `make demo`
-runs: a profile (``SPARKLLM_DEVCLUSTER=demo|test|test2|test3``, default ``demo``) names everything
+runs: a profile (``SPARKLLM_DEVCLUSTER=demo|test|test2|test3|test4``, default ``demo``) names everything
 the two must not share — the kwokctl cluster name, the state and kwok directories
 (kubeconfig, certificates, etcd data, logs, engine locks, the simulated nodes' files),
 the simulated nodes' loopback addresses (where the engines listen, so their fixed
@@ -90,7 +90,7 @@ TEST = ClusterProfile(
     operator_metrics_port=18180,
 )
 # Two more test clusters, so that separate checkouts (or people) can run the cluster
-# tests at the same time on one machine: SPARKLLM_DEVCLUSTER=test2 or test3.
+# tests at the same time on one machine: SPARKLLM_DEVCLUSTER=test2, test3 or test4.
 TEST2 = ClusterProfile(
     name="test2",
     cluster_name=f"{CLUSTER_NAME}-test2",
@@ -109,8 +109,17 @@ TEST3 = ClusterProfile(
     port_base=32731,
     operator_metrics_port=18380,
 )
-PROFILES = {profile.name: profile for profile in (DEMO, TEST, TEST2, TEST3)}
-TEST_PROFILES = frozenset({TEST.name, TEST2.name, TEST3.name})
+TEST4 = ClusterProfile(
+    name="test4",
+    cluster_name=f"{CLUSTER_NAME}-test4",
+    state_dir_name="devcluster-test4",
+    kwok_dir_name="kwok-test4",
+    node_address_base=220,
+    port_base=32721,
+    operator_metrics_port=18480,
+)
+PROFILES = {profile.name: profile for profile in (DEMO, TEST, TEST2, TEST3, TEST4)}
+TEST_PROFILES = frozenset({TEST.name, TEST2.name, TEST3.name, TEST4.name})
 
 
 def active_profile() -> ClusterProfile:
