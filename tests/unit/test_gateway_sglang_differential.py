@@ -238,22 +238,15 @@ _DEFAULTS = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.parametrize("kind", ["jinja", "v4"])
 @_DEFAULTS_SETTINGS
 @given(body=_BODIES, defaults=_DEFAULTS)
-def test_jinja_counts_with_server_defaults_equal_sglangs(
-    model_dir: Path, body: bytes, defaults: dict[str, Any]
+def test_counts_with_server_defaults_equal_sglangs(
+    model_dir: Path, kind: str, body: bytes, defaults: dict[str, Any]
 ) -> None:
-    admission, chat = _jinja(model_dir, defaults)
-    OUTCOMES["jinja+defaults " + _compare(admission, chat, body)] += 1
-
-
-@_DEFAULTS_SETTINGS
-@given(body=_BODIES, defaults=_DEFAULTS)
-def test_v4_counts_with_server_defaults_equal_sglangs(
-    model_dir: Path, body: bytes, defaults: dict[str, Any]
-) -> None:
-    admission, chat = _v4(model_dir, defaults)
-    OUTCOMES["v4+defaults " + _compare(admission, chat, body)] += 1
+    """Under the engine's --default-chat-template-kwargs, mirrored into the gateway."""
+    admission, chat = (_v4 if kind == "v4" else _jinja)(model_dir, defaults)
+    OUTCOMES[f"{kind}+defaults " + _compare(admission, chat, body)] += 1
 
 
 _LOOP = [

@@ -416,23 +416,36 @@ def ensure_wheel(version: str, *, cache_dir: Path) -> Path:
     return cached[0]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sparkllm_dev.flags.extract [WHEEL] [--output JSON]``."""
-    parser = argparse.ArgumentParser(prog="python -m sparkllm_dev.flags.extract")
+def wheel_command(
+    prog: str, argv: Sequence[str] | None, *, default_output: Path, patterns: Sequence[str]
+) -> tuple[dict[str, str], Path]:
+    """``[WHEEL] [--output JSON]``, the command line of this package's extractors: the
+    files matching ``patterns`` (from WHEEL, default the installed pinned sglang) and
+    where to write."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument(
         "wheel", type=Path, nargs="?", help="the sglang wheel to read (default: installed sglang)"
     )
-    default_output = Path(sglang_flags.__file__).with_name(sglang_flags.FLAGS_RESOURCE)
     parser.add_argument("--output", type=Path, default=default_output)
     options = parser.parse_args(argv)
     if options.wheel is None:
-        sources = read_installed_sources(sglang_flags.SGLANG_VERSION)
-    else:
-        sources = read_wheel_sources(options.wheel)
+        return read_installed_sources(sglang_flags.SGLANG_VERSION, patterns), options.output
+    return read_wheel_sources(options.wheel, patterns), options.output
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sparkllm_dev.flags.extract [WHEEL] [--output JSON]``."""
+    default_output = Path(sglang_flags.__file__).with_name(sglang_flags.FLAGS_RESOURCE)
+    sources, output = wheel_command(
+        "python -m sparkllm_dev.flags.extract",
+        argv,
+        default_output=default_output,
+        patterns=SOURCE_PATTERNS,
+    )
     table = extract_flags(sources)
     text = json.dumps(table.to_json(), indent=1, sort_keys=False) + "\n"
-    options.output.write_text(text, encoding="utf-8")
-    print(f"sglang {table.sglang_version}: {len(table.flags)} flags -> {options.output}")
+    output.write_text(text, encoding="utf-8")
+    print(f"sglang {table.sglang_version}: {len(table.flags)} flags -> {output}")
     return 0
 
 

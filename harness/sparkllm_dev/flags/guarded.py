@@ -28,7 +28,6 @@ disagree or the wheel's code reads a field the table does not hold.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import fnmatch
 import json
@@ -40,8 +39,8 @@ from typing import Any, Final
 
 from sparkllm.errors import SpecError
 from sparkllm.sglang_contract import guarded
-from sparkllm.sglang_contract.flags import SGLANG_VERSION, FlagTable, flag_table
-from sparkllm_dev.flags.extract import read_installed_sources, read_wheel_sources
+from sparkllm.sglang_contract.flags import FlagTable, flag_table
+from sparkllm_dev.flags.extract import wheel_command
 from sparkllm_dev.flags.source_literals import dotted_name
 
 _SRT: Final = "sglang/srt/"
@@ -338,21 +337,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     Reads the wheel (default: the installed sglang) and the flag table next to the
     product module (run ``sparkllm_dev.flags.extract`` first when the pin moves).
     """
-    parser = argparse.ArgumentParser(prog="python -m sparkllm_dev.flags.guarded")
-    parser.add_argument(
-        "wheel", type=Path, nargs="?", help="the sglang wheel to read (default: installed sglang)"
+    sources, output = wheel_command(
+        "python -m sparkllm_dev.flags.guarded",
+        argv,
+        default_output=Path(guarded.__file__).with_name(guarded.GUARDED_RESOURCE),
+        patterns=source_patterns(),
     )
-    default_output = Path(guarded.__file__).with_name(guarded.GUARDED_RESOURCE)
-    parser.add_argument("--output", type=Path, default=default_output)
-    options = parser.parse_args(argv)
-    if options.wheel is None:
-        sources = read_installed_sources(SGLANG_VERSION, source_patterns())
-    else:
-        sources = read_wheel_sources(options.wheel, source_patterns())
     extracted = extract_guarded(sources, flag_table())
-    options.output.write_text(json.dumps(extracted, indent=1) + "\n", encoding="utf-8")
+    output.write_text(json.dumps(extracted, indent=1) + "\n", encoding="utf-8")
     counts = {name: len(c["flags"]) + len(c["env"]) for name, c in extracted["classes"].items()}
-    print(f"sglang {extracted['sglang_version']}: guarded settings {counts} -> {options.output}")
+    print(f"sglang {extracted['sglang_version']}: guarded settings {counts} -> {output}")
     return 0
 
 
