@@ -5,9 +5,9 @@ Everything the dev cluster needs is cached under one directory (default
 starts in seconds and nothing touches ``~/.kube/config`` unless asked. The versions
 are pinned here and in ``hack/build-binaries.sh``; a test checks the two agree.
 
-Two dev clusters can run side by side, so that `make test` passes while `make demo`
-runs: a profile (``SPARKLLM_DEVCLUSTER=demo|test|test2|test3|test4``, default ``demo``) names everything
-the two must not share — the kwokctl cluster name, the state and kwok directories
+Dev clusters can run side by side, so that `make test` passes while `make demo` runs:
+a profile (``SPARKLLM_DEVCLUSTER=demo|test|test2|test3|test4``, default ``demo``) names
+everything two must not share — the kwokctl cluster name, the state and kwok directories
 (kubeconfig, certificates, etcd data, logs, engine locks, the simulated nodes' files),
 the simulated nodes' loopback addresses (where the engines listen, so their fixed
 ports cannot collide), the control plane's ports (etcd, kube-apiserver, the controller
