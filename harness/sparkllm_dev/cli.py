@@ -61,16 +61,23 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from sparkllm_dev.demo import access_lines, demo_access
+
     cluster = _cluster(args)
     status = cluster.status()
     profile = cluster.paths.profile
     print(f"cluster:     {profile.name} (kwokctl {profile.cluster_name})")
     print(f"running:     {status.running}")
     print(f"kubeconfig:  {status.kubeconfig}")
+    print(f"kubectl:     {cluster.paths.binary('kubectl')}")
     print(f"server:      {status.server or '-'}")
     print(f"nodes ready: {status.nodes_ready}")
     print(f"processes:   {', '.join(status.processes) or '-'}")
-    return 0 if status.running else 3
+    if not status.running:
+        return 3
+    # Where the demo is (its front door and key once it runs), as `make demo` ended.
+    print("\n".join(["", *access_lines(demo_access(cluster))]))
+    return 0
 
 
 def _engines(args: argparse.Namespace) -> int:

@@ -10,6 +10,12 @@ integrity check (ModelVerified) runs. ``demo down`` stops the processes and the 
 Process ids and logs live in the cluster's state directory. The demo runs on the ``demo``
 dev cluster (``devcluster/paths.py``), so `make test`, on the ``test`` one, can run beside
 it; the background processes are told which cluster through ``SPARKLLM_DEVCLUSTER``.
+
+Where is it, later: :func:`access_lines` is what the demo prints last and what
+``sparkllm-dev status`` prints while it runs — the kubeconfig, the cluster's own kubectl
+(the harness builds v1.35.4; an older kubectl on PATH warns of version skew), the front
+door's URL (the gateway pod's admission layer runs on this machine, on a port chosen at
+start: no Service address or port-forward reaches it here) and the demo user's key.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,12 @@ import yaml
 
 from sparkllm.api.crd import render_crd_yaml
 from sparkllm_dev.devcluster import DevCluster, wait_until
-from sparkllm_dev.devcluster.paths import PROFILE_ENV
+from sparkllm_dev.devcluster.paths import K8S_VERSION, PROFILE_ENV
 from sparkllm_dev.devcluster.toymodel import write_toy_model
 from sparkllm_dev.errors import DevClusterError
 
 NAMESPACE = "llm"
+DEMO_USER = "demo"  # the data key of the users' keys Secret the demo creates
 SAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "samples" / "deepseek-v4-flash.yaml"
 GROUP_A = ("spark-a0", "spark-a1", "spark-a2")
 MODEL_PATH = "/models/DeepSeek-V4-Flash-NVFP4"  # the sample's spec.model.path
@@ -103,13 +111,22 @@ def _start_background(cluster: DevCluster, name: str, args: list[str]) -> Path:
     return log
 
 
-def _demo_key(cluster: DevCluster) -> str:
-    """The demo user's API key (created once, then read back from the Secret)."""
+def _existing_key(cluster: DevCluster) -> str | None:
+    """The demo user's API key from its Secret, or None when there is none (yet)."""
     live = cluster.kubectl(
         "get", "secret", "llm-user-keys", "-n", NAMESPACE, "-o", "json", check=False
     )
-    if live.returncode == 0:
-        return base64.b64decode(json.loads(live.stdout)["data"]["demo"]).decode()
+    if live.returncode != 0:
+        return None
+    data = json.loads(live.stdout).get("data") or {}
+    return base64.b64decode(data[DEMO_USER]).decode() if DEMO_USER in data else None
+
+
+def _demo_key(cluster: DevCluster) -> str:
+    """The demo user's API key (created once, then read back from the Secret)."""
+    existing = _existing_key(cluster)
+    if existing is not None:
+        return existing
     key = secrets.token_hex(16)
     cluster.kubectl(
         "create",
@@ -118,9 +135,57 @@ def _demo_key(cluster: DevCluster) -> str:
         "llm-user-keys",
         "-n",
         NAMESPACE,
-        f"--from-literal=demo={key}",
+        f"--from-literal={DEMO_USER}={key}",
     )
     return key
+
+
+@dataclass(frozen=True)
+class DemoAccess:
+    """How to reach the demo: kubectl and its kubeconfig, and the front door."""
+
+    kubeconfig: Path
+    kubectl: Path
+    front_door: str | None  # the gateway pod's admission URL on this machine, once it runs
+    key: str | None  # the demo user's API key, once its Secret exists
+
+
+def _front_door_url(cluster: DevCluster) -> str | None:
+    """The demo's front door, from the gateway harness's state file (None: not running)."""
+    try:
+        urls: dict[str, str] = json.loads((cluster.paths.state_dir / "gateways.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return next((url for pod, url in urls.items() if pod.startswith(f"{NAMESPACE}/")), None)
+
+
+def demo_access(cluster: DevCluster, *, key: str | None = None) -> DemoAccess:
+    """What :func:`access_lines` prints, read from the running cluster and harness."""
+    return DemoAccess(
+        kubeconfig=cluster.paths.kubeconfig,
+        kubectl=cluster.paths.binary("kubectl"),
+        front_door=_front_door_url(cluster),
+        key=key if key is not None else _existing_key(cluster),
+    )
+
+
+def access_lines(access: DemoAccess) -> list[str]:
+    """The lines that say where the demo is: kubectl to use, the front door, the key."""
+    lines = [
+        f"export KUBECONFIG={access.kubeconfig}",
+        f"export PATH={access.kubectl.parent}:$PATH"
+        f"   # kubectl {K8S_VERSION}, the cluster's own (an older one warns of version skew)",
+    ]
+    if access.front_door is not None:
+        key = access.key or "<no key yet>"
+        lines += [
+            f"# front door: {access.front_door} (user {DEMO_USER}, API key {key})",
+            f"curl -s {access.front_door}/v1/chat/completions -H 'Authorization: Bearer {key}' "
+            "-H 'Content-Type: application/json' \\",
+            '  -d \'{"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": '
+            '"hi"}]}\'',
+        ]
+    return lines
 
 
 def _ready(cluster: DevCluster) -> dict[str, Any] | None:
@@ -177,8 +242,9 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     for what in ("icl", "statefulsets,services,secrets", "pods"):
         print(cluster.kubectl("get", what, "-n", NAMESPACE, "-o", "wide").stdout)
     _front_door(cluster, key)
-    print(f"export KUBECONFIG={cluster.paths.kubeconfig}")
-    print("kubectl -n llm get icl deepseek-v4-flash -o yaml   # status, conditions, replicas")
+    for line in access_lines(demo_access(cluster, key=key)):
+        print(line)
+    print("kubectl -n llm get icl -o wide   # endpoint, reason, restarts (-o yaml: the status)")
     down = "sparkllm-dev demo down"
     if cluster.paths.profile.name != "demo":
         down = f"sparkllm-dev --cluster {cluster.paths.profile.name} demo down"
@@ -207,12 +273,7 @@ def _front_door(cluster: DevCluster, key: str) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60)
     print(f"[demo] front door {url}: POST /v1/chat/completions -> {answer.status_code}")
-    print(f"       {answer.text[:300]}")
-    print(f"curl -s {url}/v1/chat/completions -H 'Authorization: Bearer {key}' \\")
-    print(
-        '  -H \'Content-Type: application/json\' -d \'{"model": "deepseek-v4-flash", '
-        '"messages": [{"role": "user", "content": "hi"}]}\'\n'
-    )
+    print(f"       {answer.text[:300]}\n")
 
 
 def _ready_upstream(url: str) -> bool:

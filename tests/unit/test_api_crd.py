@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -68,25 +69,34 @@ def test_subresources() -> None:
 
 
 def test_printer_columns() -> None:
-    columns = [(c["name"], c["jsonPath"]) for c in VERSION["additionalPrinterColumns"]]
+    """kubectl get icl shows the first six; -o wide (priority 1) adds where the front door
+    is, why Ready is what it is, and the restarts."""
+    columns = [
+        (c["name"], c["jsonPath"], c.get("priority", 0))
+        for c in VERSION["additionalPrinterColumns"]
+    ]
     assert columns == [
-        ("Replicas", ".spec.replicas"),
-        ("Ready", ".status.readyReplicas"),
-        ("Phase", ".status.phase"),
-        ("Model", ".spec.model.servedName"),
-        ("PP", ".spec.engine.pipelineParallel"),
-        ("Age", ".metadata.creationTimestamp"),
+        ("Replicas", ".spec.replicas", 0),
+        ("Ready", ".status.readyReplicas", 0),
+        ("Phase", ".status.phase", 0),
+        ("Model", ".spec.model.servedName", 0),
+        ("PP", ".spec.engine.pipelineParallel", 0),
+        ("Age", ".metadata.creationTimestamp", 0),
+        ("Endpoint", ".status.frontDoor.url", 1),
+        ("Reason", '.status.conditions[?(@.type=="Ready")].reason', 1),
+        ("Restarts", ".status.restarts", 1),
     ]
     for column in VERSION["additionalPrinterColumns"]:
-        path = column["jsonPath"].lstrip(".").replace(".", "/")
+        # A filter selects list items: the field is then one of the items'.
+        path = re.sub(r"\[\?\(.*?\)\]", "/items", column["jsonPath"]).lstrip(".")
         if not path.startswith("metadata"):
-            assert _node_at(path)["type"] == column["type"]
+            assert _node_at(path.replace(".", "/"))["type"] == column["type"]
 
 
 def _node_at(slash_path: str) -> dict[str, Any]:
     node = SCHEMA
     for key in slash_path.split("/"):
-        node = node["properties"][key]
+        node = node[key] if key == "items" else node["properties"][key]
     return node
 
 

@@ -289,8 +289,8 @@ def test_derived_conditions(
 
 def test_derive_status_counts_and_replica_statuses() -> None:
     replicas = (
-        report(0, R, endpoint="http://10.0.0.10:30000"),
-        report(1, S),
+        report(0, R, endpoint="http://10.0.0.10:30000", restarts=2),
+        report(1, S, restarts=1),
         report(2, R),
     )
     status = derive_status(cluster(*replicas, desired=3), {}, NOW)
@@ -301,6 +301,7 @@ def test_derive_status_counts_and_replica_statuses() -> None:
         "readyReplicas": 2,
         "selector": SELECTOR,
         "replicaStatuses": [r.to_json() for r in replicas],
+        "restarts": 3,  # every replica's, summed: kubectl get icl -o wide
     }
     assert [r["index"] for r in status["replicaStatuses"]] == [0, 1, 2]
     InferenceClusterStatus.model_validate(status)

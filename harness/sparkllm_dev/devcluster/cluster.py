@@ -51,6 +51,22 @@ AUDIT_POLICY: dict[str, Any] = {
     ],
 }
 
+# Every default controller but the three that publish Service endpoints. The simulated
+# nodes' addresses are loopback ones (127.0.0.x: the engines listen there, and the
+# operator and smg reach them there), so a hostNetwork rank pod's IP is loopback, and the
+# API server refuses a loopback address in any Endpoints or EndpointSlice (a validation
+# rule, no flag): each of these controllers could only fail, for every rank-0 Service, with
+# a Warning (FailedToUpdateEndpointSlices, FailedToCreateEndpoint, "may not be in the
+# loopback range") every resync. Nothing in the dev cluster reads endpoints (no
+# kube-proxy; smg and the tests' Prometheus find pods directly), and a real cluster's node
+# addresses are not loopback, so this hides no warning a real cluster would show.
+ENDPOINT_CONTROLLERS = (
+    "endpoints-controller",
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+)
+CONTROLLERS = ",".join(["*", *(f"-{name}" for name in ENDPOINT_CONTROLLERS)])
+
 _CONTROL_PLANE = (
     "etcd",
     "kube-apiserver",
@@ -268,6 +284,10 @@ class DevCluster:
                 # etcd's fsync dominates write latency on a shared disk; this cluster is
                 # disposable, so trade durability for speed.
                 {"name": "etcd", "extraArgs": [{"key": "unsafe-no-fsync", "value": "true"}]},
+                {
+                    "name": "kube-controller-manager",
+                    "extraArgs": [{"key": "controllers", "value": CONTROLLERS}],
+                },
             ],
         }
         stages = resources.files("sparkllm_dev.devcluster").joinpath("stages.yaml").read_text()

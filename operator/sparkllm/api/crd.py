@@ -35,7 +35,7 @@ GENERATED_HEADER = (
     "# (hack/gen-crd.sh). Do not edit: change the models and regenerate.\n"
 )
 
-PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
+PRINTER_COLUMNS: tuple[dict[str, str | int], ...] = (
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas",
      "description": "Desired replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas",
@@ -47,6 +47,15 @@ PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
     {"name": "PP", "type": "integer", "jsonPath": ".spec.engine.pipelineParallel",
      "description": "Pipeline stages (nodes) per replica"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # -o wide (priority 1): where to send requests, why it is (not) Ready, how often it
+    # restarted, without reading the YAML.
+    {"name": "Endpoint", "type": "string", "jsonPath": ".status.frontDoor.url", "priority": 1,
+     "description": "Where clients reach the front door (status.frontDoor.url)"},
+    {"name": "Reason", "type": "string", "priority": 1,
+     "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+     "description": "Reason of the Ready condition"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1,
+     "description": "Gang restarts of every replica, summed"},
 )  # fmt: skip
 
 SCALE_SUBRESOURCE = {

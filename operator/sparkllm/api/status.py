@@ -4,7 +4,9 @@ Status is written only by the operator, so its models validate shape, not policy
 the CRD gives its fields no defaults (an absent field means "not observed yet", which a
 default would hide). Condition types are documented constants; ``Ready`` is derived from
 the others. Reasons come from :mod:`sparkllm.api.reasons`. ``benchmark`` is left open:
-its summary follows the benchmark's report (docs/proof-of-service.md).
+its summary follows the benchmark's report (docs/proof-of-service.md). ``frontDoor`` says
+where clients reach the object (its Service, port and URLs), so nobody has to know the
+naming rule; ``kubectl get icl -o wide`` shows its URL, the Ready reason and ``restarts``.
 
 Condition types and what True means:
 
@@ -22,6 +24,10 @@ Condition types and what True means:
 - ``Exposed``: the cluster serves every API ``spec.exposure`` needs (the Gateway API's
   HTTPRoute, the Inference Extension's InferencePool); reported only once one was missing
   (False, reason ``APINotServed``, naming the API), so a cluster without them says why.
+- ``Monitored``: the PodMonitors ``spec.monitoring.serviceMonitor`` asks for are applied
+  (``MonitorsApplied``); False with ``MonitoringUnavailable`` when the cluster does not
+  serve PodMonitor or the operator may not list them (the message says which and what to
+  do), ``MonitoringDisabled`` once switched off; absent while it never was on.
 """
 
 from datetime import datetime
@@ -50,6 +56,7 @@ class ConditionType(StrEnum):
     CAPACITY_PLANNED = "CapacityPlanned"
     NETWORK_VERIFIED = "NetworkVerified"
     EXPOSED = "Exposed"
+    MONITORED = "Monitored"
 
 
 class Phase(StrEnum):
@@ -160,6 +167,27 @@ class ReplicaStatus(ApiModel):
     )
 
 
+class FrontDoorStatus(ApiModel):
+    """Where clients reach the model: the front door's Service, and its URLs."""
+
+    service: Annotated[str, StringConstraints(min_length=1, max_length=253)] = Field(
+        description="service is the front door's Service in the object's namespace (the "
+        "admission layer, then the router, then the replicas' rank 0), e.g. "
+        "deepseek-v4-flash."
+    )
+    port: int = Field(ge=1, le=65535, description="port of that Service: the OpenAI API.")
+    cluster_url: Annotated[str, StringConstraints(max_length=1024)] = Field(
+        alias="clusterURL",
+        description="clusterURL is the front door as a pod in the cluster reaches it, "
+        "e.g. http://deepseek-v4-flash.llm.svc:8000 (https with spec.exposure.type TLS).",
+    )
+    url: Annotated[str, StringConstraints(max_length=1024)] = Field(
+        description="url is where clients reach it: https://<host> for spec.exposure.type "
+        "Ingress (its host) or HTTPRoute (its first host name that is not a wildcard), else "
+        "clusterURL. Add /v1 for the OpenAI API.",
+    )
+
+
 class InferenceClusterStatus(ApiModel):
     """The observed state of an InferenceCluster."""
 
@@ -194,6 +222,17 @@ class InferenceClusterStatus(ApiModel):
         default=None,
         description="network is what the network preflight found (spec.network.preflight "
         "not off): every node's findings and each replica's measured bus bandwidth.",
+    )
+    front_door: FrontDoorStatus | None = Field(
+        default=None,
+        description="frontDoor is where clients reach the model (the Service, its port, its "
+        "URLs); written once the spec is valid.",
+    )
+    restarts: int | None = Field(
+        default=None,
+        ge=0,
+        description="restarts is the gang restarts of every replica, summed "
+        "(replicaStatuses[*].restarts).",
     )
     gateway: GatewayStatus | None = Field(
         default=None,

@@ -47,7 +47,12 @@ from sparkllm.reconcile.decide.proofs import (
     model_verdict,
 )
 from sparkllm.reconcile.decide.replica_state import unschedulable
-from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref, generated_key_secret
+from sparkllm.reconcile.decide.secrets import (
+    EngineKeySeen,
+    engine_key_ref,
+    generated_bench_key,
+    generated_key_secret,
+)
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
     cluster_phase,
@@ -55,6 +60,7 @@ from sparkllm.reconcile.decide.status import (
     derive_status,
     progressing_verdict,
 )
+from sparkllm.render.front_door import front_door_status
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import cluster_selector
 from sparkllm.render.placement import node_holders
@@ -107,6 +113,7 @@ def _act(
     previous: Mapping[str, Any] = obj.get("status") or {}
     generation = int(obj["metadata"].get("generation") or 0)
     key_seen, secret, events = _engine_key(ic, observation)
+    bench_key = observation.bench_key
     force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
     model = model_verdict(observed, previous, generation=generation, force=force)
     network = network_verdict(ic, observed, previous, generation=generation, force=force)
@@ -150,7 +157,7 @@ def _act(
     return Plan(
         target=obj,
         gang_restarts=tuple(replicas.gang_restarts),
-        secrets=() if secret is None else (secret,),
+        secrets=tuple(s for s in (secret, generated_bench_key(ic, exists=bench_key)) if s),
         delete_jobs=benchmark.delete_jobs + acceptance.delete_jobs,
         create_jobs=benchmark.create_jobs + acceptance.create_jobs,
         pod_patches=(*replicas.pod_patches, *drain.patches),
@@ -158,7 +165,15 @@ def _act(
         prune=owned.to_prune(
             replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed
         ),
-        status=_status(proven, previous, now, network=net_status, gateway=gateway, runs=runs),
+        status=_status(
+            proven,
+            previous,
+            now,
+            network=net_status,
+            gateway=gateway,
+            runs=runs,
+            front_door=front_door_status(ic),
+        ),
         events=tuple(events),
         annotations=_consumed(obj, runs),
         replica_phases=tuple(r.phase for r in report.replicas),
@@ -279,9 +294,12 @@ def _status(
     network: JSON | None = None,
     gateway: JSON | None = None,
     runs: tuple[BenchmarkOutcome, ...],
+    front_door: JSON | None = None,
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write)."""
     status = derive_status(report, previous, now)
+    if front_door is not None:
+        status["frontDoor"] = front_door  # where clients reach it (kubectl get -o wide)
     if network is not None:
         status["network"] = network  # the network preflight's findings and measurements
     if gateway is not None:

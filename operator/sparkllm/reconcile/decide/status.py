@@ -250,4 +250,5 @@ def derive_status(report: ClusterReport, previous: Mapping[str, Any], now: datet
         "selector": report.selector,
         "conditions": merge_conditions(previous.get("conditions") or [], _conditions(report), now),
         "replicaStatuses": [r.to_json() for r in report.replicas],
+        "restarts": sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
     }
