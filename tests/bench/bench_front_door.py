@@ -61,7 +61,6 @@ from sparkllm.gateway_settings import env_var_name
 from sparkllm.render.gateway import admission_env
 from sparkllm.render.ranks import EngineKeyRef
 from sparkllm.render.router import router_args
-from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm_dev.devcluster.gateway_io import free_port, localize_router_args, with_worker_url
 from tests.bench.bench_admission import MODEL, _prompt_of_tokens, train_bench_tokenizer
 
@@ -129,7 +128,8 @@ def start_stack(scratch: Path, model_dir: Path) -> tuple[dict[str, str], str, li
     ]  # fmt: skip
     ports = {"--port": smg_port, "--health-check-port": free_port("127.0.0.1"),
              "--prometheus-port": free_port("127.0.0.1")}  # fmt: skip
-    rendered = [a.replace(f"$({ENGINE_API_KEY_ENV})", ENGINE_KEY) for a in router_args(ic)]
+    # In the pod the router's launcher appends the key from its env (render/router.py).
+    rendered = [*router_args(ic), f"--api-key={ENGINE_KEY}"]
     smg = [
         str(Path(sys.executable).parent / "smg"), "launch",
         *localize_router_args(
