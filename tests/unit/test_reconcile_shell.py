@@ -116,8 +116,11 @@ def serving_objects() -> list[JSON]:
     key = {"apiVersion": "v1", "kind": "Secret",
            "metadata": {"name": "llm-engine-key", "namespace": "llm"},
            "data": {"token": base64.b64encode(b"k").decode()}}  # fmt: skip
+    bench_key = {"apiVersion": "v1", "kind": "Secret",  # the Jobs' key, generated already
+                 "metadata": {"name": "llm-bench-key", "namespace": "llm"},
+                 "data": {"token": "Yg=="}}  # fmt: skip
     pods = [{**p, "kind": "Pod"} for p in rank_pods(replica)]
-    return [obj, key, *gateway_objects(obj), *replica, *pods]
+    return [obj, key, bench_key, *gateway_objects(obj), *replica, *pods]
 
 
 def test_observe_only_reads() -> None:

@@ -20,6 +20,7 @@ from sparkllm.keys import (
     ANNOTATION_ACCEPTANCE,
     ANNOTATION_ACCEPTANCE_OPTIONS,
     ANNOTATION_ACCEPTANCE_SET_BASELINE,
+    ANNOTATION_BENCHMARK_USER,
 )
 from sparkllm.render.acceptance import (
     AcceptanceRequest,
@@ -105,7 +106,7 @@ def _job(request: AcceptanceRequest) -> dict[str, Any]:
     return render_acceptance_job(cluster(), request=request, image=IMAGE, generation=3)
 
 
-def test_the_job_runs_the_checklist_against_the_front_door_as_the_user() -> None:
+def test_the_job_runs_the_checklist_against_the_front_door_for_the_user() -> None:
     request = AcceptanceRequest("alice", (("soak-seconds", "60"),), set_baseline=True)
     job = render_acceptance_job(cluster(), request=request, image=IMAGE, generation=3)
     assert job["metadata"]["labels"]["app.kubernetes.io/component"] == "acceptance"
@@ -132,9 +133,11 @@ def test_the_job_runs_the_checklist_against_the_front_door_as_the_user() -> None
     assert args.soak_seconds == 60.0
     assert not args.set_baseline  # the operator writes the baseline, not the Job
     assert str(args.status_summary) == container["terminationMessagePath"]
+    # alice asked; the run presents the key the operator generated for its own runs
+    assert job["metadata"]["annotations"][ANNOTATION_BENCHMARK_USER] == "alice"
     assert container["env"] == [
-        {"name": BENCH_API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "llm-user-keys",
-                                                                    "key": "alice"}}}
+        {"name": BENCH_API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": f"{NAME}-bench-key",
+                                                                    "key": "token"}}}
     ]  # fmt: skip
     # Issue 19: the load is sized in the model's own tokens, so the model directory is
     # mounted read-only (as for the benchmark) and named with --tokenizer.

@@ -139,7 +139,7 @@ def test_the_longest_cluster_name_still_gives_a_valid_job_name() -> None:
 # --- the Job ---------------------------------------------------------------------------
 
 
-def test_the_command_parses_and_targets_the_front_door_as_the_user() -> None:
+def test_the_command_parses_and_targets_the_front_door_with_the_operators_key() -> None:
     bench = container(job(["short-c1", "niah"]))
     assert bench["command"] == ["sparkllm"]
     assert bench["args"][0] == "bench"
@@ -156,7 +156,8 @@ def test_the_command_parses_and_targets_the_front_door_as_the_user() -> None:
     assert bench["env"] == [
         {
             "name": BENCH_API_KEY_ENV,
-            "valueFrom": {"secretKeyRef": {"name": "llm-user-keys", "key": "alice"}},
+            # the key the operator generated for its own runs, not the requesting user's
+            "valueFrom": {"secretKeyRef": {"name": f"{NAME}-bench-key", "key": "token"}},
         }
     ]
     assert "--scenarios" not in container(job())["args"]  # default: the whole matrix

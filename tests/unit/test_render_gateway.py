@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from smg.launch_router import parse_router_args
@@ -27,6 +28,7 @@ from sparkllm.render.gateway import (
     admission_env,
     render_gateway,
 )
+from sparkllm.render.names import BENCH_USER
 from sparkllm.render.objects import desired_hash
 from sparkllm.render.product_image import ProductImage
 from sparkllm.render.ranks import EngineKeyRef
@@ -321,7 +323,11 @@ def test_admission_mounts_keys_and_model_read_only_and_presents_the_engine_key()
     assert mounts["model"]["readOnly"] is True
     assert mounts["model"]["mountPath"] == env["SPARKLLM_GATEWAY_TOKENIZER_DIR"]["value"]
     volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
-    assert volumes["user-keys"]["secret"]["secretName"] == "llm-user-keys"
+    # The users' keys, and the operator's own Jobs' key as user sparkllm:bench, one file each.
+    assert volumes["user-keys"]["projected"]["sources"] == [
+        {"secret": {"name": "llm-user-keys"}},
+        {"secret": {"name": f"{NAME}-bench-key", "items": [{"key": "token", "path": BENCH_USER}]}},
+    ]
     assert env["SPARKLLM_GATEWAY_UPSTREAM_API_KEY"]["valueFrom"] == {
         "secretKeyRef": {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}
     }
@@ -344,7 +350,11 @@ def test_keys_are_only_referenced_never_written() -> None:
     objects = list(render().values())
     engine_ref = {"name": ENGINE_KEY.secret, "key": ENGINE_KEY.key}
     assert _walk(objects, "secretKeyRef") == [engine_ref, engine_ref]  # admission, router
-    assert _walk(objects, "secret") == [{"secretName": "llm-user-keys", "defaultMode": 0o440}]
+    assert _walk(objects, "secret") == [
+        {"name": "llm-user-keys"},
+        {"name": f"{NAME}-bench-key", "items": [{"key": "token", "path": BENCH_USER}]},
+    ]
+    assert _walk(objects, "projected") == [{"sources": ANY, "defaultMode": 0o440}]
     for name in ("admission", "router"):
         for env_var in container(render(), name)["env"]:
             if "valueFrom" in env_var:

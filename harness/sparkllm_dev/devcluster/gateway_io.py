@@ -8,9 +8,11 @@ free loopback ports for the pod's listeners, Secret and ConfigMap volumes in the
 kubelet's atomic ``..data`` layout, a kubeconfig that authenticates as the pod's
 ServiceAccount, and the API calls behind them — and each can be tested on its own.
 
-Secret and ConfigMap volumes are one mechanism with a kind (``SourceVolume``): the files
-the kubelet would show (every key or the ``items`` chosen, ``optional`` honoured: the
-reading of ``hostpaths.config_map_files``, which the engine harness uses too), written
+Secret, ConfigMap and projected volumes are one mechanism with a kind (``SourceVolume``):
+the files the kubelet would show (every key or the ``items`` chosen, ``optional``
+honoured: the reading of ``hostpaths.config_map_files``, which the engine harness uses
+too; a projected volume shows its Secret and ConfigMap sources' files together, as the
+gateway's keys directory holds the users' keys and the operator's Jobs' key), written
 with one atomic swap and re-synced by the supervisor every tick, so a key added to the
 users' Secret or an edited governance policy reaches the running gateway as it would in
 a cluster. A missing object or key that is not ``optional`` keeps the pod from starting
@@ -41,8 +43,11 @@ logger = logging.getLogger(__name__)
 
 SELECTOR = "app.kubernetes.io/component=gateway"
 TOKEN_SECONDS = 2 * 3600
-VolumeKind = Literal["secret", "configMap"]
-VOLUME_KINDS: Final[tuple[VolumeKind, ...]] = ("secret", "configMap")
+ObjectKind = Literal["secret", "configMap"]  # what a volume (or a projected source) reads
+VolumeKind = Literal["secret", "configMap", "projected"]
+VOLUME_KINDS: Final[tuple[VolumeKind, ...]] = ("secret", "configMap", "projected")
+# A volume's object as read: None when it does not exist.
+ReadObject = Callable[[ObjectKind, str], JSON | None]
 # Router flags whose values are the pod's own ports and addresses: rewritten to free
 # loopback ports (several gateway pods, and other engineers, share this machine).
 ROUTER_PORT_FLAGS = ("--port", "--health-check-port", "--prometheus-port")
@@ -100,28 +105,54 @@ def with_worker_url(args: Sequence[str], *, url: str) -> list[str]:
 
 @dataclass
 class SourceVolume:
-    """A Secret or ConfigMap volume of a gateway pod, kept here as the kubelet keeps it."""
+    """A Secret, ConfigMap or projected volume of a gateway pod, kept as the kubelet keeps it."""
 
     volume: str  # the pod's volume name
     kind: VolumeKind
-    source: JSON  # the volume's ``secret`` / ``configMap`` stanza (items, optional)
+    source: JSON  # the volume's ``secret`` / ``configMap`` / ``projected`` stanza
     directory: Path  # where its files are, in the kubelet's layout
     written: dict[str, bytes] | None = None  # the files last written (None: never)
     problem: str = ""  # why the last sync kept the files as they were ("" if it did not)
 
+    def objects(self) -> list[tuple[ObjectKind, JSON]]:
+        """Each object the volume shows, as (kind, its stanza as a volume of that kind).
+
+        One for a Secret or ConfigMap volume; a projected volume's sources in order (a
+        Secret source's ``name`` is a Secret volume's ``secretName``). DevClusterError for a
+        projected source the harness does not provide (downward API, token, bundles).
+        """
+        if self.kind != "projected":
+            return [(self.kind, self.source)]
+        found: list[tuple[ObjectKind, JSON]] = []
+        for entry in self.source.get("sources") or []:
+            if "secret" in entry:
+                secret = dict(entry["secret"])
+                found.append(("secret", {**secret, "secretName": secret.pop("name", "")}))
+            elif "configMap" in entry:
+                found.append(("configMap", dict(entry["configMap"])))
+            else:
+                kinds = ", ".join(sorted(entry))
+                raise DevClusterError(f"volume {self.volume!r}: projected {kinds} not provided")
+        return found
+
     @property
     def object_name(self) -> str:
-        """The Secret's or ConfigMap's name."""
-        return str(self.source.get("secretName" if self.kind == "secret" else "name") or "")
+        """The Secret's or ConfigMap's name (a projected volume's, joined by commas)."""
+        return ",".join(_object_name(kind, source) for kind, source in self.objects())
+
+
+def _object_name(kind: ObjectKind, source: Mapping[str, Any]) -> str:
+    return str(source.get("secretName" if kind == "secret" else "name") or "")
 
 
 def pod_volumes(
     pod: Mapping[str, Any], container: Mapping[str, Any], *, workdir: Path, model_dir: Path
 ) -> tuple[dict[str, Path], list[SourceVolume]]:
-    """(mountPath -> local directory, its Secret and ConfigMap volumes) for a container.
+    """(mountPath -> local directory, its Secret, ConfigMap and projected volumes) for a
+    container.
 
     The model volume (hostPath or PVC) is ``model_dir``; any other kind (emptyDir) a fresh
-    directory under ``workdir``, as are the Secret and ConfigMap volumes' directories.
+    directory under ``workdir``, as are the synced volumes' directories.
     """
     volumes = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or []}
     paths: dict[str, Path] = {}
@@ -142,7 +173,7 @@ def pod_volumes(
 
 
 def volume_files(
-    kind: VolumeKind, source: Mapping[str, Any], obj: Mapping[str, Any] | None
+    kind: ObjectKind, source: Mapping[str, Any], obj: Mapping[str, Any] | None
 ) -> dict[str, bytes]:
     """The files a Secret or ConfigMap volume shows for ``obj`` (None: not found), as the
     kubelet computes them: every key, or the ``items`` chosen; a missing object or key is
@@ -155,14 +186,20 @@ def volume_files(
                             kind="secret")  # fmt: skip
 
 
-def sync_volume(volume: SourceVolume, obj: Mapping[str, Any] | None) -> bool:
-    """One kubelet sync of ``volume`` from its object: rewrite the files when they changed.
+def sync_volume(volume: SourceVolume, *objects: Mapping[str, Any] | None) -> bool:
+    """One kubelet sync of ``volume`` from its objects (one per ``volume.objects()``, None
+    when not found): rewrite the files when they changed.
 
     True when the files were (re)written. VolumeNotReadyError when a non-optional object
     or key is missing: nothing is written, so a running pod keeps the files it has (the
     kubelet's failed remount), and a starting one must not start.
     """
-    files = volume_files(volume.kind, volume.source, obj)
+    sources = volume.objects()
+    if len(objects) != len(sources):
+        raise DevClusterError(f"volume {volume.volume!r}: {len(sources)} objects to read")
+    files: dict[str, bytes] = {}
+    for (kind, source), obj in zip(sources, objects, strict=True):
+        files.update(volume_files(kind, source, obj))  # later sources win, as the kubelet's
     if files == volume.written:
         return False
     write_atomic_volume(volume.directory, files)
@@ -173,12 +210,13 @@ def sync_volume(volume: SourceVolume, obj: Mapping[str, Any] | None) -> bool:
 def sync_volumes(
     volumes: Sequence[SourceVolume],
     *,
-    read: Callable[[SourceVolume], JSON | None],
+    read: ReadObject,
     starting: bool,
     pod: str,
 ) -> None:
-    """The kubelet's sync of a pod's Secret and ConfigMap volumes: each is read (``read``:
-    its object, None if not found) and rewritten when its files changed.
+    """The kubelet's sync of a pod's Secret, ConfigMap and projected volumes: each object is
+    read (``read(kind, name)``, None if not found) and a volume rewritten when its files
+    changed.
 
     A missing non-optional object or key raises VolumeNotReadyError at ``starting`` (the
     supervisor logs that the pod cannot start yet, and retries); later the volume keeps
@@ -186,7 +224,8 @@ def sync_volumes(
     """
     for volume in volumes:
         try:
-            written = sync_volume(volume, read(volume))
+            objects = [read(kind, _object_name(kind, src)) for kind, src in volume.objects()]
+            written = sync_volume(volume, *objects)
         except VolumeNotReadyError as exc:
             why = f"MountVolume.SetUp failed for volume {volume.volume!r}: {exc}"
             if starting:
@@ -253,7 +292,7 @@ def service_account_kubeconfig(dev_kubeconfig: Mapping[str, Any], *, token: str)
 class GatewayKube(engine_io.KubeClient):
     """The engine harness's API client, plus the calls a gateway pod needs."""
 
-    def read_volume_source(self, kind: VolumeKind, name: str, *, namespace: str) -> JSON | None:
+    def read_volume_source(self, kind: ObjectKind, name: str, *, namespace: str) -> JSON | None:
         """The Secret or ConfigMap a volume shows, as JSON; None when it does not exist."""
         if kind == "configMap":
             return self.read_config_map(name, namespace=namespace)

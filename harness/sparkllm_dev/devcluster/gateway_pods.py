@@ -7,11 +7,12 @@ for engine pods: for every Running gateway pod on a simulated node it runs the p
 (``$(VAR)`` and ``secretKeyRef`` resolved by the pure ``kubelet`` helpers), with what a
 kubelet would provide:
 
-- volumes: Secret and ConfigMap volumes (the users' keys, the governance policy) are
-  written in the kubelet's layout (``..data`` swapped atomically, ``items`` and
-  ``optional`` honoured) and re-written when their object changes, so key and policy
-  reloads are real; a missing non-optional one keeps the pod from starting, said in the
-  harness's log ("cannot start yet: MountVolume.SetUp failed ..."). The model volume
+- volumes: Secret, ConfigMap and projected volumes (the users' keys with the operator's
+  Jobs' key, the governance policy) are written in the kubelet's layout (``..data``
+  swapped atomically, ``items`` and ``optional`` honoured) and re-written when their
+  object changes, so key and policy reloads are real; a missing non-optional one keeps
+  the pod from starting, said in the harness's log ("cannot start yet:
+  MountVolume.SetUp failed ..."). The model volume
   (hostPath/PVC) is the local ``tokenizer_dir``; an emptyDir a temp dir. Env values
   pointing into a mount are rewritten to the local directory.
 - the pod's loopback: its ports become free loopback ports (pods and engineers share
@@ -118,7 +119,7 @@ class _Gateway:
     workdir: Path
     info: GatewayInfo
     containers: list[_Container]
-    volumes: list[SourceVolume]  # its Secret and ConfigMap volumes, synced every tick
+    volumes: list[SourceVolume]  # its Secret, ConfigMap and projected volumes, synced each tick
     written: dict[str, ContainerView] | None = None  # the views the pod status shows
 
 
@@ -286,7 +287,7 @@ class GatewayPods(PodSupervisor[_Gateway]):
         assert kube is not None
         sync_volumes(
             gateway.volumes, starting=starting, pod="/".join(gateway.key),
-            read=lambda v: kube.read_volume_source(v.kind, v.object_name, namespace=gateway.key[0]),
+            read=lambda kind, name: kube.read_volume_source(kind, name, namespace=gateway.key[0]),
         )  # fmt: skip
 
 

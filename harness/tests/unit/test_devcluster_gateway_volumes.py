@@ -3,10 +3,12 @@
 The harness plays the kubelet for gateway pods: it writes their Secret and ConfigMap
 volumes in the kubelet's atomic ``..data`` layout and re-writes them when the object
 changes. Shown here without a cluster: the rendered gateway pod's two such volumes (the
-users' keys, the governance policy with ``items`` and ``optional``) are found; the files
-shown follow the kubelet's rules; an edit is one atomic swap that the gateway's own
-``PolicySource`` picks up; a missing non-optional object or key keeps a pod from starting
-with the kubelet's words, and a running one keeps its files (logged once).
+users' keys projected with the operator's Jobs' key, the governance policy with ``items``
+and ``optional``) are found; the files shown follow the kubelet's rules (a projected
+volume: every source's files in one directory, the Jobs' key as user ``sparkllm:bench``,
+which the gateway's own key store then authenticates); an edit is one atomic swap that the
+gateway's own ``PolicySource`` picks up; a missing non-optional object or key keeps a pod
+from starting with the kubelet's words, and a running one keeps its files (logged once).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from typing import Any
 import pytest
 from tests.unit.test_render_gateway import cluster, container, pod_spec, render
 
+from sparkllm.gateway.auth import ApiKeyStore
 from sparkllm.gateway.governance.policy import Policy, PolicySource
 from sparkllm.render.gateway import GOVERNANCE_DIR, GOVERNANCE_FILE, USER_KEYS_DIR
+from sparkllm.render.names import BENCH_USER
 from sparkllm_dev.devcluster.gateway_io import (
     SourceVolume,
     pod_volumes,
@@ -62,7 +66,7 @@ def test_the_rendered_gateway_pod_has_its_keys_and_policy_as_synced_volumes(
     )
     found = {v.volume: (v.kind, v.object_name, v.source.get("optional")) for v in volumes}
     assert found == {
-        "user-keys": ("secret", "llm-user-keys", None),
+        "user-keys": ("projected", "llm-user-keys,llm-bench-key", None),
         "governance": ("configMap", "llm-policy", True),
     }
     by_name = {v.volume: v.directory for v in volumes}
@@ -117,6 +121,28 @@ def test_a_secret_volume_decodes_its_data_and_maps_items_to_nested_paths(tmp_pat
         write_atomic_volume(tmp_path / "bad", {"../escape": b"x"})
 
 
+def test_the_keys_directory_holds_the_users_and_the_operators_jobs_key(tmp_path: Path) -> None:
+    objects = render()
+    (keys,) = [v for v in _volumes(objects, tmp_path) if v.volume == "user-keys"]
+    users = {"data": {"alice": base64.b64encode(b"alice-key").decode()}}
+    bench = {"data": {"token": base64.b64encode(b"bench-key").decode(), "other": "eA=="}}
+    with pytest.raises(VolumeNotReadyError, match="secret 'llm-bench-key' not found"):
+        sync_volume(keys, users, None)  # the operator has not generated it yet
+    assert sync_volume(keys, users, bench)
+    assert _listing(keys.directory) == ["alice", BENCH_USER]  # only the item chosen
+    store = ApiKeyStore(keys.directory)  # the gateway's own reading of the directory
+    assert store.authenticate(b"Bearer bench-key") == BENCH_USER
+    assert store.authenticate(b"Bearer alice-key") == "alice"
+    with pytest.raises(DevClusterError, match="projected downwardAPI not provided"):
+        SourceVolume("v", "projected", {"sources": [{"downwardAPI": {}}]}, tmp_path).objects()
+
+
+def _volumes(objects: dict[str, Any], workdir: Path) -> list[SourceVolume]:
+    pod: dict[str, Any] = {"metadata": {"name": "gw", "namespace": "ns"}, "spec": pod_spec(objects)}
+    admission = container(objects, "admission")
+    return pod_volumes(pod, admission, workdir=workdir, model_dir=workdir / "model")[1]
+
+
 def test_a_missing_source_that_is_not_optional_is_named_as_the_kubelet_does(
     tmp_path: Path,
 ) -> None:
@@ -139,7 +165,7 @@ def test_a_pod_does_not_start_without_its_source_and_a_running_one_keeps_its_fil
     objects: dict[str, JSON | None] = {"llm-policy": None}
 
     def sync(*, starting: bool) -> None:
-        sync_volumes([policy], read=lambda v: objects[v.object_name], starting=starting,
+        sync_volumes([policy], read=lambda _kind, name: objects[name], starting=starting,
                      pod="ns/gw")  # fmt: skip
 
     with pytest.raises(VolumeNotReadyError) as refused:

@@ -1,13 +1,14 @@
 """The observe step of a pass: everything the decision needs, read once, frozen.
 
 Why one read step: ``decide`` is pure, so every fact it uses must be in its input — the
-InferenceCluster, nodes, owned objects and rank pods, the engine-key Secret, benchmark
-Jobs and the users' key names, the running-request counts of replicas being removed,
-rank 0's ``/get_server_info`` replies, and the clock's ``now``. All cluster reads go
-through ``KubeAPI``; the two engine reads (``/metrics``, ``/get_server_info``) go to the
-engines (``engines.py``), the API reads through ``reads.py``. Nothing here writes, and
-nothing here judges: what a fact means for the plan is decide's. A unit test builds an
-``Observation`` (``decide/observation.py``) by hand instead.
+InferenceCluster, nodes, owned objects and rank pods, the engine-key Secret, whether the
+Jobs' key Secret exists, benchmark Jobs and the users' key names, the running-request
+counts of replicas being removed, rank 0's ``/get_server_info`` replies, and the clock's
+``now``. All cluster reads go through ``KubeAPI``; the two engine reads (``/metrics``,
+``/get_server_info``) go to the engines (``engines.py``), the API reads through
+``reads.py``. Nothing here writes, and nothing here judges: what a fact means for the
+plan is decide's. A unit test builds an ``Observation`` (``decide/observation.py``) by
+hand instead.
 
 The other InferenceClusters are read too (across namespaces when RBAC allows, else this
 one's), because nodes are shared: placement must not give a replica a group another
@@ -39,6 +40,7 @@ from sparkllm.reconcile.decide.replicas import Observed, label
 from sparkllm.reconcile.engines import ConfigProbe, Engines
 from sparkllm.reconcile.reads import (
     read_acceptance,
+    read_bench_key,
     read_benchmark,
     read_engine_key,
     read_owned,
@@ -112,6 +114,7 @@ async def _read(
         return Observation(key=key, obj=obj, now=clock(), spec_error=lane)
     observed = await read_owned(api, ic)
     engine_key = await read_engine_key(api, ic)
+    bench_key = await read_bench_key(api, ic)
     benchmark = await read_benchmark(api, ic, obj)
     acceptance = await read_acceptance(api, ic, obj)
     running = {
@@ -130,6 +133,7 @@ async def _read(
         ic=ic,
         observed=observed,
         engine_key=engine_key,
+        bench_key=bench_key,
         benchmark=benchmark,
         acceptance=acceptance,
         running_requests=running,

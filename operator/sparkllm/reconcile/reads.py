@@ -4,10 +4,11 @@ Why here and not beside the decisions they feed: ``decide`` is a package that im
 nothing doing I/O, so every read lives on this side of the seam and hands decide plain
 facts — the owned objects, nodes and rank pods (``read_owned``), whether the Secrets the
 spec names are marked for their use (``read_secret_lanes``), the engine-key Secret
-(``read_engine_key``), and a run on demand's Jobs, their pods and the users' key names
-(``read_on_demand``; only what the decision can use: nothing without a request or a run
-in flight, the key names and rivals' Jobs only when a Job may be created). Reads only;
-``observation.observe`` calls them in one pass.
+(``read_engine_key``), whether the Jobs' key Secret exists (``read_bench_key``), and a
+run on demand's Jobs, their pods and the users' key names (``read_on_demand``; only what
+the decision can use: nothing without a request or a run in flight, the key names and
+rivals' Jobs only when a Job may be created). Reads only; ``observation.observe`` calls
+them in one pass.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sparkllm.reconcile.decide.owned import JOB, NODE, OWNED, POD, SECRET
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.run_exclusion import rival_active
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
-from sparkllm.render.names import cluster_selector
+from sparkllm.render.names import bench_key_secret_name, cluster_selector
 from sparkllm.render.placement import node_facts
 
 
@@ -76,6 +77,12 @@ async def read_engine_key(api: KubeAPI, ic: InferenceCluster) -> EngineKeySeen:
     return EngineKeySeen(
         ref=ref, exists=True, value=base64.b64decode(encoded).decode() if encoded else None
     )
+
+
+async def read_bench_key(api: KubeAPI, ic: InferenceCluster) -> bool:
+    """Whether the operator's Jobs' key Secret exists (its value is never read here)."""
+    name = bench_key_secret_name(ic.metadata.name)
+    return await api.get(SECRET, name, ic.metadata.namespace or "default") is not None
 
 
 async def read_on_demand(

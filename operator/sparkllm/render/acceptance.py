@@ -7,10 +7,12 @@ A user asks for the checklist with annotations on the InferenceCluster ``N``::
     sparkllm.io/acceptance-set-baseline=true       # optional: accept this run's figures
 
 and the operator runs ``sparkllm bench --accept`` once, as a Job ``N-accept-<hash>``,
-against the front door (Service ``N``, port 8000) with the user's own key — the
-benchmark's pattern (``render.benchmark``), whose Job renderer it shares. The options are
-the checklist's own command-line options without ``--``, space-separated ``name=value``
-words, each checked here so a typo fails the request before any Job exists.
+against the front door (Service ``N``, port 8000) with the key the operator generated for
+its own runs (``N-bench-key``, user ``sparkllm:bench``: the load items' ``ignore_eos`` is
+let through for it alone) — the benchmark's pattern (``render.benchmark``), whose Job
+renderer it shares. The options are the checklist's own command-line options without
+``--``, space-separated ``name=value`` words, each checked here so a typo fails the
+request before any Job exists.
 
 Why the Job runs as a ServiceAccount of its own (``N-acceptance``) allowed one thing —
 ``get`` on this one InferenceCluster: the checklist reads rank restarts from its status
@@ -23,7 +25,7 @@ termination message into ``status.acceptance``. The model directory is mounted
 read-only, as for the benchmark, so the load's prompts are sized in the model's own
 tokens (``--tokenizer``): the documents' 256 -> 128 is tokens, not words.
 
-Pure: no I/O, no clock. The user's key never appears in the output.
+Pure: no I/O, no clock. The key never appears in the output.
 """
 
 from __future__ import annotations

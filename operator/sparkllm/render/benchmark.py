@@ -6,8 +6,12 @@ A user asks for a benchmark with annotations on the InferenceCluster ``N``::
     sparkllm.io/benchmark-scenarios=short-c1,niah  # optional; default: the whole matrix
 
 and the operator runs ``sparkllm bench`` once, as a Job ``N-bench-<hash>``, against the
-front door (Service ``N``, port 8000) — exactly where users send requests, with a user's
-own key, so admission, the router and every replica are measured as users meet them.
+front door (Service ``N``, port 8000) — exactly where users send requests, so admission,
+the router and every replica are measured as users meet them. The Job presents the key
+the operator generated for its own runs (Secret ``N-bench-key``, user ``sparkllm:bench``:
+``render.names.BENCH_USER``), the one identity the front door lets send ``ignore_eos``
+without a grant in the spec; the annotation's user is who the run is for (status, the
+Job's annotation), never a key the Job holds.
 The summary travels back in the pod's termination message (``--status-summary
 /dev/termination-log``; under 4 KiB, the kubelet's limit) and reconcile copies it into
 ``status.benchmark``.
@@ -23,8 +27,8 @@ lengths would be whitespace words, labelled approximate. It is mounted read-only
 the nodes that hold the model, as the gateway mounts it (``render/model_access.py``).
 The pod runs as the image's non-root user with nothing else (``render/pod_security.py``).
 
-Pure: no I/O, no clock. The user's key never appears in the output: the container reads
-it from ``SPARKLLM_BENCH_API_KEY``, set from a ``secretKeyRef``.
+Pure: no I/O, no clock. The key never appears in the output: the container reads it
+from ``SPARKLLM_BENCH_API_KEY``, set from a ``secretKeyRef``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,14 @@ from sparkllm.keys import (
 # The model volume and placement are the gateway's on purpose: the benchmark must mount
 # the model exactly where (and on the nodes where) the front door finds it.
 from sparkllm.render.model_access import model_node_affinity, model_tolerations, model_volume
-from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, gateway_name, owner_reference
+from sparkllm.render.names import (
+    BENCH_KEY,
+    LABEL_COMPONENT,
+    bench_key_secret_name,
+    cluster_labels,
+    gateway_name,
+    owner_reference,
+)
 from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
 from sparkllm.render.product_image import ProductImage
@@ -167,7 +178,8 @@ def render_benchmark_job(
     image: ProductImage,
     generation: int,
 ) -> JSON:
-    """The benchmark Job for ``user`` (a data key of the users' keys Secret), stamped."""
+    """The benchmark Job requested for ``user`` (a data key of the users' keys Secret),
+    stamped."""
     request = BenchmarkRequest(user=user, scenarios=tuple(scenarios) if scenarios else None)
     annotations: dict[str, str] = {}
     if request.scenarios:
@@ -189,7 +201,7 @@ def render_benchmark_job(
 
 @dataclass(frozen=True)
 class BenchJob:
-    """What differs between the on-demand Jobs that run ``sparkllm bench`` as a user."""
+    """What differs between the on-demand Jobs that run ``sparkllm bench`` for a user."""
 
     name: str
     component: str
@@ -205,10 +217,10 @@ class BenchJob:
 def render_bench_job(
     ic: InferenceCluster, *, job: BenchJob, image: ProductImage, generation: int
 ) -> JSON:
-    """One attempt of ``sparkllm <args>`` as ``job.user`` against the front door, stamped;
-    ``image`` is the operator's own (it has the CLI)."""
+    """One attempt of ``sparkllm <args>`` for ``job.user`` against the front door, with the
+    operator's own Jobs' key, stamped; ``image`` is the operator's own (it has the CLI)."""
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
-    key_ref = {"name": ic.spec.admission.api_keys_secret_ref.name, "key": job.user}
+    key_ref = {"name": bench_key_secret_name(name), "key": BENCH_KEY}
     mounts: list[JSON] = [{"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[JSON] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     if job.model_mount:

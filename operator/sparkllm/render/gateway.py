@@ -16,6 +16,12 @@ read-only exactly as the ranks mount it; with a hostPath, the pod is therefore k
 this object's own nodes, which hold the model (``render/model_access.py``). Its security
 settings (non-root 65532, no capabilities, read-only root) are ``render/pod_security.py``'s.
 
+Who may call: the users' keys (``spec.admission.apiKeysSecretRef``) and one key the
+operator generates for its own benchmark and acceptance Jobs (``N-bench-key``), mounted
+together as one directory (``user_keys_volume``). That identity, ``sparkllm:bench``, is
+the one the front door lets send what the runs need (``ignore_eos``) beyond the spec's
+grants (``extension_grants``); no user gains an extension from it.
+
 Pure: no I/O, no clock. Keys never appear in the output: ``$(VAR)`` in args, VAR from a
 ``secretKeyRef``.
 """
@@ -45,8 +51,12 @@ from sparkllm.render.exposure import (
 )
 from sparkllm.render.model_access import model_node_affinity, model_tolerations, model_volume
 from sparkllm.render.names import (
+    BENCH_EXTENSIONS,
+    BENCH_KEY,
+    BENCH_USER,
     COMPONENT_GATEWAY,
     LABEL_COMPONENT,
+    bench_key_secret_name,
     cluster_labels,
     gateway_name,
     owner_reference,
@@ -133,6 +143,7 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
     # them as the engine does (--default-chat-template-kwargs; sglang_contract/guarded.py).
     settings.update(mirrored_settings(spec.engine.extra_args))
     settings.update(_request_policy(admission))
+    settings["extensions"] = json.dumps(extension_grants(admission), separators=(",", ":"))
     if admission.governance.policy_config_map_ref is not None:
         settings["governance_policy_path"] = f"{GOVERNANCE_DIR}/{GOVERNANCE_FILE}"
     settings.update(gateway_tls_settings(ic))  # spec.exposure.type TLS
@@ -167,16 +178,13 @@ def _governance_store(ic: InferenceCluster) -> dict[str, object]:
 
 
 def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
-    """What passes the front door beyond OpenAI's fields, and the work per request.
+    """The work per request, and the tool-calling features let through.
 
-    Only what differs from the gateway's defaults (the same as the spec's: nothing
-    beyond OpenAI's fields, one answer for one prompt), so a default spec renders as
+    Only what differs from the gateway's defaults (the same as the spec's: one answer for
+    one prompt, no tool-calling feature beyond plain tools), so a default spec renders as
     before.
     """
     settings: dict[str, object] = {}
-    if admission.extensions:
-        grants = {grant.parameter: list(grant.users) for grant in admission.extensions}
-        settings["extensions"] = json.dumps(grants, separators=(",", ":"))
     if admission.max_choices != 1:
         settings["max_choices"] = admission.max_choices
     if admission.max_prompts_per_request != 1:
@@ -184,6 +192,21 @@ def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
     if admission.tool_calling:
         settings["tool_calling"] = ",".join(admission.tool_calling)
     return settings
+
+
+def extension_grants(admission: AdmissionSpec) -> dict[str, list[str]]:
+    """Extension -> the users it is enabled for ([]: every user): the spec's grants, plus
+    what the operator's own benchmark and acceptance runs send, for their identity only.
+
+    A grant to every user already covers the runs' identity; no other user gains anything.
+    """
+    grants = {grant.parameter: list(grant.users) for grant in admission.extensions}
+    for parameter in BENCH_EXTENSIONS:
+        if parameter not in grants:
+            grants[parameter] = [BENCH_USER]
+        elif grants[parameter]:  # named users ([] is every user, the runs' identity too)
+            grants[parameter] = [*grants[parameter], BENCH_USER]
+    return grants
 
 
 def _http_probe(path: str, *, scheme: str, period: int, timeout: int, failures: int) -> JSON:
@@ -275,10 +298,26 @@ def _governance_mounts(ic: InferenceCluster) -> list[JSON]:
     return [{"name": "governance", "mountPath": GOVERNANCE_DIR, "readOnly": True}]
 
 
+def user_keys_volume(ic: InferenceCluster) -> JSON:
+    """The users' keys and the operator's own Jobs' key as one directory, one file per user.
+
+    A projected volume: every data key of the users' Secret (file name = user id), and the
+    key the operator generated for its benchmark and acceptance Jobs as ``BENCH_USER`` (a
+    name no data key can take). The kubelet updates both in place; the gateway reloads.
+    """
+    users = {"secret": {"name": ic.spec.admission.api_keys_secret_ref.name}}
+    bench = {
+        "secret": {
+            "name": bench_key_secret_name(ic.metadata.name),
+            "items": [{"key": BENCH_KEY, "path": BENCH_USER}],
+        }
+    }
+    return {"name": "user-keys", "projected": {"sources": [users, bench], "defaultMode": 0o440}}
+
+
 def _volumes(ic: InferenceCluster) -> list[JSON]:
-    user_keys = {"secretName": ic.spec.admission.api_keys_secret_ref.name, "defaultMode": 0o440}
     volumes = [
-        {"name": "user-keys", "secret": user_keys},
+        user_keys_volume(ic),
         model_volume(ic),
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         *gateway_tls_volumes(ic),
@@ -361,7 +400,9 @@ __all__ = [
     "GATEWAY_HTTP_PORT",
     "GATEWAY_METRICS_PORT",
     "admission_env",
+    "extension_grants",
     "gateway_rbac_name",
     "gateway_selector_labels",
     "render_gateway",
+    "user_keys_volume",
 ]

@@ -41,6 +41,22 @@ def engine_key_secret_name(cluster: str) -> str:
     return f"{cluster}-engine-key"
 
 
+# The identity the operator provisions for its own benchmark and acceptance Jobs: a key it
+# generates (Secret ``N-bench-key``), which the front door accepts as this user and lets
+# send what the runs need (``ignore_eos``). A ':' is in no Secret data key, so no user of
+# the users' Secret can be, or shadow, this one.
+BENCH_USER: Final = "sparkllm:bench"
+BENCH_KEY: Final = "token"  # the key's data key in that Secret
+# What the runs send beyond OpenAI's fields (sparkllm.bench: max_tokens with ignore_eos,
+# for exact output lengths, as bench_serving does): granted to BENCH_USER alone.
+BENCH_EXTENSIONS: Final = ("ignore_eos",)
+
+
+def bench_key_secret_name(cluster: str) -> str:
+    """The Secret the operator generates for its benchmark and acceptance Jobs' key."""
+    return f"{cluster}-bench-key"
+
+
 def cluster_selector(cluster: str) -> str:
     """Label selector of every object of one InferenceCluster (status.selector)."""
     return f"{LABEL_CLUSTER}={cluster}"

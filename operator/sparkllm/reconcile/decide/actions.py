@@ -48,6 +48,7 @@ class GeneratedSecret:
 
     manifest: JSON
     key: str
+    holds: str = "the engine API key"  # what the token is, for ``sparkllm render``'s note
 
     @property
     def name(self) -> str:

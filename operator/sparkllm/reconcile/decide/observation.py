@@ -51,6 +51,7 @@ class Observation:
     spec_error_reason: Reason = Reason.INVALID_SPEC  # PolicyDenied: outside the admin policy
     observed: Observed = field(default_factory=owned.empty)
     engine_key: EngineKeySeen | None = None
+    bench_key: bool | None = None  # the Jobs' key Secret exists (None: not read)
     benchmark: BenchmarkSeen = field(default_factory=BenchmarkSeen)
     acceptance: BenchmarkSeen = field(default_factory=BenchmarkSeen)
     running_requests: Mapping[int, int | None] = field(default_factory=dict)
