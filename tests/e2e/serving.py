@@ -59,7 +59,8 @@ def inference_cluster(
             "admission": {
                 "apiKeysSecretRef": {"name": USERS_SECRET},
                 "maxInputTokens": 8192,
-                # the benchmark Job runs as alice and sends ignore_eos (exact lengths)
+                # `sparkllm bench` run by hand as alice sends ignore_eos (exact lengths);
+                # the operator's Jobs present its own key, granted it without this
                 "extensions": [{"parameter": "ignore_eos", "users": ["alice"]}],
                 **(admission or {}),
             },

@@ -6,8 +6,9 @@ the offline render of the same object (same uid, the dev cluster nodes' Internal
 the operator's gateway image). Each rendered object must be a subset of its live copy —
 the API server adds defaults and server-set fields (uid, resourceVersion, managedFields,
 status, defaulted spec fields), never changes ours — and the kinds and names must be
-the same on both sides. The generated engine-key Secret is the one exception, by
-design: the render names it in a comment and the live one exists with that key.
+the same on both sides. The generated Secrets (the engine key, the key of the
+operator's own Jobs) are the one exception, by design: the render names each in a
+comment and the live one exists with that key.
 
 The same module checks the rendered pods' Pod Security level on the real API server (no
 operator needed: server dry runs into namespaces labelled with each enforce level), so
@@ -104,12 +105,12 @@ def test_render_matches_what_the_operator_applied(
         "get", KINDS, "-n", namespace, "-l", f"sparkllm.io/cluster={NAME}"
     )["items"]
     live = {f"{o['kind']}/{o['metadata']['name']}": o for o in items}
-    secret = f"Secret/{NAME}-engine-key"
-    assert secret in live
-    assert "token" in live[secret]["data"]
-    assert f"# Secret {NAME}-engine-key (key 'token')" in text
+    for secret in (f"{NAME}-engine-key", f"{NAME}-bench-key"):
+        assert f"Secret/{secret}" in live
+        assert "token" in live[f"Secret/{secret}"]["data"]
+        assert f"# Secret {secret} (key 'token')" in text
+        del live[f"Secret/{secret}"]
     assert "token:" not in text  # a reference, never a value
-    del live[secret]
 
     assert sorted(rendered) == sorted(live)
     problems = {
