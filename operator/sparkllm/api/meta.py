@@ -1,8 +1,9 @@
-"""Names that identify the InferenceCluster API and the labels it is built on.
+"""Names that identify the InferenceCluster API.
 
 Everything here is part of the published contract (DESIGN.md): the group/version/kind a
 user writes in a manifest, the CRD's names, and the benchmark scenario names a user may
-write in an annotation (the label and annotation keys are :mod:`sparkllm.keys`). (The engine's serving port is an SGLang launch fact: it lives in
+write in an annotation; the label and annotation keys are :mod:`sparkllm.keys`. (The
+engine's serving port is an SGLang launch fact: it lives in
 :mod:`sparkllm.sglang_contract.fields` and ``sparkllm.api`` re-exports it.) They live in one
 module, with no logic, so that ``render``, ``reconcile``, the gateway and the CLI import
 one spelling of each name instead of re-typing string literals.
