@@ -3,12 +3,16 @@
 The sample is applied in the test's namespace with the real operator running; once it
 is Ready, every object the operator made (listed by the cluster label) is compared with
 the offline render of the same object (same uid, the dev cluster nodes' InternalIPs,
-the operator's gateway image). Each rendered object must be a subset of its live copy —
-the API server adds defaults and server-set fields (uid, resourceVersion, managedFields,
-status, defaulted spec fields), never changes ours — and the kinds and names must be
-the same on both sides. The generated Secrets (the engine key, the key of the
-operator's own Jobs) are the one exception, by design: the render names each in a
-comment and the live one exists with that key.
+the operator's image settings). The operator runs with the env the chart gives it in
+docs/install.md's air-gapped install (tests/unit/test_airgapped_install.py follows that
+section: a mirror, a digest, a pull secret, the policy admitting the mirrored engine
+image) and the sample gets the section's mirrored engine image, so every pod template it
+made must name only registry.local images and carry the pull secret. Each rendered object
+must be a subset of its live copy — the API server adds defaults and server-set fields
+(uid, resourceVersion, managedFields, status, defaulted spec fields), never changes ours —
+and the kinds and names must be the same on both sides. The generated Secrets (the engine
+key, the key of the operator's own Jobs) are the one exception, by design: the render
+names each in a comment and the live one exists with that key.
 
 The same module checks the rendered pods' Pod Security level on the real API server (no
 operator needed: server dry runs into namespaces labelled with each enforce level), so
@@ -29,8 +33,8 @@ import yaml
 from sparkllm.offline import render_file
 from sparkllm.render.product_image import product_image_from
 from sparkllm_dev.devcluster import DevCluster, wait_until
-from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_reconcile import NAME, apply, ready, sample, user_keys
+from tests.unit.test_airgapped_install import DIGEST, mirrored, operator_env, packaged_chart
 from tests.unit.test_render_pod_security import (
     CLAIMS,
     JSON,
@@ -81,15 +85,39 @@ def node_ips(cluster: DevCluster) -> dict[str, str]:
     }
 
 
+def mirrored_sample() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(mirrored(yaml.safe_dump(sample(NODES))))
+    return doc
+
+
+@pytest.fixture
+def airgapped_env(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """The operator's env of the air-gapped install, in this process's env (the operator
+    fixture started after it inherits it)."""
+    env = operator_env(packaged_chart(tmp_path_factory.mktemp("chart")))
+    for name, value in env.items():
+        if name.startswith("SPARKLLM_"):
+            monkeypatch.setenv(name, value)
+    return env
+
+
 def test_render_matches_what_the_operator_applied(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+    devcluster: DevCluster,
+    namespace: str,
+    airgapped_env: dict[str, str],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> None:
+    assert os.environ["SPARKLLM_IMAGE_PULL_SECRETS"] == "regcred"
+    request.getfixturevalue("operator")  # started now, with the env above
     user_keys(devcluster, namespace)
-    apply(devcluster, namespace, sample(NODES))
+    apply(devcluster, namespace, mirrored_sample())
     live_ic = wait_until(
         lambda: ready(devcluster, namespace), timeout=90, what="InferenceCluster Ready"
     )
-    doc = sample(NODES)
+    doc = mirrored_sample()
     doc["metadata"] = {"name": NAME, "namespace": namespace, "uid": live_ic["metadata"]["uid"]}
     path = tmp_path / "ic.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -119,6 +147,43 @@ def test_render_matches_what_the_operator_applied(
         if (found := subset_problems(obj, live[name], name))
     }
     assert problems == {}
+    # What the air-gapped install promises, on the live objects themselves.
+    sparkllm_image = f"registry.local/sparkllm@{DIGEST}"
+    engine_image = doc["spec"]["engine"]["image"]
+    pods = {
+        n: o["spec"]["template"]["spec"]
+        for n, o in live.items()
+        if "template" in (o.get("spec") or {})
+    }
+    assert sorted(n.split("/")[0] for n in pods) == ["Deployment", *["StatefulSet"] * 3]
+    for name, spec in pods.items():
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
+        images = {c["image"] for c in [*spec.get("initContainers", []), *spec["containers"]]}
+        assert sparkllm_image in images, name
+        assert images <= {sparkllm_image, engine_image}, name
+
+    # Where is it: status.frontDoor, and the -o wide columns the API server prints from it.
+    front = f"http://{NAME}.{namespace}.svc:8000"
+    assert live_ic["status"]["frontDoor"] == {
+        "service": NAME, "port": 8000, "clusterURL": front, "url": front,
+    }  # fmt: skip
+    wide = devcluster.kubectl("get", "icl", NAME, "-n", namespace, "-o", "wide").stdout
+    header, row = wide.splitlines()
+    assert header.split() == [
+        "NAME", "REPLICAS", "READY", "PHASE", "MODEL", "PP", "AGE", "ENDPOINT", "REASON",
+        "RESTARTS",
+    ]  # fmt: skip
+    cells = row.split()
+    assert (cells[0], cells[3], cells[7:]) == (NAME, "Ready", [front, "AllReplicasReady", "0"])
+    # No spurious Warning from the dev cluster: the endpoint controllers, which could only
+    # refuse the rank-0 Service's loopback pod addresses, do not run (devcluster/cluster.py).
+    events = devcluster.kubectl_json("get", "events", "-n", namespace)["items"]
+    endpoint_warnings = [
+        (e["reason"], e["message"])
+        for e in events
+        if e["type"] == "Warning" and "Endpoint" in e["reason"]
+    ]
+    assert endpoint_warnings == []
 
 
 # --- Pod Security Admission: each pod kind meets exactly the level docs/pod-security.md
