@@ -46,7 +46,7 @@ def manifest(name: str, *, placement: dict[str, Any], **engine: Any) -> dict[str
     doc["metadata"] = {"name": name}
     doc["spec"]["placement"] = placement
     doc["spec"]["engine"].update(engine)
-    doc["spec"]["monitoring"] = {"serviceMonitor": False, "prometheusRule": False}
+    doc["spec"]["monitoring"] = {"serviceMonitor": False}
     return doc
 
 

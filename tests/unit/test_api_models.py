@@ -66,7 +66,7 @@ DEFAULTS: list[tuple[str, Any]] = [
     ("restartPolicy.backoffSeconds", [10, 30, 60, 300]),
     ("restartPolicy.maxRestartsPerHour", 6),
     ("monitoring.serviceMonitor", True),
-    ("monitoring.prometheusRule", True),
+    ("monitoring.interval", "15s"),
 ]
 
 
@@ -221,11 +221,12 @@ def test_condition_reason_must_be_camel_case() -> None:
         )
 
 
-def test_condition_types_are_the_documented_eight() -> None:
+def test_condition_types_are_the_documented_nine() -> None:
     # Exposed (issue 21): spec.exposure's optional APIs, reported once one was missing.
+    # Monitored: spec.monitoring's PodMonitors, or why there are none.
     assert [c.value for c in ConditionType] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
-        "NetworkVerified", "Exposed",
+        "NetworkVerified", "Exposed", "Monitored",
     ]  # fmt: skip
 
 

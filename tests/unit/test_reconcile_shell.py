@@ -70,6 +70,11 @@ class RecordingAPI:
             ]  # fmt: skip
         return self._of(kind.kind)
 
+    async def kind_served(self, kind: Kind) -> bool:
+        """API discovery (a GET): the optional APIs (Gateway API, PodMonitor) are not here."""
+        self.calls.append(("get", f"discovery/{kind.kind}"))
+        return False
+
     async def apply(self, obj: Mapping[str, Any]) -> JSON:
         self.calls.append(("apply", f"{obj['kind']}/{obj['metadata']['name']}"))
         return dict(obj)

@@ -137,15 +137,16 @@ def test_conditions_are_ordered_by_type_unknown_types_last() -> None:
         cond(ConditionType.READY, True),
         cond(ConditionType.MODEL_VERIFIED, None),
         cond(ConditionType.PROGRESSING, False),
+        cond(ConditionType.MONITORED, False),
         cond(ConditionType.EXPOSED, False),
         cond(ConditionType.NETWORK_VERIFIED, True),
     ]
     merged = merge_conditions(previous, updates, NOW)
     assert [c["type"] for c in merged] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
-        "NetworkVerified", "Exposed", "Custom.example.com/B", "Custom.example.com/A",
+        "NetworkVerified", "Exposed", "Monitored", "Custom.example.com/B", "Custom.example.com/A",
     ]  # fmt: skip
-    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:8]]
+    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:9]]
 
 
 def test_a_later_update_of_the_same_type_wins() -> None:

@@ -442,7 +442,10 @@ def test_template_hash_is_independent_of_the_replicas_spec_only_fields() -> None
     """Admission and monitoring settings are not in a rank pod: no rank restart for them."""
     before = template_hashes(sample(), plan())
     after = template_hashes(
-        sample(admission={"maxConcurrentRequests": 4}, monitoring={"prometheusRule": False}),
+        sample(
+            admission={"maxConcurrentRequests": 4},
+            monitoring={"serviceMonitor": False, "interval": "1m"},
+        ),
         plan(),
     )
     assert before == after

@@ -7,10 +7,13 @@ slow start is not a failure, and a restart loop must stop), and what the operato
 publishes for Prometheus. Defaults are the documents' three-node ring.
 """
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
+from pydantic_core import PydanticCustomError
 
+from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY
 from sparkllm.api.rules import ApiModel, Rule
 from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT
 
@@ -172,18 +175,86 @@ class RestartPolicySpec(ApiModel):
     )
 
 
+# The Prometheus Operator's Duration (monitoring.coreos.com/v1, e.g. 15s, 1m30s) without
+# its "0": what a PodMonitor's interval accepts, so the operator never renders one the API
+# server refuses.
+SCRAPE_INTERVAL_PATTERN = (
+    r"^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$"
+)
+# A label value: at most 63 characters, alphanumeric at both ends.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+# Label key prefixes the operator sets on the monitors itself (what it prunes by).
+RESERVED_LABEL_PREFIXES = ("sparkllm.io/", "app.kubernetes.io/")
+
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
+
+
+def _no_reserved_key(labels: dict[str, str]) -> bool:
+    return not any(key.startswith(RESERVED_LABEL_PREFIXES) for key in labels)
+
+
+MonitorLabels = Annotated[
+    dict[str, LabelValue],
+    Field(max_length=16),
+    Rule(
+        # startsWith costs the prefix's length, so this stays cheap for the API server;
+        # the keys' syntax (a map key has no schema) is checked by the operator.
+        cel="self.all(k, "
+        + " && ".join(f"!k.startsWith('{prefix}')" for prefix in RESERVED_LABEL_PREFIXES)
+        + ")",
+        message="labels must not use the keys the operator sets (sparkllm.io/, app.kubernetes.io/)",
+        check=_no_reserved_key,
+    ),
+]
+
+
 class MonitoringSpec(ApiModel):
-    """What the operator publishes for Prometheus (only when the monitoring CRDs exist)."""
+    """What the operator publishes for Prometheus (only when the cluster serves PodMonitor).
+
+    Why PodMonitors: every rank runs with host networking behind no Service of its own
+    (only rank 0 has one), and the front door's metrics ports are deliberately in no
+    Service (nothing exposed may route them), so Prometheus must scrape the pods.
+    Alert rules are not made per object: the chart's PrometheusRule covers every
+    InferenceCluster, with its thresholds in one place (docs/monitoring.md).
+    """
 
     service_monitor: bool = Field(
         default=True,
-        description="serviceMonitor creates PodMonitor/ServiceMonitor objects scraping "
-        "every rank's and the gateway's /metrics, when the Prometheus Operator CRDs exist. "
-        "Default true.",
+        description="serviceMonitor creates two PodMonitors owned by this object: N-engines "
+        "(every rank's SGLang /metrics on port http, target labels sparkllm_io_cluster, "
+        "sparkllm_io_replica, sparkllm_io_rank) and N-gateway (the front door's ports "
+        "metrics and router-metrics, target label sparkllm_io_cluster), when the cluster "
+        "serves monitoring.coreos.com/v1 PodMonitor; the Monitored condition says whether "
+        "they exist. Default true.",
     )
-    prometheus_rule: bool = Field(
-        default=True,
-        description="prometheusRule creates a PrometheusRule alerting on a rank down, a "
-        "restart loop, TTFT p95, KV cache usage and queue growth, when the Prometheus "
-        "Operator CRDs exist. Default true.",
+    interval: Annotated[
+        str, StringConstraints(min_length=2, max_length=32, pattern=SCRAPE_INTERVAL_PATTERN)
+    ] = Field(
+        default="15s",
+        description="interval is how often Prometheus scrapes every endpoint of both "
+        "PodMonitors, a Prometheus duration (e.g. 15s, 1m). Default 15s.",
     )
+    labels: MonitorLabels = Field(
+        default_factory=dict,
+        exclude_if=lambda labels: not labels,  # absent on the wire, as the API server keeps it
+        description="labels are added to both PodMonitors, for a Prometheus that selects "
+        "monitors by label (kube-prometheus-stack: release: <its release name>). At most "
+        "16; not under sparkllm.io/ or app.kubernetes.io/. Optional.",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _label_keys(cls, labels: dict[str, str]) -> dict[str, str]:
+        """Each key is a label key (checked here: the CRD cannot give a map's keys a
+        pattern, and a CEL regex over an unbounded key exceeds the API server's cost
+        budget); a bad one would otherwise surface only when the PodMonitor is refused."""
+        for key in labels:
+            if len(key) > MAX_LABEL_KEY or not re.fullmatch(LABEL_KEY_PATTERN, key):
+                raise PydanticCustomError(
+                    "label_key",
+                    "labels must have label keys ([prefix/]name, the name at most 63 "
+                    "characters, e.g. release): '"
+                    + key.replace("{", "(").replace("}", ")")
+                    + "' is not one",
+                )
+        return labels

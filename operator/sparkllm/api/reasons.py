@@ -66,6 +66,10 @@ class Reason(StrEnum):
 
     # --- dependencies -------------------------------------------------------------------
     SECRET_MISSING = "SecretMissing"  # a referenced Secret or key does not exist
-    MONITORING_UNAVAILABLE = "MonitoringUnavailable"  # monitoring CRDs absent; skipped
+    # Monitored (spec.monitoring.serviceMonitor): the PodMonitors are applied; or not, as
+    # the cluster does not serve PodMonitor or the operator may not list them; or off.
+    MONITORS_APPLIED = "MonitorsApplied"
+    MONITORING_UNAVAILABLE = "MonitoringUnavailable"
+    MONITORING_DISABLED = "MonitoringDisabled"
     API_NOT_SERVED = "APINotServed"  # Exposed=False: spec.exposure's CRDs are not installed
     API_SERVED = "APIServed"  # Exposed=True: every API spec.exposure needs is served

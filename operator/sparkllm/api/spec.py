@@ -145,7 +145,7 @@ class InferenceClusterSpec(ApiModel):
     monitoring: MonitoringSpec = Field(
         default=MonitoringSpec(),
         description="monitoring is what the operator publishes for Prometheus. Default: "
-        "monitors and alert rules, when the Prometheus Operator CRDs exist.",
+        "PodMonitors for the ranks and the front door, when the cluster serves them.",
     )
 
 

@@ -17,7 +17,8 @@ rendered or probed) makes the observation an invalid-spec one, like a failed val
 
 Which optional APIs ``spec.exposure`` needs (HTTPRoute, InferencePool) the cluster does
 not serve is read here too (API discovery), so decide can leave those objects out and
-say why in status instead of failing the pass at their apply.
+say why in status instead of failing the pass at their apply; so is whether it serves
+PodMonitor, while ``spec.monitoring`` wants them.
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ async def _read(
         ic, observed, probe=engines.config_probe, api_key=engine_key.value
     )
     absent = await absent_apis(api, ic)
+    # spec.monitoring's PodMonitors: asked only while wanted (when off, read_owned's list
+    # still finds any left to prune).
+    monitors = ic.spec.monitoring.service_monitor and await api.kind_served(owned.POD_MONITOR)
     return Observation(
         key=key,
         obj=obj,
@@ -139,6 +143,7 @@ async def _read(
         running_requests=running,
         server_info=server_info,
         absent_apis=absent,
+        pod_monitors_served=monitors,
     )
 
 

@@ -19,14 +19,14 @@ from typing import Any
 
 from sparkllm.api import InferenceCluster
 from sparkllm.api.secret_refs import lane_problem, laned_references
-from sparkllm.errors import SpecError
+from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.acceptance import ACCEPTANCE_STEP
 from sparkllm.reconcile.decide.benchmark import BENCHMARK_STEP, BenchmarkSeen, StepKind
 from sparkllm.reconcile.decide.benchmark_plan import in_flight
 from sparkllm.reconcile.decide.job_result import JobResult, job_result
-from sparkllm.reconcile.decide.owned import JOB, NODE, OWNED, POD, SECRET
+from sparkllm.reconcile.decide.owned import JOB, MAY_BE_FORBIDDEN, NODE, OWNED, POD, SECRET
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.run_exclusion import rival_active
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
@@ -35,18 +35,25 @@ from sparkllm.render.placement import node_facts
 
 
 async def read_owned(api: KubeAPI, ic: InferenceCluster) -> Observed:
-    """Nodes, the cluster's owned objects by kind, and its pods, read fresh."""
+    """Nodes, the cluster's owned objects by kind, and its pods, read fresh; a kind the
+    operator may be refused (``owned.MAY_BE_FORBIDDEN``) and is, is read as none and named
+    in ``forbidden``."""
     namespace = ic.metadata.namespace or "default"
     selector = cluster_selector(ic.metadata.name)
     nodes = {f.name: f for f in map(node_facts, await api.list(NODE))}
-    owned = {
-        kind.kind: [
-            _with_kind(o, kind.kind) for o in await api.list(kind, namespace, selector=selector)
-        ]
-        for kind in OWNED
-    }
+    owned: dict[str, list[JSON]] = {}
+    forbidden: set[str] = set()
+    for kind in OWNED:
+        try:
+            items = await api.list(kind, namespace, selector=selector)
+        except ClusterAPIError as exc:
+            if exc.status != 403 or kind not in MAY_BE_FORBIDDEN:
+                raise
+            items = []  # the operator may not list them: none it could manage
+            forbidden.add(kind.kind)
+        owned[kind.kind] = [_with_kind(o, kind.kind) for o in items]
     pods = await api.list(POD, namespace, selector=selector)
-    return Observed(nodes=nodes, pods=pods, owned=owned)
+    return Observed(nodes=nodes, pods=pods, owned=owned, forbidden=frozenset(forbidden))
 
 
 def _with_kind(obj: JSON, kind: str) -> JSON:

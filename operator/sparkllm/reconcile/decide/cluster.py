@@ -38,6 +38,7 @@ from sparkllm.reconcile.decide.all_replicas import (
 )
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
 from sparkllm.reconcile.decide.drain import plan_drain
+from sparkllm.reconcile.decide.monitoring import decide_monitors
 from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.proofs import (
@@ -139,6 +140,11 @@ def _act(
     report = replace(report, in_use=assignment.in_use, unschedulable=stuck.messages)
     config = config_condition(_config_results(observation, ic.spec, report), generation=generation)
     exposed = exposed_condition(observation.absent_apis, previous, generation=generation)
+    monitors = decide_monitors(
+        ic, observed, served=observation.pod_monitors_served, previous=previous,
+        generation=generation,
+    )  # fmt: skip
+    desired = [*replicas.desired, *monitors.objects]  # the PodMonitors last
     events.extend(_proof_events(previous, model, config, *_stuck(report, generation), *exposed))
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
     benchmark = decide_benchmark(
@@ -152,7 +158,10 @@ def _act(
     running = observation.running_requests
     drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
-    proofs = (capacity, model, config, *(() if network is None else (network,)), *exposed)
+    proofs = (
+        capacity, model, config, *(() if network is None else (network,)), *exposed,
+        *monitors.conditions,
+    )  # fmt: skip
     proven = replace(report, extra_conditions=proofs)
     return Plan(
         target=obj,
@@ -161,10 +170,8 @@ def _act(
         delete_jobs=benchmark.delete_jobs + acceptance.delete_jobs,
         create_jobs=benchmark.create_jobs + acceptance.create_jobs,
         pod_patches=(*replicas.pod_patches, *drain.patches),
-        apply=owned.to_apply(replicas.desired, observed),
-        prune=owned.to_prune(
-            replicas.desired, replicas.keep | drain.keep | acceptance_keep(ic), observed
-        ),
+        apply=owned.to_apply(desired, observed),
+        prune=owned.to_prune(desired, replicas.keep | drain.keep | acceptance_keep(ic), observed),
         status=_status(
             proven,
             previous,

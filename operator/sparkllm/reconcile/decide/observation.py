@@ -58,3 +58,4 @@ class Observation:
     server_info: Mapping[int, ServerInfo] = field(default_factory=dict)
     others: tuple[JSON, ...] = ()
     absent_apis: frozenset[ApiKind] = frozenset()  # optional kinds the cluster lacks
+    pod_monitors_served: bool = False  # the cluster serves PodMonitor (asked when wanted)

@@ -32,6 +32,11 @@ ROLE_BINDING: Final = lookup_kind("rbac.authorization.k8s.io/v1", "RoleBinding")
 INGRESS: Final = lookup_kind("networking.k8s.io/v1", "Ingress")
 HTTP_ROUTE: Final = lookup_kind("gateway.networking.k8s.io/v1", "HTTPRoute")
 INFERENCE_POOL: Final = lookup_kind("inference.networking.k8s.io/v1", "InferencePool")
+# spec.monitoring (render/monitors.py): optional too, and the chart grants it only when
+# the API is served at install time, so a list may also be refused (403): read as none,
+# and said in the Monitored condition (decide/monitoring.py), never a failed pass.
+POD_MONITOR: Final = lookup_kind("monitoring.coreos.com/v1", "PodMonitor")
+MAY_BE_FORBIDDEN: Final = (POD_MONITOR,)
 # Read and written beside the owned kinds: the object itself, its generated key Secret
 # (create-if-absent, never pruned), benchmark Jobs (created, never updated; their owner
 # reference removes them).
@@ -39,7 +44,9 @@ IC: Final = INFERENCE_CLUSTER
 SECRET: Final = lookup_kind("v1", "Secret")
 JOB: Final = lookup_kind("batch/v1", "Job")
 # In apply order (a Role before the router that needs it); pruned in reverse.
-OWNED: Final = (SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY, INGRESS, HTTP_ROUTE, INFERENCE_POOL)
+OWNED: Final = (
+    SA, ROLE, ROLE_BINDING, STS, SVC, DEPLOY, INGRESS, HTTP_ROUTE, INFERENCE_POOL, POD_MONITOR,
+)  # fmt: skip
 
 
 def empty() -> Observed:

@@ -48,6 +48,7 @@ class Observed:
     nodes: dict[str, NodeFacts]
     pods: list[JSON]
     owned: dict[str, list[JSON]]  # kind -> live objects of that kind with our label
+    forbidden: frozenset[str] = frozenset()  # kinds (owned.MAY_BE_FORBIDDEN) we may not list
 
     @property
     def statefulsets(self) -> list[JSON]:
