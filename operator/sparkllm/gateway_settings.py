@@ -29,7 +29,7 @@ DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 # The gateway run by hand, with no operator to set it, reads larger bodies (4 MiB).
 STANDALONE_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 
-# --- what passes the front door beyond OpenAI's fields (gateway/allowlist.py) -----------
+# --- what passes the front door beyond OpenAI's fields (gateway/rules/allowlist.py) ---
 # SGLang sampling extensions a deployment may enable (spec.admission.extensions).
 OPTIONAL_EXTENSIONS: Final = (
     *("ignore_eos", "min_p", "min_tokens", "no_stop_trim", "repetition_penalty"),

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import httpx
 
 from sparkllm.bench.accept.load import LoadSizes
-from sparkllm.gateway.allowlist import check_tool_features
 from sparkllm.gateway.replies import RequestRejectedError
+from sparkllm.gateway.rules.allowlist import check_tool_features
 from sparkllm_dev.sim.server import prepare
 
 # The documents' load items, small enough for a unit test.

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
-from sparkllm.gateway.allowlist import TOOL_FEATURES
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import MaxTokensPolicy
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.rules.allowlist import TOOL_FEATURES
 from sparkllm.gateway.tokens import TokenCounter
 from tests.unit.gateway_fixtures import (
     MODEL,

@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 
 from sparkllm.errors import GatewayError
 from sparkllm.gateway.admission import Admission, Admitted, Route
-from sparkllm.gateway.allowlist import (
+from sparkllm.gateway.chat_template import ChatTemplate
+from sparkllm.gateway.config import load_gateway_config
+from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.rules.allowlist import (
     COUNTED_EXTENSIONS,
     OPTIONAL_EXTENSIONS,
     STANDARD,
     TOOL_FEATURES,
 )
-from sparkllm.gateway.chat_template import ChatTemplate
-from sparkllm.gateway.config import load_gateway_config
-from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.tokens import TokenCounter
 from tests.unit.gateway_fixtures import MODEL, clamp_policy, train_tokenizer, write_model_dir
 

@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparkllm.gateway.admission import Admission, Admitted, Route
-from sparkllm.gateway.allowlist import TOOL_FEATURES
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
+from sparkllm.gateway.rules.allowlist import TOOL_FEATURES
 from sparkllm.gateway.tokens import TokenCounter
 from sparkllm_dev.devcluster.toymodel import train_tokenizer as train_v4_tokenizer
 from tests.unit import sglang_reference, transformers_reference

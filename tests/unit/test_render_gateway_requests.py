@@ -14,9 +14,9 @@ import pytest
 
 from sparkllm.bench.client import CHAT_PATH, ChatRequest
 from sparkllm.gateway.admission import AdmissionPolicy
-from sparkllm.gateway.allowlist import Allowlist
 from sparkllm.gateway.config import load_gateway_config
 from sparkllm.gateway.replies import RequestRejectedError
+from sparkllm.gateway.rules.allowlist import Allowlist
 from sparkllm.render.gateway import admission_env
 from sparkllm.render.names import BENCH_USER
 from tests.unit.test_render_gateway import ENGINE_KEY, cluster

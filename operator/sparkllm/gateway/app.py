@@ -1,10 +1,12 @@
-"""The gateway's ASGI application: routes, and the order in which a request is checked.
+"""The gateway's ASGI application: routes, the front door's rules, the relay.
 
-Why this order, cheapest refusal first: route (404/405) -> API key (401, before the body
-is even read) -> body size (413, from Content-Length when declared) -> admission (400 /
-404, a pure decision, admission.py) -> the user's budget and a fair slot (429 naming
-the limit, governance/) -> the upstream (proxy.py). A request that fails a check costs
-the engine nothing.
+A generation request is routed (404/405 here), then meets the front door's rules in the
+order rules/pipeline.py lists them — API key (401, before the body is read), the
+governance policy (503), body size (413), the admission decision (400 / 404, pure), the
+user's budget (429 naming the limit) and a fair slot (429) — and is relayed upstream
+(proxy.py) only if every rule passed. A request that fails a rule costs the engine
+nothing. This module is the shell around them: it answers a refusal, gives back what the
+rules took (the reservation, the slot) whatever happens, relays, and counts.
 
 Routes: POST /v1/chat/completions and /v1/completions (admitted), GET /v1/models
 (authenticated pass-through), GET /v1/usage (the ledger), GET /health (the gateway
@@ -16,13 +18,12 @@ user ids with their tokens and refusals, so they are served only on the separate
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 
 from sparkllm.gateway import deepseek_prompt, replies
-from sparkllm.gateway.admission import Admission, AdmissionPolicy, Admitted, Route
+from sparkllm.gateway.admission import Admission, AdmissionPolicy, Route
 from sparkllm.gateway.asgi import (
     JSON_HEADERS,
     ClientDisconnectedError,
@@ -30,9 +31,7 @@ from sparkllm.gateway.asgi import (
     Receive,
     Scope,
     Send,
-    declared_length,
     header,
-    read_body,
     send_bytes,
     send_reply,
 )
@@ -42,20 +41,17 @@ from sparkllm.gateway.config import GatewayConfig
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.governance import usage
 from sparkllm.gateway.governance.gate import Governor
-from sparkllm.gateway.governance.meter import NOTHING_USED, UsageMeter
-from sparkllm.gateway.governance.policy import Policy
+from sparkllm.gateway.governance.meter import UsageMeter
 from sparkllm.gateway.metrics import GatewayMetrics, Outcome
 from sparkllm.gateway.proxy import RelayResult, UpstreamClient
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.rules.context import Request, Stop
+from sparkllm.gateway.rules.pipeline import front_door, walk
 from sparkllm.gateway.serving import ServingState
 from sparkllm.gateway.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 
-# Bodies larger than this (roughly 4K tokens of English) are decided on a worker thread:
-# tokenising takes milliseconds and tokenizers releases the GIL meanwhile, so the event
-# loop keeps streaming other answers. Smaller ones are cheaper than the thread hop.
-OFFLOAD_BODY_BYTES = 16 * 1024
 _GENERATION_ROUTES = {route.value: route for route in Route}
 _GET_ROUTES = frozenset({"/v1/models", "/v1/usage", "/health", "/ready"})
 _FORWARDED_HEADERS = (b"accept", b"x-request-id")
@@ -104,6 +100,9 @@ class GatewayApp:
         self.upstream = upstream
         self.metrics = metrics
         metrics.watch_limiter(governor.limiter, users=lambda: keys.users)
+        self.rules = front_door(
+            keys=keys, governor=governor, admission=admission, max_body_bytes=config.max_body_bytes
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -191,92 +190,69 @@ class GatewayApp:
     async def _serve_generation(
         self, route: Route, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        arrived = time.perf_counter()
-        user = self.keys.authenticate(header(scope, b"authorization"))
-        if isinstance(user, ErrorReply):
-            await self._refuse(route, send, user, user_id=None)
-            return
-        policy = self.governor.policy()
-        if isinstance(policy, ErrorReply):
-            await self._refuse(route, send, policy, user_id=user)
-            return
-        decision, deciding = await self._admit(route, scope, receive, user=user)
-        if isinstance(decision, ErrorReply):
-            if deciding is not None:
-                self.metrics.admission_seconds.observe(deciding)
-            await self._refuse(route, send, decision, user_id=user)
-            return
-        assert deciding is not None  # an admitted request was always decided
+        """The front door's rules in order, then the relay; what they took is given back."""
+        request = Request(route, scope, receive, arrived=time.perf_counter())
         try:
-            await self._forward(
-                route, decision, scope, receive, send, user=user, policy=policy, arrived=arrived
-            )
+            verdict = await walk(self.rules, request)
+            if verdict is None:
+                await self._relay(request, send)
+            elif verdict is Stop.CLIENT_LEFT:
+                self.metrics.count_request(route.value, Outcome.CLIENT_CLOSED)
+            else:
+                if request.decision is None and request.deciding is not None:
+                    self.metrics.admission_seconds.observe(request.deciding)  # refused by it
+                await self._refuse(route, send, verdict, user_id=request.user)
         finally:
-            # Observed after the exchange, not before it: off the time to the first token.
-            self.metrics.admission_seconds.observe(deciding)
-            self.metrics.observe_input_tokens(
-                decision.input_tokens, exact=decision.input_tokens_exact
-            )
-
-    async def _forward(
-        self,
-        route: Route,
-        decision: Admitted,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        *,
-        user: str,
-        policy: Policy,
-        arrived: float,
-    ) -> None:
-        """Reserve the user's budget, take a fair slot (or answer 429), relay, settle."""
-        recount = functools.partial(
-            self.admission.decide, route, decision.body, user=user, exact=True
-        )
-        granted = await self.governor.admit(user, decision, policy=policy, recount=recount)
-        if isinstance(granted, ErrorReply):
-            await self._refuse(route, send, granted, user_id=user)
-            return
-        outcome, used = Outcome.CLIENT_CLOSED, NOTHING_USED
-        try:
-            holder = await self.governor.wait_for_slot(granted, receive)
-            if holder is None:  # the client gave up while queued
-                self.metrics.count_request(route.value, outcome)
-                return
-            if isinstance(holder, ErrorReply):
-                outcome = Outcome.RATE_LIMITED
-                await self._refuse(route, send, holder, user_id=user)
-                return
-            meter = UsageMeter(send)
-            outcome, used = Outcome.UPSTREAM_ERROR, granted.reserved  # until measured
-            try:
-                result = await self.upstream.relay(
-                    method="POST",
-                    path=route.value,
-                    body=granted.body,
-                    headers=[(b"content-type", b"application/json"), *self._forwarded(scope)],
-                    send=meter.send,
-                    receive=receive,
-                    no_worker=self.metrics.counting_no_replica(self.serving.reply),
-                    # A non-streamed answer is made whole before its first byte: read it
-                    # even for a client that left, to charge what the engine produced.
-                    drain=not decision.stream,
+            if request.granted is not None:
+                await self.governor.finish(
+                    request.granted, used=request.used, outcome=request.outcome.value
                 )
-            finally:
-                await self.governor.release(holder)
-            outcome = self._done(route, decision, result, user=user, arrived=arrived)
-            closed, answered = result.client_closed, result.upstream_answered
-            used = await self.governor.measure(
-                meter, granted, answered=answered, client_closed=closed
+            if request.decision is not None:
+                # Observed after the exchange, not before it: off the time to the first token.
+                assert request.deciding is not None  # an admitted request was decided
+                self.metrics.admission_seconds.observe(request.deciding)
+                self.metrics.observe_input_tokens(
+                    request.decision.input_tokens, exact=request.decision.input_tokens_exact
+                )
+
+    async def _relay(self, request: Request, send: Send) -> None:
+        """Relay an admitted request holding a slot; charge what its answer used."""
+        route, decision, granted, holder = (
+            request.route,
+            request.decision,
+            request.granted,
+            request.holder,
+        )
+        assert decision is not None
+        assert granted is not None
+        assert holder is not None
+        meter = UsageMeter(send)
+        request.outcome, request.used = Outcome.UPSTREAM_ERROR, granted.reserved  # until measured
+        try:
+            result = await self.upstream.relay(
+                method="POST",
+                path=route.value,
+                body=granted.body,
+                headers=[(b"content-type", b"application/json"), *self._forwarded(request.scope)],
+                send=meter.send,
+                receive=request.receive,
+                no_worker=self.metrics.counting_no_replica(self.serving.reply),
+                # A non-streamed answer is made whole before its first byte: read it
+                # even for a client that left, to charge what the engine produced.
+                drain=not decision.stream,
             )
         finally:
-            await self.governor.finish(granted, used=used, outcome=outcome.value)
+            await self.governor.release(holder)
+        request.outcome = self._done(request, result)
+        closed, answered = result.client_closed, result.upstream_answered
+        request.used = await self.governor.measure(
+            meter, granted, answered=answered, client_closed=closed
+        )
 
-    def _done(
-        self, route: Route, decision: Admitted, result: RelayResult, *, user: str, arrived: float
-    ) -> Outcome:
+    def _done(self, request: Request, result: RelayResult) -> Outcome:
         """Count and log a relayed request; its outcome."""
+        route, decision, arrived = request.route, request.decision, request.arrived
+        assert decision is not None
         outcome = _relay_outcome(result)
         finished = time.perf_counter()
         self.metrics.count_request(route.value, outcome)
@@ -286,7 +262,7 @@ class GatewayApp:
             "request done route=%s user=%s outcome=%s status=%d input_tokens=%d%s "
             "max_output_tokens=%d stream=%s seconds=%.3f worker=%s",
             route.value,
-            user,
+            request.user,
             outcome.value,
             result.status,
             decision.input_tokens,
@@ -297,24 +273,6 @@ class GatewayApp:
             result.worker,
         )
         return outcome
-
-    async def _admit(
-        self, route: Route, scope: Scope, receive: Receive, *, user: str
-    ) -> tuple[Admitted | ErrorReply, float | None]:
-        """The decision, and how long deciding took (None when refused by size alone)."""
-        limit = self.config.max_body_bytes
-        declared = declared_length(scope)
-        if declared is not None and declared > limit:
-            return replies.request_too_large(limit), None
-        body = await read_body(receive, limit=limit)
-        if body is None:
-            return replies.request_too_large(limit), None
-        started = time.perf_counter()
-        if len(body) > OFFLOAD_BODY_BYTES:
-            decision = await asyncio.to_thread(self.admission.decide, route, body, user=user)
-        else:
-            decision = self.admission.decide(route, body, user=user)
-        return decision, time.perf_counter() - started
 
     async def _serve_usage(self, scope: Scope, send: Send, *, user: str) -> None:
         reply = await usage.answer(self.governor, query=scope.get("query_string"), user=user)

@@ -33,7 +33,6 @@ from pydantic import (
 )
 
 from sparkllm.errors import GatewayError
-from sparkllm.gateway.allowlist import OPTIONAL_EXTENSIONS, TOOL_FEATURES
 from sparkllm.gateway.governance.redis_store import parse_address
 from sparkllm.gateway_settings import (
     DEFAULT_CONTEXT_LENGTH,
@@ -45,7 +44,9 @@ from sparkllm.gateway_settings import (
     ENV_PREFIX,
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
+    OPTIONAL_EXTENSIONS,
     STANDALONE_MAX_BODY_BYTES,
+    TOOL_FEATURES,
     template_kwargs_problem,
 )
 
@@ -243,7 +244,7 @@ class GatewayConfig(BaseModel):
     @classmethod
     def _check_names(cls, value: Any, info: ValidationInfo) -> Any:
         known = OPTIONAL_EXTENSIONS if info.field_name == "extensions" else TOOL_FEATURES
-        unknown = set(value) - known
+        unknown = set(value).difference(known)
         if unknown:
             raise ValueError(f"unknown: {', '.join(sorted(unknown))}; known: {sorted(known)}")
         return value

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkllm.errors import GovernanceStoreError
-from sparkllm.gateway.admission import Admitted
 from sparkllm.gateway.asgi import Receive
 from sparkllm.gateway.config import GatewayConfig
 from sparkllm.gateway.governance import replies
@@ -50,6 +49,7 @@ from sparkllm.gateway.governance.store import (
 from sparkllm.gateway.limits import ConcurrencyLimiter
 from sparkllm.gateway.metrics import UserMetrics
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.rules.context import Admitted
 
 OFFLOAD_METER_BYTES = 16 * 1024  # answers longer than this are metered on a worker thread
 _OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")

@@ -1,4 +1,5 @@
-"""Which request fields pass the front door, per route: the rest is a 400 naming the field.
+"""Payload rules ``allowed_fields`` and ``tool_features``: which request fields (and
+tool-calling features) pass the front door, per route; the rest is a 400 naming the field.
 
 Why an allowlist: smg and SGLang take far more than OpenAI's fields, and several reach
 past the admission layer's count or into the engine's internals — ``input_ids`` replaces
@@ -17,6 +18,10 @@ understands what it does to the engine's work and the served configuration suppo
 
 Everything else — ``input_ids``, SGLang's internal fields, fields of other APIs, typos —
 is refused with ``unsupported_parameter``. Pure; the check is one set difference.
+
+``allowed_fields`` runs right after the body parses, before any field is read;
+``tool_features`` once the fields that size the work are known (a tool choice or a
+strict function is well-formed by then, or the shape checks named it).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from typing import Any, Final
 
 from sparkllm import gateway_settings
 from sparkllm.gateway import replies
-from sparkllm.gateway.replies import RequestRejectedError
+from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
+from sparkllm.gateway.rules.context import Draft, Route
 
 _COMMON: Final = frozenset(
     {
@@ -86,7 +92,13 @@ class Allowlist:
             raise RequestRejectedError(_unsupported(field))
 
 
-def _unsupported(field: str) -> replies.ErrorReply:
+def allowed_fields(draft: Draft) -> ErrorReply | None:
+    """Refuse the first field this deployment does not let through for this user."""
+    draft.allowlist.check(draft.route.value, draft.payload, user=draft.user)
+    return None
+
+
+def _unsupported(field: str) -> ErrorReply:
     if field in OPTIONAL_EXTENSIONS:
         why = "is not enabled for your key on this deployment"
     else:
@@ -102,6 +114,13 @@ def _unsupported(field: str) -> replies.ErrorReply:
 # checked where the request uses it.
 TOOL_FEATURES: Final = frozenset(gateway_settings.TOOL_FEATURES)
 _WHY = "is not supported by this deployment (spec.admission.toolCalling)"
+
+
+def tool_features(draft: Draft) -> ErrorReply | None:
+    """Refuse (chat) a tool-calling feature ``spec.admission.toolCalling`` does not enable."""
+    if draft.route is Route.CHAT:
+        check_tool_features(draft.payload, enabled=draft.policy.tool_features)
+    return None
 
 
 def check_tool_features(payload: Mapping[str, Any], *, enabled: frozenset[str]) -> None:
