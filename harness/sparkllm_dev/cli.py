@@ -11,6 +11,7 @@ one line and exit 1. ``--cluster demo|test`` (default ``$SPARKLLM_DEVCLUSTER``, 
     sparkllm-dev [--cluster demo|test] up | down | status   the local control plane
     sparkllm-dev engines [-n NS] [--sim-arg=...]      one SGLang simulator per engine pod
     sparkllm-dev gateways --tokenizer-dir DIR [-n NS] [--state-file F]   gateway pods
+    sparkllm-dev jobs [-n NS] [--gateways-file F]   benchmark and acceptance Job pods
     sparkllm-dev demo [down]                 what `make demo` runs
 """
 
@@ -98,6 +99,14 @@ def _gateways(args: argparse.Namespace) -> int:
     )
 
 
+def _jobs(args: argparse.Namespace) -> int:
+    from sparkllm_dev.devcluster.bench_jobs import run_bench_jobs
+
+    cluster = _cluster(args)
+    state = args.gateways_file or cluster.paths.state_dir / "gateways.json"
+    return run_bench_jobs(cluster, namespace=args.namespace, gateways_file=state)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from sparkllm_dev.demo import demo_down, demo_up
 
@@ -138,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     gateways.add_argument("--state-file", type=Path, help="where to write the endpoints")
     gateways.add_argument("-n", "--namespace", help="only this namespace")
     gateways.set_defaults(handler=_gateways)
+
+    jobs = sub.add_parser("jobs", help="run the benchmark and acceptance Jobs' pods")
+    jobs.add_argument(
+        "--gateways-file", type=Path, help="the gateways' endpoints (sparkllm-dev gateways')"
+    )
+    jobs.add_argument("-n", "--namespace", help="only this namespace")
+    jobs.set_defaults(handler=_jobs)
 
     demo = sub.add_parser("demo", help="dev cluster + operator + sample InferenceCluster, Ready")
     demo.add_argument("action", nargs="?", choices=["up", "down"], default="up")

@@ -4,7 +4,10 @@ It starts the dev cluster (real control plane, six simulated DGX Spark nodes), i
 the CRD generated from the API models, starts the operator and the engine harness (one
 SGLang SIMULATOR per rank pod, on its node's 127.0.0.x) as background processes, applies
 the documents' sample InferenceCluster and waits until it is Ready, then sends one chat
-request through the front door (admission layer -> smg router -> simulated rank 0). A
+request through the front door (admission layer -> smg router -> simulated rank 0). The
+gateway pods and the benchmark and acceptance Jobs' pods run as background processes too
+(``sparkllm-dev gateways``, ``sparkllm-dev jobs``), so a benchmark or acceptance request
+by annotation runs to its end here as it does in the tests. A
 tiny but real model directory stands in for the weights on the group's nodes, so the
 integrity check (ModelVerified) runs. ``demo down`` stops the processes and the cluster.
 Process ids and logs live in the cluster's state directory. The demo runs on the ``demo``
@@ -15,7 +18,9 @@ Where is it, later: :func:`access_lines` is what the demo prints last and what
 ``sparkllm-dev status`` prints while it runs — the kubeconfig, the cluster's own kubectl
 (the harness builds v1.35.4; an older kubectl on PATH warns of version skew), the front
 door's URL (the gateway pod's admission layer runs on this machine, on a port chosen at
-start: no Service address or port-forward reaches it here) and the demo user's key.
+start: no Service address or port-forward reaches it here), the demo user's key, and how
+to run ``sparkllm bench`` by hand with the key the operator made for its own Jobs (user
+``sparkllm:bench``, the one identity the front door lets send ``ignore_eos``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import httpx
 import yaml
 
 from sparkllm.api.crd import render_crd_yaml
+from sparkllm.render.names import BENCH_USER, bench_key_secret_name
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.paths import K8S_VERSION, PROFILE_ENV
 from sparkllm_dev.devcluster.toymodel import write_toy_model
@@ -47,11 +53,13 @@ DEMO_USER = "demo"  # the data key of the users' keys Secret the demo creates
 SAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "samples" / "deepseek-v4-flash.yaml"
 GROUP_A = ("spark-a0", "spark-a1", "spark-a2")
 MODEL_PATH = "/models/DeepSeek-V4-Flash-NVFP4"  # the sample's spec.model.path
+BENCH_KEY_SECRET = bench_key_secret_name("deepseek-v4-flash")  # the sample's Jobs' key
 
 
 def _processes(cluster: DevCluster) -> dict[str, list[str]]:
     """Each background process as ``python -m MODULE ARGS``: the product CLI runs the
-    operator, the harness CLI (``sparkllm-dev``) the engines and the gateway pods."""
+    operator, the harness CLI (``sparkllm-dev``) the engines, the gateway pods and the
+    Jobs' pods."""
     tokenizer_dir = _host_model_dir(cluster, GROUP_A[0])
     metrics_port = str(cluster.paths.profile.operator_metrics_port)
     return {
@@ -65,6 +73,9 @@ def _processes(cluster: DevCluster) -> dict[str, list[str]]:
             "--tokenizer-dir",
             str(tokenizer_dir),
         ],
+        # The benchmark and acceptance Jobs' pods (kwok runs no container), the front
+        # door found in the gateways' endpoints file, as the tests' BenchJobs do.
+        "jobs": ["sparkllm_dev.cli", "jobs", "-n", NAMESPACE],
     }
 
 
@@ -184,6 +195,12 @@ def access_lines(access: DemoAccess) -> list[str]:
             "-H 'Content-Type: application/json' \\",
             '  -d \'{"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": '
             '"hi"}]}\'',
+            # The demo user may not send ignore_eos; the operator's Jobs' identity may.
+            f"# sparkllm bench by hand: the key the operator made for its Jobs (user {BENCH_USER})",
+            f"export BENCH_KEY=$(kubectl -n {NAMESPACE} get secret {BENCH_KEY_SECRET} "
+            "-o jsonpath='{.data.token}' | base64 -d)",
+            f".venv/bin/sparkllm bench --base-url {access.front_door} --model deepseek-v4-flash "
+            "--api-key-env BENCH_KEY --scenarios short-c1",
         ]
     return lines
 

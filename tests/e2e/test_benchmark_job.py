@@ -3,10 +3,12 @@
 The real operator serves one replica (group a) of simulated engines; ``GatewayPods`` runs
 the front door the operator created, and ``BenchJobs`` runs the benchmark Job's pod the
 way a kubelet would: ``sparkllm bench`` against Service ``N`` (resolved to the local
-admission layer) with alice's key from the users' Secret, its summary in the pod's
+admission layer) for alice, with the key the operator generated for its own Jobs (the
+front door logs its requests as user ``sparkllm:bench``), its summary in the pod's
 termination message. Shown: the summary lands in ``status.benchmark`` with positive TTFT
-and TPOT, an Event says so, the request annotation is removed, the Job completes — and
-the passes after that write nothing.
+and TPOT, an Event says so, the request annotation is removed, the Job completes and
+``kubectl logs job/<name>`` shows its Markdown report (kwok serves the file the harness
+keeps) — and the passes after that write nothing.
 
 The harness's pure helpers are pinned without a cluster in
 harness/tests/unit/test_devcluster_bench_jobs.py.
@@ -84,6 +86,7 @@ def test_benchmark_on_demand_lands_in_status(
             namespace=namespace,
             model_dir=model_dir,
             log_dir=tmp_path / "bench",
+            serve_logs=True,  # kubectl logs, as the demo's `sparkllm-dev jobs` does
         ),
     ):  # fmt: skip
         devcluster.kubectl(
@@ -103,6 +106,10 @@ def test_benchmark_on_demand_lands_in_status(
                 )
         _the_result_is_in_status(benchmark)
         _the_request_is_answered(devcluster, namespace, benchmark)
+        _kubectl_logs_shows_the_report(devcluster, namespace, benchmark)
+        admission = (serving.gateway.log_dir / "admission.log").read_text(errors="replace")
+        assert "route=/v1/chat/completions user=sparkllm:bench outcome=ok" in admission
+        assert "user=alice" not in admission  # alice asked; the Job holds no key of hers
         # The needle check cannot pass on the simulator: `sparkllm bench` exits 1, the Job
         # fails, and the summary still lands, with what did not pass.
         devcluster.kubectl(
@@ -176,6 +183,15 @@ def _the_request_is_answered(
     terminated = container["state"]["terminated"]
     assert terminated["exitCode"] == 0
     assert json.loads(terminated["message"]) == benchmark["summary"]  # pod -> operator -> status
+
+
+def _kubectl_logs_shows_the_report(
+    cluster: DevCluster, namespace: str, benchmark: dict[str, Any]
+) -> None:
+    """kwok serves the Job pod's output: the API server reaches its node by InternalIP."""
+    shown = cluster.kubectl("logs", f"job/{benchmark['job']}", "-n", namespace).stdout
+    assert "| short-c1 |" in shown  # the Markdown report's row
+    assert "benchmark pod" not in shown  # the harness's own header line is not the pod's
 
 
 def _a_failed_run_is_reported(

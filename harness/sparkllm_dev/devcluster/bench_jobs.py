@@ -23,17 +23,21 @@ What a kubelet and the cluster network would provide:
   kubelet's rules (``init_containers.termination_message``).
 - cluster DNS: ``--base-url http://<service>.<namespace>.svc:<port>`` becomes what
   ``resolve_service(namespace, service, port)`` answers — for the gateway Service, the
-  admission layer ``GatewayPods`` runs (``gateway_service_resolver``). Until it answers
-  the container does not start (a client would find no endpoints).
+  admission layer ``GatewayPods`` runs (``gateway_service_resolver``, in the same process
+  as the tests run it; ``gateway_file_resolver``, from the endpoints file another process,
+  ``sparkllm-dev gateways``, writes, as the demo runs them). Until it answers the
+  container does not start (a client would find no endpoints).
 
 Level-based: the supervisor thread (``pod_supervisor.PodSupervisor``, shared with the
 engine harness and the gateway pods) lists benchmark pods every tick, runs each pod once,
 reports its exit once, and stops a process whose pod is deleted (a cancel, the Job's
 deadline). Not done: probes, resources, images, restart policies other than Never.
+``sparkllm-dev jobs`` (``run_bench_jobs``) runs it on its own, beside the demo's gateways.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -41,7 +45,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +64,12 @@ from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
 from sparkllm_dev.devcluster.kubelet import JSON
 from sparkllm_dev.devcluster.pod_supervisor import (
     PodSupervisor,
+    cli_logging,
     pod_key,
     pods_by_uid,
     scratch_directory,
     stop_processes,
+    stop_signal,
     utc_timestamp,
 )
 from sparkllm_dev.errors import DevClusterError
@@ -163,15 +169,41 @@ def gateway_service_resolver(gateways: RunningGateways) -> ServiceResolver:
     """Service ``N`` port 8000 -> the admission layer ``gateways`` runs for a pod of ``N``."""
 
     def resolve(namespace: str, service: str, port: int) -> str | None:
-        if port != GATEWAY_HTTP_PORT:
-            return None
-        deployment_pod = re.compile(rf"{re.escape(service)}-[a-z0-9]+-[a-z0-9]+")
-        for info in gateways.gateways():
-            if info.namespace == namespace and deployment_pod.fullmatch(info.pod):
-                return info.admission_url
-        return None
+        running = ((g.namespace, g.pod, g.admission_url) for g in gateways.gateways())
+        return _gateway_endpoint(running, namespace=namespace, service=service, port=port)
 
     return resolve
+
+
+def gateway_file_resolver(state_file: Path) -> ServiceResolver:
+    """The same from the endpoints file ``sparkllm-dev gateways`` keeps (``namespace/pod``
+    -> admission URL), read at each call: the gateway pods run in another process."""
+
+    def resolve(namespace: str, service: str, port: int) -> str | None:
+        try:
+            urls = json.loads(state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # not written yet (or being replaced): no endpoint yet
+        running = []
+        for key, url in urls.items() if isinstance(urls, dict) else ():
+            pod_namespace, _, pod = str(key).partition("/")
+            running.append((pod_namespace, pod, str(url)))
+        return _gateway_endpoint(running, namespace=namespace, service=service, port=port)
+
+    return resolve
+
+
+def _gateway_endpoint(
+    running: Iterable[tuple[str, str, str]], *, namespace: str, service: str, port: int
+) -> str | None:
+    """The URL of the first (namespace, pod, URL) that is a pod of Deployment ``service``."""
+    if port != GATEWAY_HTTP_PORT:
+        return None
+    deployment_pod = re.compile(rf"{re.escape(service)}-[a-z0-9]+-[a-z0-9]+")
+    for pod_namespace, pod, url in running:
+        if pod_namespace == namespace and deployment_pod.fullmatch(pod):
+            return url
+    return None
 
 
 # --- the shell ---------------------------------------------------------------------------
@@ -204,9 +236,11 @@ class BenchJobs(PodSupervisor[_Run]):
         model_dir: Path | None = None,
         hosts_root: Path | None = None,
         log_dir: Path | None = None,
+        serve_logs: bool = False,
     ) -> None:
         super().__init__()
         self.cluster, self.resolve_service = cluster, resolve_service
+        self.serve_logs = serve_logs
         self.namespace, self.model_dir = namespace, model_dir
         self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
         self.log_dir = log_dir or cluster.paths.state_dir / "bench-jobs"
@@ -219,6 +253,8 @@ class BenchJobs(PodSupervisor[_Run]):
     def _open(self, resources: ExitStack) -> None:
         self._kube = resources.enter_context(closing(GatewayKube(self.cluster.paths.kubeconfig)))
         self._workdir = scratch_directory(resources, prefix="sparkllm-bench-jobs-")
+        if self.serve_logs:
+            self._serve_logs(self._kube, root=self.cluster.paths.pod_logs_dir)
 
     def _list_pods(self) -> dict[str, JSON]:
         assert self._kube is not None
@@ -242,6 +278,9 @@ class BenchJobs(PodSupervisor[_Run]):
 
     def _housekeep(self, pods: Mapping[str, JSON]) -> None:
         self._done &= set(pods)
+
+    def _container_outputs(self, run: _Run) -> dict[str, Path]:
+        return {str(run.container.get("name", "")): run.log_path}
 
     def _may_start(self, uid: str, pod: JSON) -> bool:
         return uid not in self._done and kubelet.should_run(pod)
@@ -359,6 +398,17 @@ class BenchJobs(PodSupervisor[_Run]):
         logger.info("benchmark pod %s/%s exited with %d", *run.key, code)
 
 
+def run_bench_jobs(cluster: DevCluster, *, namespace: str | None, gateways_file: Path) -> int:
+    """``sparkllm-dev jobs``: run benchmark and acceptance pods until SIGINT/SIGTERM, their
+    ``--base-url`` resolved from the endpoints file of ``sparkllm-dev gateways``."""
+    cli_logging("jobs")
+    resolver = gateway_file_resolver(gateways_file)
+    jobs = BenchJobs(cluster, resolve_service=resolver, namespace=namespace, serve_logs=True)
+    with stop_signal() as stop, jobs:
+        stop.wait()
+    return 0
+
+
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -368,5 +418,6 @@ def _read(path: Path) -> bytes:
 
 __all__ = [
     "BenchJobs", "ServiceResolver", "bench_argv", "completed_status_patch",
-    "gateway_service_resolver", "service_address", "with_option",
+    "gateway_file_resolver", "gateway_service_resolver", "run_bench_jobs", "service_address",
+    "with_option",
 ]  # fmt: skip

@@ -67,6 +67,13 @@ ENDPOINT_CONTROLLERS = (
 )
 CONTROLLERS = ",".join(["*", *(f"-{name}" for name in ENDPOINT_CONTROLLERS)])
 
+# `kubectl logs` (exec, port-forward) goes from the API server to the pod's node, which
+# kwok serves on every node's address. The default order tries the node's Hostname first,
+# and spark-a0 resolves nowhere ("lookup spark-a0: no such host"): the InternalIP
+# (127.0.0.x, where kwok listens) is the address to use, as on clusters without node DNS.
+KUBELET_ADDRESS_ARGS = [{"key": "kubelet-preferred-address-types", "value": "InternalIP"}]
+KWOK_LOGS_KIND = "Logs"
+
 _CONTROL_PLANE = (
     "etcd",
     "kube-apiserver",
@@ -278,6 +285,9 @@ class DevCluster:
                 "kwokControllerBinary": str(b("kwok")),
                 "kubeAuditPolicy": str(self.paths.audit_policy),
                 "nodeLeaseDurationSeconds": 40,
+                # kwok serves `kubectl logs` from the files named by a Logs object per pod
+                # (namespace and name of the pod), which the harnesses create (pod_logs.py).
+                "enableCRDs": [KWOK_LOGS_KIND],
                 **self.paths.profile.ports(),
             },
             "componentsPatches": [
@@ -288,6 +298,7 @@ class DevCluster:
                     "name": "kube-controller-manager",
                     "extraArgs": [{"key": "controllers", "value": CONTROLLERS}],
                 },
+                {"name": "kube-apiserver", "extraArgs": KUBELET_ADDRESS_ARGS},
             ],
         }
         stages = resources.files("sparkllm_dev.devcluster").joinpath("stages.yaml").read_text()

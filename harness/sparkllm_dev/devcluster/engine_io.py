@@ -6,7 +6,8 @@ and nowhere else) and the simulators' HTTP ports — each on a thread of its own
 supervisor in ``engines.py`` only ever reads their latest results and never waits.
 
 - ``KubeClient``: list/watch engine pods, read a Secret or ConfigMap key or a whole
-  ConfigMap (a volume), patch a pod's status (strategic merge, subresource ``status``) —
+  ConfigMap (a volume), patch a pod's status (strategic merge, subresource ``status``),
+  create a custom object (kwok's ``Logs`` for a pod: ``pod_logs.py``) —
   raw JSON in and out, since the pure ``kubelet`` module works on plain dicts.
 - ``PodCache``: list, then watch from the list's resourceVersion; a watch that ends is
   resumed, an expired one (410) relisted, a failing API retried every second — and so
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 WATCH_WINDOW_SECONDS = 10  # server-side watch timeout: bounds how long stop() can wait
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "sparkllm-engine-harness"
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
@@ -169,6 +171,26 @@ class KubeClient:
             body,
             _content_type=STRATEGIC_MERGE,
         )
+
+    def create_or_replace_custom(
+        self, group: str, version: str, plural: str, *, body: JSON
+    ) -> None:
+        """Create a namespaced custom object; one of that name already there (a pod of the
+        same name before) gets this one's metadata owners and spec (merge patch)."""
+        custom = kubernetes.client.CustomObjectsApi(self._client)
+        meta = body["metadata"]
+        where = (group, version, meta["namespace"], plural)
+        try:
+            self._json(custom.create_namespaced_custom_object, *where, body)
+        except ClusterAPIError as exc:
+            if exc.status != 409:
+                raise
+            owners = meta.get("ownerReferences")
+            patch = {"metadata": {"ownerReferences": owners}, "spec": body.get("spec")}
+            self._json(
+                custom.patch_namespaced_custom_object, *where, meta["name"], patch,
+                _content_type=MERGE_PATCH,
+            )  # fmt: skip
 
     def _list_function(self, namespace: str | None) -> Callable[..., Any]:
         core = self.core

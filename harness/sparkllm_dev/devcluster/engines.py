@@ -91,6 +91,7 @@ class _Engine:
     view: ContainerView
     written: ContainerView | None
     header: str
+    container: str  # its name in the pod spec
     init: InitSequence | None = None
     written_init: tuple[InitView, ...] | None = None
     process: subprocess.Popen[bytes] | None = None
@@ -116,9 +117,10 @@ class EngineHarness(PodSupervisor[_Engine]):
         probe_interval: float = 0.5,
         crash_backoff_seconds: float = kubelet.BACKOFF_INITIAL_SECONDS,
         hosts_root: Path | None = None,
+        serve_logs: bool = False,
     ) -> None:
         super().__init__()
-        self.cluster = cluster
+        self.cluster, self.serve_logs = cluster, serve_logs
         self.sim_args = tuple(sim_args)
         self.log_dir = log_dir or cluster.paths.state_dir / "engines"
         self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
@@ -154,6 +156,8 @@ class EngineHarness(PodSupervisor[_Engine]):
         )
         self._cache.start()
         resources.callback(self._cache.stop)
+        if self.serve_logs:
+            self._serve_logs(self._kube, root=self.cluster.paths.pod_logs_dir)
         if not self._cache.synced.wait(timeout=30):
             raise DevClusterError("engine harness: no pod list from the API server in 30 s")
         logger.info("engine harness started; simulator logs in %s", self.log_dir)
@@ -182,6 +186,11 @@ class EngineHarness(PodSupervisor[_Engine]):
 
     def _after_tick(self) -> None:
         self._snapshot = tuple(_info(engine) for engine in self._pod_states.values())
+
+    def _container_outputs(self, engine: _Engine) -> dict[str, Path]:
+        """The simulator's file as the engine container's; each init container run's."""
+        inits = engine.init.outputs() if engine.init is not None else {}
+        return {**inits, engine.container: engine.log_path}
 
     def _start_pod(self, uid: str, pod: JSON) -> _Engine | None:
         """The pod's engine: its init containers first if it has any, else the simulator."""
@@ -228,6 +237,7 @@ class EngineHarness(PodSupervisor[_Engine]):
             # no probe, no init containers: kwok's Running+Ready already says it all
             written=None if probe or init else view,
             header=f"pod uid {uid}: {sim} -- {shlex.join(as_written)}",
+            container=str(container["name"]),
             init=init,
         )
         if init is None:
@@ -373,7 +383,7 @@ def run_engine_harness(
         return 1
     with stop_signal() as stop:
         try:
-            with EngineHarness(cluster, sim_args=sim_args, namespace=namespace):
+            with EngineHarness(cluster, sim_args=sim_args, namespace=namespace, serve_logs=True):
                 print("[engines] running simulators for engine pods; Ctrl-C stops", flush=True)
                 while not stop.wait(timeout=1.0):
                     pass

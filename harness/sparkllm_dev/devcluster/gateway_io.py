@@ -141,6 +141,14 @@ class SourceVolume:
         return ",".join(_object_name(kind, source) for kind, source in self.objects())
 
 
+def _synced(stanza: Mapping[str, Any], kind: VolumeKind) -> bool:
+    """Whether the harness writes this volume's files: a Secret or ConfigMap volume, or a
+    projection of those only. The ServiceAccount token's projection (``kube-api-access-*``)
+    is not: a kubeconfig as the pod's ServiceAccount stands for it."""
+    sources = (stanza.get("sources") or []) if kind == "projected" else [{kind: stanza}]
+    return all(set(entry) <= {"secret", "configMap"} for entry in sources)
+
+
 def _object_name(kind: ObjectKind, source: Mapping[str, Any]) -> str:
     return str(source.get("secretName" if kind == "secret" else "name") or "")
 
@@ -161,7 +169,7 @@ def pod_volumes(
         name = str(mount["name"])
         volume = volumes.get(name) or {}
         local = workdir / "volumes" / name
-        kinds = [kind for kind in VOLUME_KINDS if kind in volume]
+        kinds = [kind for kind in VOLUME_KINDS if kind in volume and _synced(volume[kind], kind)]
         if kinds:
             sources.append(SourceVolume(name, kinds[0], dict(volume[kinds[0]]), local))
         elif "hostPath" in volume or "persistentVolumeClaim" in volume:

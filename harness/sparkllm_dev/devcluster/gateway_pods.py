@@ -137,9 +137,10 @@ class GatewayPods(PodSupervisor[_Gateway]):
         namespace: str | None = None,
         host: str = "127.0.0.1",
         log_dir: Path | None = None,
+        serve_logs: bool = False,
     ) -> None:
         super().__init__()
-        self.cluster = cluster
+        self.cluster, self.serve_logs = cluster, serve_logs
         self.tokenizer_dir = tokenizer_dir
         self.namespace = namespace
         self.host = host
@@ -164,6 +165,8 @@ class GatewayPods(PodSupervisor[_Gateway]):
     def _open(self, resources: ExitStack) -> None:
         self._kube = resources.enter_context(closing(GatewayKube(self.cluster.paths.kubeconfig)))
         self._workdir = scratch_directory(resources, prefix="sparkllm-gateways-")
+        if self.serve_logs:
+            self._serve_logs(self._kube, root=self.cluster.paths.pod_logs_dir)
 
     def _close(self) -> None:
         self._snapshot = {}
@@ -204,6 +207,9 @@ class GatewayPods(PodSupervisor[_Gateway]):
 
     def _after_tick(self) -> None:
         self._snapshot = {g.key: g.info for g in self._pod_states.values()}
+
+    def _container_outputs(self, gateway: _Gateway) -> dict[str, Path]:
+        return {c.name: c.log_path for c in gateway.containers}
 
     def _prepare(self, pod: JSON, *, uid: str, key: tuple[str, str]) -> _Gateway:
         assert self._kube is not None
@@ -365,7 +371,9 @@ def run_gateway_pods(
     written: dict[str, str] | None = None
     with (
         stop_signal() as stop,
-        GatewayPods(cluster, tokenizer_dir=tokenizer_dir, namespace=namespace) as pods,
+        GatewayPods(
+            cluster, tokenizer_dir=tokenizer_dir, namespace=namespace, serve_logs=True
+        ) as pods,
     ):
         while not stop.wait(timeout=0.5):
             current = {f"{g.namespace}/{g.pod}": g.admission_url for g in pods.gateways()}

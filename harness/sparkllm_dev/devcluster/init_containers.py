@@ -219,6 +219,10 @@ class InitSequence:
     def done(self) -> bool:
         return all(view.passed for view in self.views)
 
+    def outputs(self) -> dict[str, Path]:
+        """Container name -> the file its runs write, for each init container run here."""
+        return {step.name: step.log_path for step in self._steps if step is not None}
+
     def poll(self, *, now: str) -> InitRun | None:
         """Reap a finished run (returned), or start the next container when it is due."""
         if self._process is not None:

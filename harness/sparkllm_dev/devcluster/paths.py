@@ -177,6 +177,11 @@ class DevPaths:
     def audit_policy(self) -> Path:
         return self.state_dir / "audit-policy.yaml"
 
+    @property
+    def pod_logs_dir(self) -> Path:
+        """The pods' container logs as kwok serves them (``pod_logs.py``)."""
+        return self.state_dir / "pod-logs"
+
     def binary(self, name: str) -> Path:
         return self.bin_dir / name
 

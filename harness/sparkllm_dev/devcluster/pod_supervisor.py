@@ -21,6 +21,11 @@ and what they run for one; the loop around that is the same, and lives here once
 
 A harness subclasses ``PodSupervisor`` and supplies the hooks (the ``_``-methods below
 marked "hook"); its log lines go to its own module's logger, as before the split.
+
+``kubectl logs`` (``pod_logs.py``), when a harness asks for it (``_serve_logs`` in its
+``_open``; the ``sparkllm-dev`` commands the demo runs do): each pod it starts gets its
+``Logs`` object, naming the files ``_container_outputs`` gives, and every tick copies what
+the processes wrote into them; a retired pod's last lines too.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ from pathlib import Path
 from typing import ClassVar, Generic, Self, TypeVar
 
 from sparkllm.errors import ClusterAPIError
-from sparkllm_dev.devcluster import kubelet
+from sparkllm_dev.devcluster import engine_io, kubelet
 from sparkllm_dev.devcluster.kubelet import JSON
+from sparkllm_dev.devcluster.pod_logs import PodLogs
 from sparkllm_dev.errors import DevClusterError
 
 TICK_SECONDS = 0.5
@@ -70,6 +76,7 @@ class PodSupervisor(ABC, Generic[StateT]):
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._resources = ExitStack()
+        self._pod_logs: PodLogs | None = None  # set by _serve_logs: kubectl logs served
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -124,6 +131,7 @@ class PodSupervisor(ABC, Generic[StateT]):
         finally:
             for uid in list(self._pod_states):
                 self._retire(self._pod_states.pop(uid), why=SHUTTING_DOWN)
+                self._ship_logs(final_uid=uid)
             self._drain()
 
     def _tick(self) -> None:
@@ -133,6 +141,7 @@ class PodSupervisor(ABC, Generic[StateT]):
             if why is not None:
                 self._retire(state, why=why)  # first: if it raises, the next tick retries
                 del self._pod_states[uid]
+                self._ship_logs(final_uid=uid)
         self._housekeep(pods)
         self._deferred = {uid: v for uid, v in self._deferred.items() if uid in pods}
         for uid, pod in pods.items():
@@ -140,6 +149,7 @@ class PodSupervisor(ABC, Generic[StateT]):
                 self._try_start(uid, pod)
         for uid, state in self._pod_states.items():
             self._follow(state, pods[uid])
+        self._ship_logs()
         self._after_tick()
 
     def _try_start(self, uid: str, pod: JSON) -> None:
@@ -156,6 +166,23 @@ class PodSupervisor(ABC, Generic[StateT]):
         if state is not None:
             self._deferred.pop(uid, None)
             self._pod_states[uid] = state
+            if self._pod_logs is not None:
+                try:
+                    self._pod_logs.add(pod, self._container_outputs(state))
+                except OSError as exc:  # the pod runs; only its logs are not served
+                    self._log.warning("%s %s/%s: logs not served: %s", self.noun,
+                                      *pod_key(pod), exc)  # fmt: skip
+
+    def _serve_logs(self, kube: engine_io.KubeClient, *, root: Path) -> None:
+        """Call from ``_open``: serve ``kubectl logs`` for the pods run (files under ``root``)."""
+        self._pod_logs = PodLogs(kube, root=root)
+
+    def _ship_logs(self, *, final_uid: str | None = None) -> None:
+        if self._pod_logs is not None:
+            try:
+                self._pod_logs.ship(final_uid=final_uid)
+            except OSError as exc:
+                self._log.warning("%s: logs not copied: %s", self.name, exc)
 
     # --- hooks ------------------------------------------------------------------------
 
@@ -195,6 +222,10 @@ class PodSupervisor(ABC, Generic[StateT]):
     @abstractmethod
     def _retire(self, state: StateT, *, why: str) -> None:
         """Hook: stop the pod's processes (or begin to: ``_drain`` finishes) and clean up."""
+
+    def _container_outputs(self, state: StateT) -> Mapping[str, Path]:
+        """Hook: container name -> the file its process writes (what ``kubectl logs`` shows)."""
+        return {}
 
     def _after_tick(self) -> None:
         """Hook: publish what the tick found (the harness's snapshot for readers)."""

@@ -53,6 +53,11 @@ def test_the_lines_name_kubectl_the_front_door_and_the_key() -> None:
     assert lines[2] == "# front door: http://127.0.0.1:2222 (user demo, API key k3y)"
     assert "curl -s http://127.0.0.1:2222/v1/chat/completions" in lines[3]
     assert "Authorization: Bearer k3y" in lines[3]
+    # sparkllm bench by hand: the operator's Jobs' key, read from its Secret, not printed
+    assert lines[5].endswith("(user sparkllm:bench)")
+    assert "get secret deepseek-v4-flash-bench-key" in lines[6]
+    assert lines[7].startswith(".venv/bin/sparkllm bench --base-url http://127.0.0.1:2222 ")
+    assert "--api-key-env BENCH_KEY" in lines[7]
     # Without a running gateway only the kubectl lines: nothing points at a stale port.
     assert access_lines(DemoAccess(access.kubeconfig, access.kubectl, None, None)) == lines[:2]
 

@@ -1,11 +1,13 @@
 """The benchmark Job harness's pure helpers (``devcluster.bench_jobs``): a Service URL's
 address, the Job pod's command with local paths, the status a kubelet writes when it ends,
-and the gateway Service resolved to its Deployment's pod. No cluster: the benchmark on
+and the gateway Service resolved to its Deployment's pod (from the running gateways, or from
+the endpoints file another process keeps, as in the demo). No cluster: the benchmark on
 demand end to end is tests/e2e/test_benchmark_job.py.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from sparkllm_dev.devcluster.bench_jobs import (
     bench_argv,
     completed_status_patch,
+    gateway_file_resolver,
     gateway_service_resolver,
     service_address,
     with_option,
@@ -100,3 +103,18 @@ def test_the_gateway_service_resolves_to_its_deployments_pod(tmp_path: Path) -> 
     assert resolve("other", "front", 8000) is None
     assert resolve("ns", "front", 9000) is None
     assert gateway_service_resolver(_Running())("ns", "front", 8000) is None
+
+
+def test_the_demo_resolves_the_service_from_the_gateways_endpoints_file(tmp_path: Path) -> None:
+    """The demo runs the gateway pods in another process: their endpoints file is read."""
+    state = tmp_path / "gateways.json"
+    resolve = gateway_file_resolver(state)
+    assert resolve("ns", "front", 8000) is None  # not written yet: no endpoint yet
+    state.write_text('{"ns/front-x-abc-7d9f8-qwzx5": "http://127.0.0.1:1",')
+    assert resolve("ns", "front", 8000) is None  # half written
+    urls = {"ns/front-x-abc-7d9f8-qwzx5": "http://127.0.0.1:1",
+            "ns/front-7d9f8-qwzx5": "http://127.0.0.1:2"}  # fmt: skip
+    state.write_text(json.dumps(urls))
+    assert resolve("ns", "front", 8000) == "http://127.0.0.1:2"  # not front-x's pod
+    assert resolve("other", "front", 8000) is None
+    assert resolve("ns", "front", 9000) is None

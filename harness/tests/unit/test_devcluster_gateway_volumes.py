@@ -61,9 +61,20 @@ def test_the_rendered_gateway_pod_has_its_keys_and_policy_as_synced_volumes(
 ) -> None:
     objects = render(cluster(admission__governance=POLICY_REF))
     pod: dict[str, Any] = {"metadata": {"name": "gw", "namespace": "ns"}, "spec": pod_spec(objects)}
-    paths, volumes = pod_volumes(
-        pod, container(objects, "admission"), workdir=tmp_path, model_dir=tmp_path / "model"
+    # What the API server adds to a pod with a token: not written here (a kubeconfig as
+    # the pod's ServiceAccount stands for it), unlike the keys' projection.
+    token = {"serviceAccountToken": {"path": "token"}}
+    ca = {"configMap": {"name": "kube-root-ca.crt"}}
+    pod["spec"]["volumes"].append(
+        {"name": "kube-api-access-x", "projected": {"sources": [token, ca]}}
     )
+    admission = container(objects, "admission")
+    access = {
+        "name": "kube-api-access-x",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+    }
+    admission["volumeMounts"].append(access)
+    paths, volumes = pod_volumes(pod, admission, workdir=tmp_path, model_dir=tmp_path / "model")
     found = {v.volume: (v.kind, v.object_name, v.source.get("optional")) for v in volumes}
     assert found == {
         "user-keys": ("projected", "llm-user-keys,llm-bench-key", None),
@@ -73,6 +84,7 @@ def test_the_rendered_gateway_pod_has_its_keys_and_policy_as_synced_volumes(
     assert paths[GOVERNANCE_DIR] == by_name["governance"]
     assert paths[USER_KEYS_DIR] == by_name["user-keys"]
     assert not by_name["governance"].exists()  # written by the first sync, not before
+    assert paths[access["mountPath"]].is_dir()  # an empty directory, as an emptyDir
 
 
 def test_a_policy_configmap_edit_is_one_swap_the_gateway_rereads(tmp_path: Path) -> None:
