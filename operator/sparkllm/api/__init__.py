@@ -10,7 +10,8 @@ CRD in ``crds/`` is generated from them by :mod:`sparkllm.api.crd`. Modules:
   the sections of the spec (``engine`` reads SGLang's flags and parser names from
   :mod:`sparkllm.sglang_contract`, re-exported here: ``OPERATOR_OWNED_FLAGS``,
   ``ENGINE_HTTP_PORT``); ``spec``: the spec, its cross-section rules, the object.
-- ``status``, ``reasons``: status models, condition types, phases, the reason vocabulary.
+- ``status``, ``conditions``, ``reasons``: status models, the condition registry, phases, the
+  reason vocabulary.
 - ``schema``, ``crd``: pydantic JSON Schema -> structural OpenAPI -> the CRD. Import
   ``build_crd``/``render_crd_yaml`` from ``sparkllm.api.crd``: re-exporting them here
   would import the module before ``python -m sparkllm.api.crd`` runs it (runpy warns).
@@ -24,6 +25,7 @@ from sparkllm.api.common import (
     LocalObjectReference,
     SecretKeyReference,
 )
+from sparkllm.api.conditions import ConditionType
 from sparkllm.api.engine import OPERATOR_OWNED_ENV, EngineSpec
 from sparkllm.api.meta import (
     API_VERSION,
@@ -41,7 +43,6 @@ from sparkllm.api.reasons import Reason
 from sparkllm.api.spec import InferenceCluster, InferenceClusterSpec, ObjectMeta
 from sparkllm.api.status import (
     Condition,
-    ConditionType,
     InferenceClusterStatus,
     LastRestart,
     Phase,

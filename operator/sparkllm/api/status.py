@@ -8,26 +8,9 @@ its summary follows the benchmark's report (docs/proof-of-service.md). ``frontDo
 where clients reach the object (its Service, port and URLs), so nobody has to know the
 naming rule; ``kubectl get icl -o wide`` shows its URL, the Ready reason and ``restarts``.
 
-Condition types and what True means:
-
-- ``Ready``: every desired replica serves (rank 0 ``/health`` passes, all ranks running).
-- ``Progressing``: the operator is moving towards the spec (creating, rolling, scaling);
-  False with a reason when it cannot (e.g. ``InsufficientNodeGroups``).
-- ``Degraded``: at least one replica stopped being restarted (restart budget spent) or
-  fewer replicas than desired are ready.
-- ``ModelVerified``: every rank's model files passed the integrity check and agree.
-- ``ConfigApplied``: rank 0's ``/get_server_info`` matches the spec; nothing ignored.
-- ``CapacityPlanned``: the memory plan fits every rank in a node's memory.
-- ``NetworkVerified``: every rank's node passed the network preflight (only when
-  ``spec.network.preflight.mode`` is not ``off``); the message names each failed node
-  and check.
-- ``Exposed``: the cluster serves every API ``spec.exposure`` needs (the Gateway API's
-  HTTPRoute, the Inference Extension's InferencePool); reported only once one was missing
-  (False, reason ``APINotServed``, naming the API), so a cluster without them says why.
-- ``Monitored``: the PodMonitors ``spec.monitoring.serviceMonitor`` asks for are applied
-  (``MonitorsApplied``); False with ``MonitoringUnavailable`` when the cluster does not
-  serve PodMonitor or the operator may not list them (the message says which and what to
-  do), ``MonitoringDisabled`` once switched off; absent while it never was on.
+Condition types, what True means, their reasons, who sets them and what they do to
+``Ready`` are one table, :mod:`sparkllm.api.conditions`; ``set_condition`` here is the
+one way a condition enters a status (apimachinery's ``SetStatusCondition``).
 """
 
 from datetime import datetime
@@ -37,26 +20,13 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
+from sparkllm.api.conditions import ORDER, type_description
 from sparkllm.api.governance_store import GatewayStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
 
 # metav1.Condition's reason format: CamelCase, starting with a letter.
 REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
-
-
-class ConditionType(StrEnum):
-    """The condition types an InferenceCluster reports (see the module docstring)."""
-
-    READY = "Ready"
-    PROGRESSING = "Progressing"
-    DEGRADED = "Degraded"
-    MODEL_VERIFIED = "ModelVerified"
-    CONFIG_APPLIED = "ConfigApplied"
-    CAPACITY_PLANNED = "CapacityPlanned"
-    NETWORK_VERIFIED = "NetworkVerified"
-    EXPOSED = "Exposed"
-    MONITORED = "Monitored"
 
 
 class Phase(StrEnum):
@@ -89,7 +59,7 @@ class Condition(ApiModel):
 
     type: Annotated[
         str, StringConstraints(min_length=1, max_length=MAX_LABEL_KEY, pattern=LABEL_KEY_PATTERN)
-    ] = Field(description="type of the condition, one of the documented ConditionType values.")
+    ] = Field(description=type_description())
     status: Literal["True", "False", "Unknown"] = Field(
         description="status of the condition: True, False or Unknown."
     )
@@ -105,6 +75,28 @@ class Condition(ApiModel):
     last_transition_time: datetime = Field(
         description="lastTransitionTime is when status last changed (RFC 3339)."
     )
+
+
+def set_condition(conditions: list[Condition], new: Condition) -> bool:
+    """Put ``new`` into ``conditions`` (one per type); True when anything changed.
+
+    apimachinery's ``meta.SetStatusCondition``: a condition whose status did not flip
+    keeps its ``lastTransitionTime`` (alerts key on it); reason, message and
+    ``observedGeneration`` follow ``new``. The list is reordered into the registry's order
+    (types it does not know last), so the written list never moves for nothing.
+    """
+    at = next((i for i, old in enumerate(conditions) if old.type == new.type), None)
+    if at is None:
+        conditions.append(new)
+        changed = True
+    else:
+        old = conditions[at]
+        if old.status == new.status:
+            new = new.model_copy(update={"last_transition_time": old.last_transition_time})
+        changed = new != old
+        conditions[at] = new
+    conditions.sort(key=lambda c: ORDER.index(c.type) if c.type in ORDER else len(ORDER))
+    return changed
 
 
 class LastRestart(ApiModel):

@@ -14,7 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sparkllm.api import ConditionType, Phase, Reason
+from pydantic import ValidationError
+
+from sparkllm.api import Condition, ConditionType, Phase, Reason
+from sparkllm.api.conditions import ORDER, ready_blockers
+from sparkllm.api.status import set_condition
 
 JSON = dict[str, Any]
 
@@ -80,10 +84,6 @@ class ClusterReport:
     extra_conditions: tuple[JSON, ...] = field(default_factory=tuple)
 
 
-def _timestamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition(
     kind: ConditionType, *, status: bool | None, reason: Reason, message: str, generation: int
 ) -> JSON:
@@ -100,20 +100,36 @@ def condition(
 def merge_conditions(
     previous: Sequence[Mapping[str, Any]], updates: Sequence[JSON], now: datetime
 ) -> list[JSON]:
-    """Apply ``updates`` over ``previous``; keep lastTransitionTime unless status flips."""
-    by_type = {c["type"]: dict(c) for c in previous}
-    for new in updates:
-        old = by_type.get(new["type"])
-        merged = dict(new)
-        if old is not None and old.get("status") == new["status"]:
-            merged["lastTransitionTime"] = old.get("lastTransitionTime", _timestamp(now))
-        else:
-            merged["lastTransitionTime"] = _timestamp(now)
-        by_type[new["type"]] = merged
-    order = [t.value for t in ConditionType]
-    return sorted(
-        by_type.values(), key=lambda c: order.index(c["type"]) if c["type"] in order else 99
-    )
+    """Apply ``updates`` over ``previous`` with the one setter (``set_condition``: keep
+    lastTransitionTime unless status flips), in the registry's order; the wire form once.
+
+    A previous entry the Condition model refuses (only a hand-made status can hold one:
+    the CRD requires the fields) is kept as it is unless an update replaces it.
+    """
+    stamp = now.replace(microsecond=0)
+    typed: list[Condition] = []
+    raw: dict[str, Mapping[str, Any]] = {}
+    for old in previous:
+        try:
+            typed.append(Condition.model_validate(old))
+        except ValidationError:
+            raw[str(old.get("type"))] = old
+    for update in updates:
+        old_raw = raw.pop(update["type"], None)
+        time = stamp
+        if old_raw is not None and old_raw.get("status") == update["status"]:
+            time = _parse_time(old_raw.get("lastTransitionTime")) or stamp
+        set_condition(typed, Condition.model_validate({**update, "lastTransitionTime": time}))
+    out: list[JSON] = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in typed]
+    out.extend(dict(c) for c in raw.values())
+    return sorted(out, key=lambda c: ORDER.index(c["type"]) if c["type"] in ORDER else len(ORDER))
+
+
+def _parse_time(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text)) if text else None
+    except ValueError:
+        return None
 
 
 def cluster_phase(report: ClusterReport) -> Phase:
@@ -172,8 +188,12 @@ def _refused_conditions(report: ClusterReport, message: str) -> list[JSON]:
 def _ready(report: ClusterReport) -> Verdict:
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
     desired = report.desired_replicas
+    held = ready_blockers(tuple((c["type"], c["status"]) for c in report.extra_conditions))
     if desired == 0:
         status, reason, message = False, Reason.SCALED_TO_ZERO, "spec.replicas is 0"
+    elif held:  # the registry's BLOCKS rows: a False one holds the replicas
+        status, reason = False, Reason.REPLICAS_NOT_READY
+        message = f"{ready}/{desired} replicas ready; held while {', '.join(held)} is False"
     elif ready >= desired:
         status, reason, message = (
             True,
