@@ -43,10 +43,12 @@ def inference_cluster(
     groups: Sequence[Sequence[str]],
     engine: dict[str, Any] | None = None,
     admission: dict[str, Any] | None = None,
+    monitoring: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An InferenceCluster of one replica per node group, PP 3, behind the admission layer.
 
-    ``engine`` and ``admission`` add to (or replace) the fields of those sections.
+    ``engine`` and ``admission`` add to (or replace) the fields of those sections;
+    ``monitoring`` is ``spec.monitoring`` (the defaults when None).
     """
     return {
         "apiVersion": "sparkllm.io/v1alpha1",
@@ -65,6 +67,7 @@ def inference_cluster(
                 **(admission or {}),
             },
             "placement": {"nodeGroups": [list(group) for group in groups]},
+            **({"monitoring": monitoring} if monitoring is not None else {}),
         },
     }
 
@@ -85,6 +88,7 @@ def serve(
     log_dir: Path,
     engine: dict[str, Any] | None = None,
     admission: dict[str, Any] | None = None,
+    monitoring: dict[str, Any] | None = None,
 ) -> Iterator[Serving]:
     """Apply ``name`` and wait until its front door routes to every replica.
 
@@ -97,8 +101,9 @@ def serve(
         f"--from-literal=alice={alice}",
     )  # fmt: skip
     manifest = inference_cluster(
-        name, model_dir=model_dir, groups=groups, engine=engine, admission=admission
-    )
+        name, model_dir=model_dir, groups=groups, engine=engine, admission=admission,
+        monitoring=monitoring,
+    )  # fmt: skip
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     replicas = len(groups)
     with GatewayPods(

@@ -1,24 +1,43 @@
-"""The chart's ServiceMonitor, PodMonitor and PrometheusRule, accepted by a real API server.
+"""The monitoring objects on a real API server: the chart's, and each InferenceCluster's own.
 
-kubeconform (tests/unit/test_chart_kubeconform.py) checks them against the Prometheus
+kubeconform (tests/unit/test_chart_kubeconform.py) checks the chart's against the Prometheus
 Operator's CRD schemas converted to JSON schema; here the API server itself judges them: the
 Prometheus Operator's own CRDs (pinned, from the Go module proxy, cached by
 hack/setup-test-tools.sh) are installed on the dev cluster for this module only, and every
 monitoring object of the chart is created with a server-side dry run (strict field
 validation: an unknown field is an error, not a warning). Controls show the server really
-applies the schemas. The CRDs are removed afterwards: the rest of the suite runs on a
-cluster without monitoring.coreos.com, as the chart's defaults assume.
+applies the schemas.
+
+Then the operator's own PodMonitors (spec.monitoring), made by the real operator running
+with nothing but the chart's RBAC: first as installed before the Prometheus Operator (the
+chart grants no PodMonitor permissions then) — the pass goes on and the Monitored
+condition names the 403 —, then after the "helm upgrade" that grants them: both
+PodMonitors applied (owned, with the spec's labels and interval), re-applied when the
+interval changes, pruned when switched off. The CRDs are removed afterwards (and the
+PodMonitors with them): the rest of the suite runs on a cluster without
+monitoring.coreos.com, as the chart's defaults assume.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.testing import ROOT, OperatorProcess
+from tests.integration.test_rbac import (
+    audit_writes_by,
+    chart_identity,
+    condition,
+    sample,
+    token_kubeconfig,
+)
 from tests.unit.test_chart_kubeconform import MONITORING_KINDS, monitoring_crd_files
 from tests.unit.test_chart_render import ALL_MONITORING, MONITORING_API, render_chart
 
@@ -114,3 +133,120 @@ def test_the_api_server_refuses_a_broken_one(
     code, output = dry_run(devcluster, [obj])
     assert code != 0, output
     assert complaint in output
+
+
+# --- the operator's own PodMonitors ------------------------------------------------------
+
+NAME = "deepseek-v4-flash"
+PASS_DEADLINE = 120  # seconds: one pass after a spec change, on a busy machine
+
+
+def pod_monitors(cluster: DevCluster, namespace: str) -> dict[str, dict[str, Any]]:
+    items = cluster.kubectl_json(
+        "get", "podmonitors", "-n", namespace, "-l", f"sparkllm.io/cluster={NAME}"
+    )["items"]
+    return {i["metadata"]["name"]: i for i in items}
+
+
+def monitored(
+    cluster: DevCluster, namespace: str, *, status: str | None = None
+) -> Mapping[str, Any] | None:
+    """The Monitored condition of the current generation (with ``status``, if given)."""
+    obj = cluster.kubectl_json("get", "icl", NAME, "-n", namespace)
+    found = condition(obj, "Monitored")
+    if found is None or found.get("observedGeneration") != obj["metadata"]["generation"]:
+        return None
+    return found if status in {None, found["status"]} else None
+
+
+def patch_monitoring(cluster: DevCluster, namespace: str, monitoring: dict[str, Any]) -> None:
+    body = json.dumps({"spec": {"monitoring": monitoring}})
+    cluster.kubectl("patch", "icl", NAME, "-n", namespace, "--type=merge", "-p", body)
+
+
+def test_the_operator_owns_its_pod_monitors_with_the_charts_permissions(
+    devcluster: DevCluster, monitoring_crds: None, namespace: str, tmp_path: Path
+) -> None:
+    devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    devcluster.wait_established("inferenceclusters.sparkllm.io")
+    devcluster.kubectl(
+        "create", "secret", "generic", "llm-user-keys", "-n", namespace,
+        "--from-literal=alice=not-a-real-key",
+    )  # fmt: skip
+    doc = sample(namespace)
+    doc["spec"]["monitoring"] = {"labels": {"release": "prom"}, "interval": "30s"}
+    # The chart as installed before the Prometheus Operator: no PodMonitor permissions.
+    with chart_identity(devcluster, namespace) as identity:
+        kubeconfig = token_kubeconfig(devcluster, identity, tmp_path / "operator.kubeconfig")
+        operator = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
+        operator.start("--kubeconfig", str(kubeconfig))
+        try:
+            devcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+            refused = wait_until(
+                lambda: monitored(devcluster, namespace),
+                timeout=PASS_DEADLINE,
+                interval=1,
+                what="the Monitored condition (PodMonitors forbidden)",
+            )
+            print("[monitoring] forbidden:", refused["reason"], refused["message"])
+            assert (refused["status"], refused["reason"]) == ("False", "MonitoringUnavailable")
+            assert (
+                f"may not list podmonitors.monitoring.coreos.com in namespace {namespace} (403)"
+                in refused["message"]
+            )
+            assert pod_monitors(devcluster, namespace) == {}
+            # The pass went on: the front door and the ranks were applied all the same.
+            assert devcluster.kubectl_json("get", "deployment", NAME, "-n", namespace)
+
+            # helm upgrade now that the API is served: the chart's rbac.monitoringObjects.
+            with chart_identity(devcluster, namespace, api_versions=MONITORING_API):
+                started = time.monotonic()
+                patch_monitoring(devcluster, namespace, {"interval": "20s"})  # starts a pass
+                applied = wait_until(
+                    lambda: monitored(devcluster, namespace, status="True"),
+                    timeout=PASS_DEADLINE,
+                    interval=1,
+                    what="Monitored=True once the chart grants PodMonitors",
+                )
+                print(f"[monitoring] applied after {time.monotonic() - started:.1f} s")
+                monitors = pod_monitors(devcluster, namespace)
+                uid = devcluster.kubectl_json("get", "icl", NAME, "-n", namespace)["metadata"][
+                    "uid"
+                ]
+                assert sorted(monitors) == [f"{NAME}-engines", f"{NAME}-gateway"]
+                for monitor in monitors.values():
+                    [owner] = monitor["metadata"]["ownerReferences"]
+                    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+                        "InferenceCluster", uid, True,
+                    )  # fmt: skip
+                    assert monitor["metadata"]["labels"]["release"] == "prom"
+                    endpoints = monitor["spec"]["podMetricsEndpoints"]
+                    assert {e["interval"] for e in endpoints} == {"20s"}
+                print("[monitoring]", applied["reason"], applied["message"])
+
+                patch_monitoring(devcluster, namespace, {"serviceMonitor": False})
+                wait_until(
+                    lambda: not pod_monitors(devcluster, namespace),
+                    timeout=PASS_DEADLINE,
+                    interval=1,
+                    what="the PodMonitors pruned once switched off",
+                )
+                off = wait_until(
+                    lambda: monitored(devcluster, namespace),
+                    timeout=PASS_DEADLINE,
+                    interval=1,
+                    what="Monitored for the new generation",
+                )
+                assert (off["status"], off["reason"]) == ("False", "MonitoringDisabled")
+        finally:
+            devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false")
+            operator.stop()
+        writes = {
+            w for w in audit_writes_by(devcluster, identity.user, namespace)
+            if w[1] == "podmonitors"
+        }  # fmt: skip
+        print("[monitoring] PodMonitor writes:", sorted(writes))
+        # Server-side apply (patch; it creates with the create permission), then prune.
+        assert writes == {("patch", "podmonitors", ""), ("delete", "podmonitors", "")}
+    log = operator.log()
+    assert "Traceback" not in log, log[-3000:]

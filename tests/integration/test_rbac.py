@@ -19,7 +19,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,9 +97,14 @@ class Identity:
 
 @contextlib.contextmanager
 def chart_identity(
-    cluster: DevCluster, namespace: str, *, values: Mapping[str, Any] | None = None
+    cluster: DevCluster,
+    namespace: str,
+    *,
+    values: Mapping[str, Any] | None = None,
+    api_versions: Sequence[str] = (),
 ) -> Iterator[Identity]:
-    """Install the chart's ServiceAccount + RBAC (+ peering objects) for ``namespace``.
+    """Install the chart's ServiceAccount + RBAC (+ peering objects) for ``namespace``,
+    rendered as for a cluster serving ``api_versions`` (helm's Capabilities).
 
     The release is named after the namespace's random suffix so its cluster-scoped
     objects are unique;
@@ -107,6 +112,7 @@ def chart_identity(
     """
     objs = render_chart(
         {"watchNamespaces": [namespace], **(values or {})},
+        api_versions=api_versions,
         release=f"rbac-{namespace[-5:]}",
         namespace=namespace,
     )
