@@ -16,18 +16,54 @@ from pydantic import Field, StringConstraints
 from sparkllm.api.common import ConfigKey, DnsSubdomain, LocalObjectReference
 from sparkllm.api.rules import ApiModel, Rule
 from sparkllm.gateway_settings import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_CONCURRENT_REQUESTS,
-    DEFAULT_MAX_INPUT_TOKENS,
-    DEFAULT_QUEUE_SIZE,
-    DEFAULT_QUEUE_TIMEOUT_SECONDS,
+    MAX_BODY_BYTES,
+    MAX_CHOICES,
+    MAX_CONCURRENT_REQUESTS,
+    MAX_INPUT_TOKENS,
+    MAX_PROMPTS_PER_REQUEST,
+    MAX_TOKENS_POLICY,
     OPTIONAL_EXTENSIONS,
+    QUEUE_SIZE,
+    QUEUE_TIMEOUT_SECONDS,
+    RELATIONS,
+    SETTINGS,
     TOOL_FEATURES,
+    Setting,
+    setting,
 )
 
 Extension = Literal[OPTIONAL_EXTENSIONS]  # type: ignore[valid-type]
 ToolFeature = Literal[TOOL_FEATURES]  # type: ignore[valid-type]
+TokensPolicy = Literal[MAX_TOKENS_POLICY.choices]  # type: ignore[name-defined]
 UserName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+
+def setting_field(row: Setting) -> Any:
+    """The API field of a settings-table row: its default, bounds and description."""
+    return Field(default=row.default, ge=row.minimum, le=row.maximum, description=row.description)
+
+
+def relation_rules() -> tuple[Rule, ...]:
+    """The API's rules between settings (gateway_settings.RELATIONS over two spec fields):
+    the CEL the API server runs and its pydantic twin, with one message."""
+    spec_fields = {row.field for row in SETTINGS}
+    return tuple(
+        _below(setting(relation.field), setting(relation.bound), relation.api_message())
+        for relation in RELATIONS
+        if {relation.field, relation.bound} <= spec_fields
+    )
+
+
+def _below(field: Setting, bound: Setting, message: str) -> Rule:
+    def check(spec: Any) -> bool:
+        return bool(field.read(spec) < bound.read(spec))  # type: ignore[operator]
+
+    return Rule(
+        cel=f"self.{field.spec} < self.{bound.spec}",
+        message=message,
+        check=check,
+        field_path=f".{field.spec}",
+    )
 
 
 def _once(message: str, *, key: str | None) -> Rule:
@@ -99,54 +135,12 @@ class AdmissionSpec(ApiModel):
         "Every value in the Secret is one accepted key; its data key names the user in "
         "logs and metrics. Keys are read at runtime, never copied into a pod spec."
     )
-    max_input_tokens: int = Field(
-        default=DEFAULT_MAX_INPUT_TOKENS,
-        ge=1,
-        le=1_048_575,
-        description="maxInputTokens is the largest prompt, in tokens counted with the "
-        "model's tokenizer and chat template, the gateway accepts; longer requests are "
-        "rejected with HTTP 400. "
-        f"Default {DEFAULT_MAX_INPUT_TOKENS}; at least 1 and less than "
-        "engine.contextLength, so the window keeps room for the answer.",
-    )
-    max_tokens_policy: Literal["clamp", "reject"] = Field(
-        default="clamp",
-        description="maxTokensPolicy says what happens when a request's max_tokens plus "
-        "its input exceed engine.contextLength: clamp lowers max_tokens to fit, reject "
-        "answers HTTP 400. Default clamp; one of clamp, reject.",
-    )
-    max_concurrent_requests: int = Field(
-        default=DEFAULT_MAX_CONCURRENT_REQUESTS,
-        ge=1,
-        le=4096,
-        description="maxConcurrentRequests is how many requests the gateway forwards at "
-        "once across all replicas; more wait in the queue. "
-        f"Default {DEFAULT_MAX_CONCURRENT_REQUESTS}; 1 to 4096.",
-    )
-    queue_size: int = Field(
-        default=DEFAULT_QUEUE_SIZE,
-        ge=0,
-        le=100_000,
-        description="queueSize is how many requests may wait for a slot; when the queue is "
-        f"full the gateway answers HTTP 429 with Retry-After. Default {DEFAULT_QUEUE_SIZE}; "
-        "0 (no queue) to 100000.",
-    )
-    queue_timeout_seconds: int = Field(
-        default=DEFAULT_QUEUE_TIMEOUT_SECONDS,
-        ge=1,
-        le=3600,
-        description="queueTimeoutSeconds is how long a request may wait in the queue "
-        "before the gateway answers HTTP 429 with Retry-After. "
-        f"Default {DEFAULT_QUEUE_TIMEOUT_SECONDS}; 1 to 3600.",
-    )
-    max_body_bytes: int = Field(
-        default=DEFAULT_MAX_BODY_BYTES,
-        ge=1024,
-        le=67_108_864,
-        description="maxBodyBytes is the largest request body the gateway reads; larger "
-        f"ones get HTTP 413 before any tokenization. Default {DEFAULT_MAX_BODY_BYTES} "
-        "(1 MiB); 1024 to 67108864.",
-    )
+    max_input_tokens: int = setting_field(MAX_INPUT_TOKENS)
+    max_tokens_policy: TokensPolicy = setting_field(MAX_TOKENS_POLICY)
+    max_concurrent_requests: int = setting_field(MAX_CONCURRENT_REQUESTS)
+    queue_size: int = setting_field(QUEUE_SIZE)
+    queue_timeout_seconds: int = setting_field(QUEUE_TIMEOUT_SECONDS)
+    max_body_bytes: int = setting_field(MAX_BODY_BYTES)
     extensions: Annotated[
         tuple[ExtensionGrant, ...],
         _once("extensions must name each parameter once", key="parameter"),
@@ -157,20 +151,8 @@ class AdmissionSpec(ApiModel):
         "through (and counts like the rest); any other field beyond OpenAI's is refused "
         "with HTTP 400 unsupported_parameter. Default none.",
     )
-    max_choices: int = Field(
-        default=1,
-        ge=1,
-        le=16,
-        description="maxChoices is the largest n (answers per prompt) a request may ask "
-        "for; the limits then see n times the input and the output. Default 1; 1 to 16.",
-    )
-    max_prompts_per_request: int = Field(
-        default=1,
-        ge=1,
-        le=64,
-        description="maxPromptsPerRequest is how many prompts one /v1/completions request "
-        "may batch; the limits then see all of them together. Default 1; 1 to 64.",
-    )
+    max_choices: int = setting_field(MAX_CHOICES)
+    max_prompts_per_request: int = setting_field(MAX_PROMPTS_PER_REQUEST)
     governance: GovernanceSpec = Field(
         default=GovernanceSpec(),
         description="governance is per-user governance: a policy of limits and token "

@@ -17,9 +17,10 @@ from typing import Annotated, Final
 
 from pydantic import Field, StringConstraints
 
+from sparkllm.api.admission import setting_field
 from sparkllm.api.common import EnvVar, SecretKeyReference
 from sparkllm.api.rules import ApiModel, Rule, re2_search
-from sparkllm.gateway_settings import DEFAULT_CONTEXT_LENGTH
+from sparkllm.gateway_settings import CONTEXT_LENGTH
 from sparkllm.sglang_contract.fields import (
     ENGINE_API_KEY_ENV,
     LAYER_PARTITION_ENV,
@@ -252,14 +253,8 @@ class EngineSpec(ApiModel):
         "for weights and the KV cache (--mem-fraction-static). Default 0.57; greater than "
         "0 and at most 0.95. DGX Spark memory is shared with the OS: leave headroom.",
     )
-    context_length: int = Field(
-        default=DEFAULT_CONTEXT_LENGTH,
-        ge=1,
-        le=1_048_576,
-        description="contextLength is the hard window in tokens, input plus output "
-        f"(--context-length). Default {DEFAULT_CONTEXT_LENGTH}; 1 to 1048576; must exceed "
-        "admission.maxInputTokens.",
-    )
+    # The gateway counts against it too: its row in the settings table (gateway_settings).
+    context_length: int = setting_field(CONTEXT_LENGTH)
     chunked_prefill_size: int = Field(
         default=4096,
         ge=1,

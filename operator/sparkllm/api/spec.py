@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from sparkllm.api.admission import AdmissionSpec
+from sparkllm.api.admission import AdmissionSpec, relation_rules
 from sparkllm.api.common import DNS_LABEL_PATTERN, DnsSubdomain
 from sparkllm.api.engine import EngineSpec
 from sparkllm.api.exposure import ExposureSpec
@@ -68,13 +68,7 @@ SPEC_RULES = (
         check=lambda spec: spec.engine.pipeline_parallel <= spec.model.num_layers,
         field_path=".engine.pipelineParallel",
     ),
-    Rule(
-        cel="self.admission.maxInputTokens < self.engine.contextLength",
-        message="maxInputTokens must be less than engine.contextLength: the window must "
-        "keep room for the answer",
-        check=lambda spec: spec.admission.max_input_tokens < spec.engine.context_length,
-        field_path=".admission.maxInputTokens",
-    ),
+    *relation_rules(),  # maxInputTokens < engine.contextLength (gateway_settings.RELATIONS)
     Rule(
         cel="!has(self.placement.nodeGroups) || "
         "self.placement.nodeGroups.all(g, size(g) == self.engine.pipelineParallel)",

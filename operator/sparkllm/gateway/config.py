@@ -35,22 +35,36 @@ from pydantic import (
 from sparkllm.errors import GatewayError
 from sparkllm.gateway.governance.redis_store import parse_address
 from sparkllm.gateway_settings import (
-    DEFAULT_CONTEXT_LENGTH,
-    DEFAULT_MAX_CONCURRENT_REQUESTS,
-    DEFAULT_MAX_INPUT_TOKENS,
-    DEFAULT_QUEUE_SIZE,
-    DEFAULT_QUEUE_TIMEOUT_SECONDS,
+    CONTEXT_LENGTH,
     DEFAULT_UPSTREAM_URL,
     ENV_PREFIX,
     GATEWAY_HTTP_PORT,
     LISTEN_ALL_ADDRESSES,
+    MAX_BODY_BYTES,
+    MAX_CHOICES,
+    MAX_CONCURRENT_REQUESTS,
+    MAX_INPUT_TOKENS,
+    MAX_PROMPTS_PER_REQUEST,
+    MAX_TOKENS_POLICY,
     OPTIONAL_EXTENSIONS,
-    STANDALONE_MAX_BODY_BYTES,
+    QUEUE_SIZE,
+    QUEUE_TIMEOUT_SECONDS,
+    RELATIONS,
     TOOL_FEATURES,
+    Setting,
     template_kwargs_problem,
 )
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def setting_field(row: Setting) -> Any:
+    """The config field of a settings-table row (gateway_settings.SETTINGS): the default
+    the gateway run by hand uses, the bounds (fractional seconds: any positive number)."""
+    if row.fractional:
+        default: Any = float(row.gateway_default)
+        return Field(default, gt=0, le=row.maximum, description=row.summary)
+    return Field(row.gateway_default, ge=row.minimum, le=row.maximum, description=row.summary)
 
 
 class MaxTokensPolicy(enum.StrEnum):
@@ -78,43 +92,20 @@ class GatewayConfig(BaseModel):
         (),
         description="Other accepted model names (comma-separated); rewritten to the served name.",
     )
-    max_input_tokens: int = Field(
-        DEFAULT_MAX_INPUT_TOKENS,
-        ge=1,
-        description="Input cap in tokens (rendered prompt, template included).",
-    )
-    context_length: int = Field(
-        DEFAULT_CONTEXT_LENGTH, ge=2, description="The engine's hard window: input + output tokens."
-    )
+    max_input_tokens: int = setting_field(MAX_INPUT_TOKENS)
+    context_length: int = setting_field(CONTEXT_LENGTH)
     max_tokens_policy: MaxTokensPolicy = Field(
-        MaxTokensPolicy.CLAMP,
-        description="clamp: lower max_tokens to what fits; reject: 400 instead.",
+        MaxTokensPolicy(str(MAX_TOKENS_POLICY.default)), description=MAX_TOKENS_POLICY.summary
     )
     default_max_tokens: int | None = Field(
         None,
         ge=1,
         description="max_tokens when the client sends none (unset: the rest of the window).",
     )
-    max_concurrent_requests: int = Field(
-        DEFAULT_MAX_CONCURRENT_REQUESTS,
-        ge=1,
-        description="Requests in flight to the upstream at once.",
-    )
-    queue_size: int = Field(
-        DEFAULT_QUEUE_SIZE,
-        ge=0,
-        description="Requests waiting for a slot beyond that; more get 429 at once.",
-    )
-    queue_timeout_seconds: float = Field(
-        float(DEFAULT_QUEUE_TIMEOUT_SECONDS),
-        gt=0,
-        description="Longest wait in the queue before 429 with Retry-After.",
-    )
-    max_body_bytes: int = Field(
-        STANDALONE_MAX_BODY_BYTES,
-        ge=1024,
-        description="Largest request body accepted (413 beyond).",
-    )
+    max_concurrent_requests: int = setting_field(MAX_CONCURRENT_REQUESTS)
+    queue_size: int = setting_field(QUEUE_SIZE)
+    queue_timeout_seconds: float = setting_field(QUEUE_TIMEOUT_SECONDS)
+    max_body_bytes: int = setting_field(MAX_BODY_BYTES)
     api_keys_dir: Path = Field(
         description="Directory of user keys (a mounted Secret): one file per user, name = user id."
     )
@@ -197,7 +188,7 @@ class GatewayConfig(BaseModel):
         + ", ".join(sorted(OPTIONAL_EXTENSIONS))
         + ".",
     )
-    max_choices: int = Field(1, ge=1, le=16, description="Largest n (answers per prompt).")
+    max_choices: int = setting_field(MAX_CHOICES)
     max_header_bytes: int = Field(
         32 * 1024, ge=1024, description="Largest request line + headers; beyond: 431."
     )
@@ -210,9 +201,7 @@ class GatewayConfig(BaseModel):
     keep_alive_timeout_seconds: int = Field(
         15, ge=1, description="Idle time a keep-alive connection is kept between requests."
     )
-    max_prompts_per_request: int = Field(
-        1, ge=1, le=64, description="Most prompts in one /v1/completions request."
-    )
+    max_prompts_per_request: int = setting_field(MAX_PROMPTS_PER_REQUEST)
     tool_calling: tuple[str, ...] = Field(
         (),
         description="Tool-calling features let through (comma-separated): "
@@ -282,16 +271,10 @@ class GatewayConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_windows(self) -> GatewayConfig:
-        if self.max_input_tokens >= self.context_length:
-            raise ValueError(
-                f"max_input_tokens ({self.max_input_tokens}) must be < context_length "
-                f"({self.context_length}): the window must leave room for the answer"
-            )
-        if self.default_max_tokens is not None and self.default_max_tokens >= self.context_length:
-            raise ValueError(
-                f"default_max_tokens ({self.default_max_tokens}) must be < context_length "
-                f"({self.context_length})"
-            )
+        for relation in RELATIONS:  # the input cap below the window, ... (gateway_settings)
+            value, bound = getattr(self, relation.field), getattr(self, relation.bound)
+            if value is not None and value >= bound:
+                raise ValueError(relation.problem(value, bound))
         if self.metrics_port is not None and self.metrics_port == self.listen_port:
             raise ValueError(f"metrics_port must differ from listen_port ({self.listen_port})")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):

@@ -39,6 +39,8 @@ from sparkllm.gateway_settings import (
     LISTEN_ALL_ADDRESSES,
     ROUTER_HOST,
     ROUTER_PORT,
+    SETTINGS,
+    Setting,
     env_var_name,
     governance_key_prefix,
 )
@@ -121,13 +123,8 @@ def admission_env(ic: InferenceCluster, *, engine_key: EngineKeyRef) -> list[JSO
         # /metrics only here (its series name users): a container port in no Service.
         "metrics_port": GATEWAY_METRICS_PORT,
         "served_model_name": spec.model.served_name,
-        "max_input_tokens": admission.max_input_tokens,
-        "context_length": spec.engine.context_length,
-        "max_tokens_policy": admission.max_tokens_policy,
-        "max_concurrent_requests": admission.max_concurrent_requests,
-        "queue_size": admission.queue_size,
-        "queue_timeout_seconds": admission.queue_timeout_seconds,
-        "max_body_bytes": admission.max_body_bytes,
+        # The spec's settings, one row each in gateway_settings.SETTINGS (name, variable).
+        **{row.field: value for row in SETTINGS if _rendered(row, value := row.read(spec))},
         "api_keys_dir": USER_KEYS_DIR,
         "tokenizer_dir": spec.model.path,
         # Read when the router has no replica, to say why in the 503 (gateway/serving.py).
@@ -177,18 +174,19 @@ def _governance_store(ic: InferenceCluster) -> dict[str, object]:
     return settings
 
 
-def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
-    """The work per request, and the tool-calling features let through.
+def _rendered(row: Setting, value: object) -> bool:
+    """Whether a setting's variable is written: always, or (``omit_default``) only when
+    the spec differs from the default the gateway has too."""
+    return not row.omit_default or value != row.default
 
-    Only what differs from the gateway's defaults (the same as the spec's: one answer for
-    one prompt, no tool-calling feature beyond plain tools), so a default spec renders as
-    before.
+
+def _request_policy(admission: AdmissionSpec) -> dict[str, object]:
+    """The tool-calling features let through.
+
+    Only what differs from the gateway's default (the same as the spec's: no tool-calling
+    feature beyond plain tools), so a default spec renders as before.
     """
     settings: dict[str, object] = {}
-    if admission.max_choices != 1:
-        settings["max_choices"] = admission.max_choices
-    if admission.max_prompts_per_request != 1:
-        settings["max_prompts_per_request"] = admission.max_prompts_per_request
     if admission.tool_calling:
         settings["tool_calling"] = ",".join(admission.tool_calling)
     return settings
