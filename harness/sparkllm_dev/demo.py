@@ -236,7 +236,8 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     for node in GROUP_A:
         write_toy_model(_host_model_dir(cluster, node), layers=43, shards=46)
     logs = [_start_background(cluster, n, a) for n, a in _processes(cluster).items()]
-    print(f"[demo] operator, engine harness and gateway running; logs: {', '.join(map(str, logs))}")
+    running = "operator, engine harness, gateway pods and Jobs' pods running"
+    print(f"[demo] {running}; logs: {', '.join(map(str, logs))}")
     if not SAMPLE.exists():
         raise DevClusterError(f"sample not found at {SAMPLE} (run the demo from the repository)")
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(SAMPLE))

@@ -14,8 +14,8 @@ under ``<state dir>/pod-logs/<namespace>_<pod>_<uid>/<container>.log``, the kube
 naming the command it ran) are left out: the container did not write them.
 
 ``cri_lines`` (pure) is the format; ``PodLogs`` the files and the API calls. A pod's lines
-reach ``kubectl logs`` within a tick; ``kubectl logs -f`` shows what is there and ends
-(no CRI runtime to follow), ``--previous`` is not kept (a restart appends).
+reach ``kubectl logs`` within a tick (``-f`` follows them); ``--previous`` is not kept (a
+restart appends to the same file).
 """
 
 from __future__ import annotations
