@@ -15,8 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.keys import SECRET_USE_LABEL
+from sparkllm.reconcile.engines import RUNNING_METRIC
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import OperatorProcess
 from tests.integration.test_faults import GROUP_A, gang_restart_events, ready_at, replica_status
@@ -24,6 +26,7 @@ from tests.integration.test_reconcile import NAME, apply, icl, pods, sample, use
 
 pytestmark = pytest.mark.cluster
 KEY_SECRET = "hang-drain-engine-key"
+DRAIN_TOKENS = 60  # at 0.5 s each: a 30 s answer, running when the drain begins
 DOCUMENTED_LATENCY = ("--sim-ttft-base-ms", "13990", "--sim-ttft-per-1k-tokens-ms", "3708.5")
 
 
@@ -53,6 +56,19 @@ def rank0(cluster: DevCluster, namespace: str) -> dict[str, Any]:
 def pod_ready(pod: dict[str, Any]) -> bool:
     conditions = pod["status"].get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def running(endpoint: str) -> int:
+    """The requests the engine runs, from its own ``sglang:num_running_reqs``."""
+    text = httpx.get(f"{endpoint}/metrics", timeout=5, trust_env=False).text
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == RUNNING_METRIC
+            for sample in family.samples
+        )
+    )
 
 
 def in_background(call: Callable[[], httpx.Response]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -161,10 +177,15 @@ def test_an_8k_prefill_keeps_rank0_ready_and_routed(
     )
 
 
-@pytest.mark.sim_args("--sim-tpot-ms", "500", "--sim-answer-tokens", "200")
+@pytest.mark.sim_args("--sim-tpot-ms", "500", "--sim-answer-tokens", str(DRAIN_TOKENS))
 def test_restart_annotation_drains_a_long_request_first(
     devcluster: DevCluster, namespace: str, operator: OperatorProcess
 ) -> None:
+    # The annotation is read at the operator's next pass (kopf reports no change of a
+    # sparkllm.io/ annotation, the prefix of its own bookkeeping): a 2 s resync reads it
+    # well inside the request, where the default 60 s needed a 100 s answer.
+    operator.stop()
+    operator.start("--resync-seconds", "2")
     endpoint, key = start(devcluster, namespace)
     first = rank0(devcluster, namespace)["metadata"]["uid"]
     thread, box = in_background(
@@ -176,15 +197,14 @@ def test_restart_annotation_drains_a_long_request_first(
             trust_env=False,
         )
     )
-    time.sleep(2)  # the answer takes 200 x 0.5 s = 100 s
+    # The answer takes DRAIN_TOKENS x 0.5 s = 30 s: annotate once the engine runs it.
+    wait_until(lambda: running(endpoint) == 1, timeout=30, what="the request running")
     devcluster.kubectl("annotate", "icl", NAME, "-n", namespace, "sparkllm.io/restart=now")
-    # Read at the operator's next pass, its 60 s resync at the latest: kopf reports no
-    # change of a sparkllm.io/ annotation (the prefix of its own bookkeeping).
     out_of_routing = wait_until(
         lambda: (
             rank0(devcluster, namespace)["metadata"]["labels"].get("sparkllm.io/serving") == "false"
         ),
-        timeout=75,
+        timeout=30,
         what="rank 0 out of routing",
     )
     assert thread.is_alive(), "the request must still run when the drain begins"
@@ -199,7 +219,7 @@ def test_restart_annotation_drains_a_long_request_first(
     assert response is not None, box
     assert response.status_code == 200, response.text[:300]
     body = response.json()
-    assert body["usage"]["completion_tokens"] == 200
+    assert body["usage"]["completion_tokens"] == DRAIN_TOKENS
     assert body["choices"][0]["finish_reason"] == "stop"
     obj = wait_until(ready_at(devcluster, namespace, 2), timeout=120, what="Ready at generation 2")
     replica = replica_status(obj)

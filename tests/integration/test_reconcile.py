@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -203,29 +203,44 @@ def test_spec_change_restarts_the_single_replica_with_new_args(
     assert "spec changed" in obj["status"]["replicaStatuses"][0]["lastRestart"]["reason"]
 
 
+IDLE_PASSES = 12  # full reconcile passes watched with no write (the resync makes them)
+
+
 def test_idle_operator_makes_no_writes(
     devcluster: DevCluster, namespace: str, operator: OperatorProcess
 ) -> None:
+    """A Ready object's passes read and write nothing: IDLE_PASSES of them, counted in the
+    operator's log (a pass each second by the resync), not a fixed stretch of time."""
     operator.stop()
-    operator.start("--resync-seconds", "5")
+    operator.start("--resync-seconds", "1")
     user_keys(devcluster, namespace)
     apply(devcluster, namespace, sample(["spark-a0", "spark-a1", "spark-a2"]))
     wait_until(lambda: ready(devcluster, namespace), timeout=90, what="Ready")
-    # Let the last status write and the events of start-up land, then watch an idle minute.
-    time.sleep(5)
+
+    def passes() -> int:
+        return operator.log().count(f"reconciled {namespace}/{NAME} ")
+
+    def after(count: int) -> Callable[[], int | None]:
+        def done() -> int | None:
+            now = passes()
+            return now if now >= count else None
+
+        return done
+
+    # Let the last status write and the events of start-up land (two passes after Ready),
+    # then watch the idle passes.
+    wait_until(after(passes() + 2), timeout=60, what="two passes after Ready")
     start = datetime.now(UTC)
-    passes_before = operator.log().count("reconciled ")
-    window = 60
-    time.sleep(window)  # the subject of this test is a duration: one idle minute
+    passes_before = passes()
+    seen = wait_until(after(passes_before + IDLE_PASSES), timeout=120, what="the idle passes")
+    took = (datetime.now(UTC) - start).total_seconds()
     writes = [
         e
         for e in devcluster.audit_writes(namespace=namespace)
         if e["userAgent"].startswith(OPERATOR_AGENTS)
         and datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")) >= start
     ]
-    passes = operator.log().count("reconciled ") - passes_before
-    print(f"idle window {window} s: {passes} reconcile passes, {len(writes)} writes")
-    assert passes >= window // 5 - 2, "the operator kept reconciling during the window"
+    print(f"idle: {seen - passes_before} reconcile passes in {took:.0f} s, {len(writes)} writes")
     assert writes == [], [(e["verb"], e["requestURI"]) for e in writes]
 
 
