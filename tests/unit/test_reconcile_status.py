@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sparkllm.api import ConditionType, InferenceClusterStatus, Phase, Reason
+from sparkllm.reconcile.decide.replicas import precise_timestamp
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
     ReplicaReport,
@@ -428,3 +429,13 @@ def test_replica_report_with_every_field() -> None:
         "nodeDown": True,
     }
     InferenceClusterStatus.model_validate({"replicaStatuses": [full.to_json()]})
+
+
+def test_restart_times_dump_as_the_writer_wrote_them() -> None:
+    """Typed restart times (datetimes) dump as written: milliseconds when there is a
+    fraction (precise_timestamp, the backoff's form), whole seconds otherwise."""
+    fractional = precise_timestamp(NOW + timedelta(milliseconds=250))
+    assert fractional == "2026-03-01T12:00:00.250Z"
+    wire = report(0, Phase.READY, recent_restarts=(fractional, EARLIER_TEXT)).to_json()
+    assert wire["restartTimes"] == [fractional, EARLIER_TEXT]
+    assert "members" not in report(0, Phase.READY).to_json()  # absent while none

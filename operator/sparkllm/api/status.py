@@ -13,11 +13,17 @@ Condition types, what True means, their reasons, who sets them and what they do 
 one way a condition enters a status (apimachinery's ``SetStatusCondition``).
 """
 
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    field_serializer,
+    model_serializer,
+)
 
 from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
 from sparkllm.api.conditions import ORDER, type_description
@@ -157,6 +163,27 @@ class ReplicaStatus(ApiModel):
         description="nodeDown is true while a node of the replica is NotReady or missing; "
         "the replica restarts when the node is back.",
     )
+
+    @field_serializer("restart_times")
+    def _milliseconds(self, times: tuple[datetime, ...]) -> list[str]:
+        """RFC 3339 in UTC, with milliseconds when the time has a fraction: restart times
+        feed the backoff, which counts in seconds (an unchanged list dumps unchanged)."""
+        return [_rfc3339(t) for t in times]
+
+    @model_serializer(mode="wrap")
+    def _omit_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``restartTimes`` or ``members`` while there are none (as ever written)."""
+        out: dict[str, Any] = handler(self)
+        for name in ("restart_times", "restartTimes", "members"):
+            if name in out and not out[name]:
+                del out[name]
+        return out
+
+
+def _rfc3339(moment: datetime) -> str:
+    """``2026-03-01T12:00:00.250Z``; no fraction when there is none."""
+    timespec = "milliseconds" if moment.microsecond else "seconds"
+    return moment.astimezone(UTC).isoformat(timespec=timespec).removesuffix("+00:00") + "Z"
 
 
 class FrontDoorStatus(ApiModel):

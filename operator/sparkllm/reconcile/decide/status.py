@@ -1,10 +1,13 @@
 """Status as an API: per-replica reports -> phase, counts, conditions. Pure.
 
-Conditions follow metav1.Condition: a transition time that moves only when the status
-flips, the spec generation observed, a CamelCase reason from ``api.reasons``. ``Ready``
-is derived from the replica reports, never set on its own. ``decide`` compares the
-result with the live status and plans a write only when they differ, so an idle pass
-makes no write.
+Status is built as the typed ``api.status`` models (``InferenceClusterStatus``,
+``ReplicaStatus``, ``Condition``) and serialised once (:func:`wire`: camelCase, no
+nulls), so its shape is the CRD's by construction. Conditions enter through the one
+setter, ``api.status.set_condition`` (metav1.Condition: a transition time that moves only
+when the status flips), in the registry's order (``api.conditions``). ``Ready`` is
+derived from the replica reports and the registry (a ``blocks`` condition False holds
+it), never set on its own. ``decide`` compares the result with the live status and plans
+a write only when they differ, so an idle pass makes no write.
 """
 
 from __future__ import annotations
@@ -12,13 +15,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from sparkllm.api import Condition, ConditionType, Phase, Reason
 from sparkllm.api.conditions import ORDER, ready_blockers
-from sparkllm.api.status import set_condition
+from sparkllm.api.rules import ApiModel
+from sparkllm.api.status import (
+    InferenceClusterStatus,
+    LastRestart,
+    PhaseName,
+    ReplicaStatus,
+    set_condition,
+)
 
 JSON = dict[str, Any]
 
@@ -41,30 +51,28 @@ class ReplicaReport:
     node_down: bool = False
     message: str = ""
 
+    def to_status(self) -> ReplicaStatus:
+        """The typed ``status.replicaStatuses[]`` entry (absent = not so: no message, no
+        budgetExhausted/nodeDown while false)."""
+        last = None if self.last_restart is None else LastRestart.model_validate(self.last_restart)
+        return ReplicaStatus(
+            index=self.index,
+            nodes=self.nodes,
+            phase=cast(PhaseName, self.phase.value),
+            ready_ranks=self.ready_ranks,
+            restarts=self.restarts,
+            generation=self.generation,
+            last_restart=last,
+            endpoint=self.endpoint,
+            message=self.message or None,
+            restart_times=tuple(datetime.fromisoformat(t) for t in self.recent_restarts),
+            members=self.members,
+            budget_exhausted=True if self.budget_exhausted else None,
+            node_down=True if self.node_down else None,
+        )
+
     def to_json(self) -> JSON:
-        out: JSON = {
-            "index": self.index,
-            "nodes": list(self.nodes),
-            "phase": self.phase.value,
-            "readyRanks": self.ready_ranks,
-            "restarts": self.restarts,
-            "generation": self.generation,
-        }
-        if self.last_restart is not None:
-            out["lastRestart"] = self.last_restart
-        if self.endpoint is not None:
-            out["endpoint"] = self.endpoint
-        if self.message:
-            out["message"] = self.message
-        if self.recent_restarts:
-            out["restartTimes"] = list(self.recent_restarts)
-        if self.members:
-            out["members"] = list(self.members)
-        if self.budget_exhausted:
-            out["budgetExhausted"] = True
-        if self.node_down:
-            out["nodeDown"] = True
-        return out
+        return wire(self.to_status())
 
 
 @dataclass(frozen=True)
@@ -101,11 +109,17 @@ def merge_conditions(
     previous: Sequence[Mapping[str, Any]], updates: Sequence[JSON], now: datetime
 ) -> list[JSON]:
     """Apply ``updates`` over ``previous`` with the one setter (``set_condition``: keep
-    lastTransitionTime unless status flips), in the registry's order; the wire form once.
+    lastTransitionTime unless status flips), in the registry's order, as written."""
+    typed, hand_made = _set_conditions(previous, updates, now)
+    return _ordered([*(wire(c) for c in typed), *hand_made])
 
-    A previous entry the Condition model refuses (only a hand-made status can hold one:
-    the CRD requires the fields) is kept as it is unless an update replaces it.
-    """
+
+def _set_conditions(
+    previous: Sequence[Mapping[str, Any]], updates: Sequence[JSON], now: datetime
+) -> tuple[list[Condition], list[JSON]]:
+    """The typed conditions after ``updates``, and the previous entries the Condition model
+    refuses (only a hand-made status can hold one: the CRD requires the fields), kept as
+    they are unless an update replaces them."""
     stamp = now.replace(microsecond=0)
     typed: list[Condition] = []
     raw: dict[str, Mapping[str, Any]] = {}
@@ -120,9 +134,13 @@ def merge_conditions(
         if old_raw is not None and old_raw.get("status") == update["status"]:
             time = _parse_time(old_raw.get("lastTransitionTime")) or stamp
         set_condition(typed, Condition.model_validate({**update, "lastTransitionTime": time}))
-    out: list[JSON] = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in typed]
-    out.extend(dict(c) for c in raw.values())
-    return sorted(out, key=lambda c: ORDER.index(c["type"]) if c["type"] in ORDER else len(ORDER))
+    return typed, [dict(c) for c in raw.values()]
+
+
+def _ordered(conditions: list[JSON]) -> list[JSON]:
+    return sorted(
+        conditions, key=lambda c: ORDER.index(c["type"]) if c["type"] in ORDER else len(ORDER)
+    )
 
 
 def _parse_time(text: object) -> datetime | None:
@@ -259,16 +277,29 @@ def _degraded(report: ClusterReport) -> Verdict:
     return status, reason, message
 
 
+def wire(model: ApiModel) -> JSON:
+    """A status model as written: camelCase, no null (absent = not observed), RFC 3339."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def derive_status(report: ClusterReport, previous: Mapping[str, Any], now: datetime) -> JSON:
-    """The full status object for ``report``, reusing transition times from ``previous``."""
+    """The full status object for ``report``, reusing transition times from ``previous``:
+    built as the typed InferenceClusterStatus and serialised once."""
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
-    return {
-        "observedGeneration": report.generation,
-        "phase": cluster_phase(report).value,
-        "replicas": len(report.replicas),
-        "readyReplicas": ready,
-        "selector": report.selector,
-        "conditions": merge_conditions(previous.get("conditions") or [], _conditions(report), now),
-        "replicaStatuses": [r.to_json() for r in report.replicas],
-        "restarts": sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
-    }
+    conditions, hand_made = _set_conditions(
+        previous.get("conditions") or [], _conditions(report), now
+    )
+    status = InferenceClusterStatus(
+        observed_generation=report.generation,
+        phase=cluster_phase(report).value,
+        replicas=len(report.replicas),
+        ready_replicas=ready,
+        selector=report.selector,
+        conditions=tuple(conditions),
+        replica_statuses=tuple(r.to_status() for r in report.replicas),
+        restarts=sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
+    )
+    out = wire(status)
+    if hand_made:  # only a hand-made previous status has them; kept as they were
+        out["conditions"] = _ordered([*out["conditions"], *hand_made])
+    return out
