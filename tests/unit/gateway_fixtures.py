@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import socket
@@ -27,8 +28,12 @@ import uvicorn
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from sparkllm.gateway.admission import AdmissionPolicy
+from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import GatewayConfig, MaxTokensPolicy
+from sparkllm.gateway.rules.allowlist import Allowlist
+from sparkllm.gateway.rules.context import Draft, Route
 from sparkllm.gateway.server import HTTP_PROTOCOL
+from sparkllm.gateway.tokens import TokenCounter, is_byte_level_bpe
 
 BOS = "<|endoftext|>"
 SPECIAL_TOKENS = [BOS, "<|im_start|>", "<|im_end|>"]
@@ -372,3 +377,41 @@ def clamp_policy(*, model: str = MODEL, cap: int = 8192, window: int = 12288) ->
         max_tokens_policy=MaxTokensPolicy.CLAMP,
         default_max_tokens=None,
     )
+
+
+@functools.cache
+def counting_parts() -> tuple[TokenCounter, ChatTemplate]:
+    """The test model's tokenizer and chat template (as ``write_model_dir`` writes them),
+    built in memory once: for rules and decisions that need no model directory."""
+    tokenizer = train_tokenizer()
+    byte_level = is_byte_level_bpe(json.loads(tokenizer.to_str()))
+    template = ChatTemplate(
+        {"default": CHAT_TEMPLATE}, special_tokens={"bos_token": BOS, "eos_token": "<|im_end|>"}
+    )
+    return TokenCounter(tokenizer, byte_level=byte_level), template
+
+
+def payload_draft(
+    payload: Mapping[str, Any] | None = None,
+    *,
+    policy: AdmissionPolicy | None = None,
+    route: Route = Route.CHAT,
+    user: str | None = None,
+    exact: bool = False,
+) -> Draft:
+    """A ``Draft`` as the payload rules before the one under test leave it: the body parsed
+    into ``payload`` (set the other fields a rule reads, e.g. ``work``, by hand)."""
+    counter, template = counting_parts()
+    policy = policy or clamp_policy()
+    draft = Draft(
+        route,
+        json.dumps(payload or {}).encode(),
+        user=user,
+        exact=exact,
+        policy=policy,
+        counter=counter,
+        template=template,
+        allowlist=Allowlist(policy.extensions),
+    )
+    draft.payload = dict(payload or {})
+    return draft

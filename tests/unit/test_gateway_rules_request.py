@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 from sparkllm.gateway.admission import Admission
 from sparkllm.gateway.asgi import Message, Receive
 from sparkllm.gateway.auth import ApiKeyStore
-from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.governance.gate import Governor, Pass
 from sparkllm.gateway.governance.policy import UNGOVERNED, Policy, PolicySource
 from sparkllm.gateway.governance.store import MemoryStore
@@ -33,26 +32,15 @@ from sparkllm.gateway.rules.context import Admitted, Request, Route, Stop, Verdi
 from sparkllm.gateway.rules.decide import OFFLOAD_BODY_BYTES, Decide
 from sparkllm.gateway.rules.governance import PolicyLoaded, ReserveBudget, TakeSlot
 from sparkllm.gateway.rules.pipeline import RequestRule, front_door, walk
-from sparkllm.gateway.tokens import TokenCounter
-from tests.unit.gateway_fixtures import (
-    MODEL,
-    clamp_policy,
-    train_tokenizer,
-    write_keys,
-    write_model_dir,
-)
+from tests.unit.gateway_fixtures import MODEL, clamp_policy, counting_parts, write_keys
 
 KEY = "alice-key"
 
 
 @pytest.fixture(scope="module")
-def admission(tmp_path_factory: pytest.TempPathFactory) -> Admission:
-    model_dir: Path = write_model_dir(tmp_path_factory.mktemp("model"), train_tokenizer())
-    return Admission(
-        policy=clamp_policy(),
-        counter=TokenCounter.from_dir(model_dir),
-        template=ChatTemplate.load(tokenizer_dir=model_dir),
-    )
+def admission() -> Admission:
+    counter, template = counting_parts()
+    return Admission(policy=clamp_policy(), counter=counter, template=template)
 
 
 def _receive(messages: Iterable[Message]) -> Receive:
@@ -247,25 +235,32 @@ def test_the_front_door_walks_its_rules_in_order_and_stops_at_the_first_refusal(
 ) -> None:
     keys = ApiKeyStore(write_keys(tmp_path / "keys", {"alice": KEY}))
     rules = front_door(keys=keys, governor=_governor(), admission=admission, max_body_bytes=1024)
-    assert [type(rule).__name__ for rule in rules] == [
-        "Authenticate",
-        "PolicyLoaded",
-        "BodySize",
-        "Decide",
-        "ReserveBudget",
-        "TakeSlot",
-    ]
+    auth = {b"authorization": f"Bearer {KEY}".encode()}
     # No key and an oversized body: the key is refused first, the body never read.
     request = _request(chunks=[b"x" * 2048])
     reply = asyncio.run(walk(rules, request))
     assert isinstance(reply, ErrorReply)
     assert (reply.status, request.body) == (401, b"")
+    # A policy that never loaded and an oversized body: 503 before the body is read.
+    broken = tmp_path / "policy.yaml"
+    broken.write_text("defaults: [not, a, mapping]\n")
+    closed = front_door(
+        keys=keys, governor=_governor(policy=broken), admission=admission, max_body_bytes=1024
+    )
+    request = _request(headers=auth, chunks=[b"x" * 2048])
+    reply = asyncio.run(walk(closed, request))
+    assert isinstance(reply, ErrorReply)
+    assert (reply.status, request.user, request.body) == (503, "alice", b"")
     # A key and an oversized body: 413, nothing decided.
-    auth = {b"authorization": f"Bearer {KEY}".encode()}
     request = _request(headers=auth, chunks=[b"x" * 2048])
     reply = asyncio.run(walk(rules, request))
     assert isinstance(reply, ErrorReply)
     assert (reply.status, request.deciding) == (413, None)
+    # A refused decision: no reservation is made.
+    request = _request(headers=auth, chunks=[_chat_body(model="llama")])
+    reply = asyncio.run(walk(rules, request))
+    assert isinstance(reply, ErrorReply)
+    assert (reply.status, request.granted) == (404, None)
     # Everything passes: the request holds a reservation and a slot.
     request = _request(headers=auth, chunks=[_chat_body(max_tokens=10)])
     assert asyncio.run(walk(rules, request)) is None

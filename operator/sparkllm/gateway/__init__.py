@@ -6,16 +6,21 @@ window, limits concurrency with a bounded queue, answers every refusal in OpenAI
 format, streams the router's answers through, and exports ``sparkllm_gateway_*`` metrics.
 docs/gateway.md describes behaviour, configuration and errors.
 
-Modules, cheapest check first along a request's path::
+Modules, along a request's path::
 
-    config.py         GatewayConfig (env SPARKLLM_GATEWAY_* and flags)
-    app.py            ASGI routes and the order of checks
+    config.py         GatewayConfig (env SPARKLLM_GATEWAY_* and flags; the spec's
+                      settings from gateway_settings.SETTINGS)
+    app.py            ASGI routes, the shell around the rules: refuse, relay, settle
+    rules/            the front door's rules, one unit each; pipeline.py lists them in
+                      order (request rules: key, policy, body size, decide, budget, slot;
+                      payload rules: the admission decision's)
     auth.py           user keys from a Secret directory, constant-time compare
-    admission.py      the pure forward-or-refuse decision
+    admission.py      the pure forward-or-refuse decision (walks the payload rules)
       validation.py   body shape checks (400 naming the field)
       chat_template.py  the model's Jinja chat template, as HF/SGLang render it
       tokens.py       exact token counts and the byte bound
-    limits.py         concurrency slots, bounded FIFO queue, 429
+    governance/       per-user policy, budgets, the fair queue's slots, the ledger
+    limits.py         concurrency slots, fair queue by user, 429
     proxy.py          the relay to the router: streaming, disconnects, 502/503/504
       upstream.py     keep-alive HTTP/1.1 pool to the router (httptools parsing)
     metrics.py        Prometheus families
