@@ -22,7 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from sparkllm.api import ConditionType, InferenceCluster, InferenceClusterSpec, Phase, Reason
-from sparkllm.api.governance_store import RedisStoreSpec, gateway_status
+from sparkllm.api.governance_store import GatewayStatus, RedisStoreSpec, gateway_status
+from sparkllm.api.network_status import NetworkStatus
+from sparkllm.api.status import FrontDoorStatus
 from sparkllm.configcheck import compare_server_info
 from sparkllm.errors import SpecError
 from sparkllm.keys import ANNOTATION_RESTART
@@ -56,6 +58,7 @@ from sparkllm.reconcile.decide.secrets import (
 )
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
+    StatusParts,
     cluster_phase,
     condition,
     derive_status,
@@ -303,20 +306,19 @@ def _status(
     runs: tuple[BenchmarkOutcome, ...],
     front_door: JSON | None = None,
 ) -> JSON | None:
-    """The status to write, or None when it equals the live one (no write)."""
-    status = derive_status(report, previous, now)
-    if front_door is not None:
-        status["frontDoor"] = front_door  # where clients reach it (kubectl get -o wide)
-    if network is not None:
-        status["network"] = network  # the network preflight's findings and measurements
-    if gateway is not None:
-        status["gateway"] = gateway  # where governance state lives, and who said so
+    """The status to write, or None when it equals the live one (no write). The other
+    steps' JSON becomes the typed status here, the one place it is assembled."""
     # status.benchmark and status.acceptance are written by their steps; every status
     # write carries them (server-side apply drops a field our manager stops sending).
-    for run in runs:
-        kept = run.status_value(previous)
-        if kept is not None:
-            status[run.status_field] = kept
+    kept = {run.status_field: run.status_value(previous) for run in runs}
+    parts = StatusParts(
+        front_door=None if front_door is None else FrontDoorStatus.model_validate(front_door),
+        network=None if network is None else NetworkStatus.model_validate(network),
+        gateway=None if gateway is None else GatewayStatus.model_validate(gateway),
+        benchmark=kept.get("benchmark"),
+        acceptance=kept.get(ACCEPTANCE_FIELD),
+    )
+    status = derive_status(report, previous, now, parts)
     return None if all(previous.get(k) == v for k, v in status.items()) else status
 
 

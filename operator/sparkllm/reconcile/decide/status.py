@@ -21,8 +21,11 @@ from pydantic import ValidationError
 
 from sparkllm.api import Condition, ConditionType, Phase, Reason
 from sparkllm.api.conditions import ORDER, ready_blockers
+from sparkllm.api.governance_store import GatewayStatus
+from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
 from sparkllm.api.status import (
+    FrontDoorStatus,
     InferenceClusterStatus,
     LastRestart,
     PhaseName,
@@ -282,13 +285,31 @@ def wire(model: ApiModel) -> JSON:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def derive_status(report: ClusterReport, previous: Mapping[str, Any], now: datetime) -> JSON:
-    """The full status object for ``report``, reusing transition times from ``previous``:
-    built as the typed InferenceClusterStatus and serialised once."""
+@dataclass(frozen=True)
+class StatusParts:
+    """The parts of status other steps decide, typed: where clients reach the front door,
+    the network preflight's findings, where governance state lives, and the latest
+    benchmark and acceptance runs (open summaries, as their reports are)."""
+
+    front_door: FrontDoorStatus | None = None
+    network: NetworkStatus | None = None
+    gateway: GatewayStatus | None = None
+    benchmark: JSON | None = None
+    acceptance: JSON | None = None
+
+
+def derive_status(
+    report: ClusterReport,
+    previous: Mapping[str, Any],
+    now: datetime,
+    parts: StatusParts | None = None,
+) -> JSON:
+    """The full status object for ``report`` and the other steps' ``parts``, reusing
+    transition times from ``previous``: one typed InferenceClusterStatus, serialised once."""
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
-    conditions, hand_made = _set_conditions(
-        previous.get("conditions") or [], _conditions(report), now
-    )
+    given = parts or StatusParts()
+    previous_conditions = previous.get("conditions") or []
+    conditions, hand_made = _set_conditions(previous_conditions, _conditions(report), now)
     status = InferenceClusterStatus(
         observed_generation=report.generation,
         phase=cluster_phase(report).value,
@@ -298,6 +319,11 @@ def derive_status(report: ClusterReport, previous: Mapping[str, Any], now: datet
         conditions=tuple(conditions),
         replica_statuses=tuple(r.to_status() for r in report.replicas),
         restarts=sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
+        front_door=given.front_door,
+        network=given.network,
+        gateway=given.gateway,
+        benchmark=given.benchmark,
+        acceptance=given.acceptance,
     )
     out = wire(status)
     if hand_made:  # only a hand-made previous status has them; kept as they were
