@@ -32,6 +32,7 @@ import yaml
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.testing import ROOT, OperatorProcess
 from tests.integration.test_rbac import (
+    Identity,
     audit_writes_by,
     chart_identity,
     condition,
@@ -159,6 +160,15 @@ def monitored(
     return found if status in {None, found["status"]} else None
 
 
+def granted(cluster: DevCluster, identity: Identity, verb: str, resource: str) -> bool:
+    """Whether the API server's authorizer already holds the RBAC just applied."""
+    answer = cluster.kubectl(
+        "auth", "can-i", verb, resource, "-n", identity.namespace, f"--as={identity.user}",
+        check=False,
+    )  # fmt: skip
+    return answer.stdout.strip() == "yes"
+
+
 def patch_monitoring(cluster: DevCluster, namespace: str, monitoring: dict[str, Any]) -> None:
     body = json.dumps({"spec": {"monitoring": monitoring}})
     cluster.kubectl("patch", "icl", NAME, "-n", namespace, "--type=merge", "-p", body)
@@ -178,6 +188,7 @@ def test_the_operator_owns_its_pod_monitors_with_the_charts_permissions(
     # The chart as installed before the Prometheus Operator: no PodMonitor permissions.
     with chart_identity(devcluster, namespace) as identity:
         kubeconfig = token_kubeconfig(devcluster, identity, tmp_path / "operator.kubeconfig")
+        wait_until(lambda: granted(devcluster, identity, "list", "pods"), timeout=30, what="RBAC")
         operator = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
         operator.start("--kubeconfig", str(kubeconfig))
         try:
@@ -200,6 +211,11 @@ def test_the_operator_owns_its_pod_monitors_with_the_charts_permissions(
 
             # helm upgrade now that the API is served: the chart's rbac.monitoringObjects.
             with chart_identity(devcluster, namespace, api_versions=MONITORING_API):
+                wait_until(
+                    lambda: granted(devcluster, identity, "list", "podmonitors"),
+                    timeout=30,
+                    what="the chart's PodMonitor permissions in force",
+                )
                 started = time.monotonic()
                 patch_monitoring(devcluster, namespace, {"interval": "20s"})  # starts a pass
                 applied = wait_until(
@@ -224,6 +240,21 @@ def test_the_operator_owns_its_pod_monitors_with_the_charts_permissions(
                     assert {e["interval"] for e in endpoints} == {"20s"}
                 print("[monitoring]", applied["reason"], applied["message"])
 
+                patch_monitoring(devcluster, namespace, {"interval": "25s"})
+                wait_until(
+                    lambda: (
+                        {
+                            e["interval"]
+                            for m in pod_monitors(devcluster, namespace).values()
+                            for e in m["spec"]["podMetricsEndpoints"]
+                        }
+                        == {"25s"}
+                    ),
+                    timeout=PASS_DEADLINE,
+                    interval=1,
+                    what="both PodMonitors re-applied with the new interval",
+                )
+
                 patch_monitoring(devcluster, namespace, {"serviceMonitor": False})
                 wait_until(
                     lambda: not pod_monitors(devcluster, namespace),
@@ -238,6 +269,9 @@ def test_the_operator_owns_its_pod_monitors_with_the_charts_permissions(
                     what="Monitored for the new generation",
                 )
                 assert (off["status"], off["reason"]) == ("False", "MonitoringDisabled")
+                # Stopped before this context deletes the ClusterRoles it applied: a pass
+                # meanwhile would be refused its every read.
+                operator.stop()
         finally:
             devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false")
             operator.stop()
