@@ -160,7 +160,7 @@ def test_prompts_per_request_bounds_a_completions_batch() -> None:
     assert allowed.prompts == ["a", "b", "c"]
     chat = _draft(_chat())
     assert _verdict(prompts_per_request, chat) is None
-    assert chat.prompts == []
+    assert not chat.prompts
 
 
 def test_prompt_size_counts_exactly_unless_the_byte_bound_settles_it() -> None:
