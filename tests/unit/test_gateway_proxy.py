@@ -539,7 +539,10 @@ def test_a_stream_that_breaks_off_ends_with_an_error_event(
     events = [line for line in response.text.splitlines() if line]
     assert "tok0" in events[0]
     assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "upstream_failed"
-    assert 'outcome="upstream_error",route="/v1/chat/completions"} 1.0' in _metrics(app)
+    # The outcome is counted once the handler returns, which may be just after the client
+    # read the last event (the server runs in another thread): wait for it, to a deadline.
+    counted = 'outcome="upstream_error",route="/v1/chat/completions"} 1.0'
+    wait_until(lambda: counted in _metrics(app), timeout=10, what="the upstream_error count")
 
 
 @contextlib.contextmanager
