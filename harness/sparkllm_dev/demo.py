@@ -9,7 +9,10 @@ gateway pods and the benchmark and acceptance Jobs' pods run as background proce
 (``sparkllm-dev gateways``, ``sparkllm-dev jobs``), so a benchmark or acceptance request
 by annotation runs to its end here as it does in the tests. A
 tiny but real model directory stands in for the weights on the group's nodes, so the
-integrity check (ModelVerified) runs. ``demo down`` stops the processes and the cluster.
+integrity check (ModelVerified) runs. The administrator's policy of a default chart
+install is in force, in both its places (:func:`chart_default_policy`): the API server
+refuses an object outside it at ``kubectl apply``, and the operator checks it again.
+``demo down`` stops the processes and the cluster.
 Process ids and logs live in the cluster's state directory. The demo runs on the ``demo``
 dev cluster (``devcluster/paths.py``), so `make test`, on the ``test`` one, can run beside
 it; the background processes are told which cluster through ``SPARKLLM_DEVCLUSTER``.
@@ -50,10 +53,40 @@ from sparkllm_dev.errors import DevClusterError
 
 NAMESPACE = "llm"
 DEMO_USER = "demo"  # the data key of the users' keys Secret the demo creates
-SAMPLE = Path(__file__).resolve().parents[2] / "manifests" / "samples" / "deepseek-v4-flash.yaml"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+SAMPLE = MANIFESTS / "samples" / "deepseek-v4-flash.yaml"
+# The chart's default install, rendered (hack/render-manifests.sh checks it matches):
+# where the demo takes the administrator's policy from, so the two cannot differ.
+CHART_DEFAULT = MANIFESTS / "base" / "operator.yaml"
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+POLICY_ENV = "SPARKLLM_ADMIN_POLICY"
 GROUP_A = ("spark-a0", "spark-a1", "spark-a2")
 MODEL_PATH = "/models/DeepSeek-V4-Flash-NVFP4"  # the sample's spec.model.path
 BENCH_KEY_SECRET = bench_key_secret_name("deepseek-v4-flash")  # the sample's Jobs' key
+
+
+@dataclass(frozen=True)
+class DemoPolicy:
+    """The administrator's policy a default chart install has, in its two places: the
+    ValidatingAdmissionPolicy and binding (the API server refuses an object outside it at
+    ``kubectl apply``) and the operator's ``SPARKLLM_ADMIN_POLICY`` env (the operator's own
+    check). The demo builds no helm, so it reads both from the rendered chart."""
+
+    documents: list[dict[str, Any]]  # the policy and its binding (every namespace)
+    env: str  # the operator container's SPARKLLM_ADMIN_POLICY value (JSON)
+
+
+def chart_default_policy(rendered: Path = CHART_DEFAULT) -> DemoPolicy:
+    """The policy documents and the operator's policy env of the rendered chart."""
+    objs = [o for o in yaml.safe_load_all(rendered.read_text()) if o]
+    documents = [o for o in objs if o["kind"] in POLICY_KINDS]
+    (operator,) = [o for o in objs if o["kind"] == "StatefulSet"]
+    containers = operator["spec"]["template"]["spec"]["containers"]
+    (operator_container,) = [c for c in containers if c["name"] == "operator"]
+    (env,) = [e["value"] for e in operator_container["env"] if e["name"] == POLICY_ENV]
+    if sorted(o["kind"] for o in documents) != sorted(POLICY_KINDS):
+        raise DevClusterError(f"{rendered}: no ValidatingAdmissionPolicy and binding")
+    return DemoPolicy(documents=documents, env=str(env))
 
 
 def _processes(cluster: DevCluster) -> dict[str, list[str]]:
@@ -100,7 +133,9 @@ def _gone(pid: int) -> bool:
     return not _alive(pid)
 
 
-def _start_background(cluster: DevCluster, name: str, args: list[str]) -> Path:
+def _start_background(
+    cluster: DevCluster, name: str, args: list[str], extra_env: dict[str, str]
+) -> Path:
     pid_file = _pid_file(cluster, name)
     log = cluster.paths.state_dir / f"demo-{name}.log"
     if pid_file.exists() and _alive(int(pid_file.read_text())):
@@ -109,6 +144,7 @@ def _start_background(cluster: DevCluster, name: str, args: list[str]) -> Path:
         **os.environ,
         "KUBECONFIG": str(cluster.paths.kubeconfig),
         PROFILE_ENV: cluster.paths.profile.name,
+        **extra_env,
     }
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -230,12 +266,22 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     if cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", NAMESPACE)
     key = _demo_key(cluster)
+    # The administrator's policy of a default chart install: the API server refuses an
+    # object outside it at apply, the operator checks it again before creating anything.
+    policy = chart_default_policy()
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-",
+        input=yaml.safe_dump_all(policy.documents),
+    )  # fmt: skip
     # The sample's model directory on each Spark of group a: a tiny but real stand-in
     # (valid safetensors shards, index, config, tokenizer), so the integrity check runs
     # and the gateway counts tokens with a real tokenizer.
     for node in GROUP_A:
         write_toy_model(_host_model_dir(cluster, node), layers=43, shards=46)
-    logs = [_start_background(cluster, n, a) for n, a in _processes(cluster).items()]
+    envs = {"operator": {POLICY_ENV: policy.env}}
+    logs = [
+        _start_background(cluster, n, a, envs.get(n, {})) for n, a in _processes(cluster).items()
+    ]
     running = "operator, engine harness, gateway pods and Jobs' pods running"
     print(f"[demo] {running}; logs: {', '.join(map(str, logs))}")
     if not SAMPLE.exists():
