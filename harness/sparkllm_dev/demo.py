@@ -309,9 +309,10 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     for line in access_lines(demo_access(cluster, key=key)):
         print(line)
     print("kubectl -n llm get icl -o wide   # endpoint, reason, restarts (-o yaml: the status)")
-    down = "sparkllm-dev demo down"
+    # Commands a fresh clone can paste: the venv is not on PATH, make knows where it is.
+    down = "make demo-down"
     if cluster.paths.profile.name != "demo":
-        down = f"sparkllm-dev --cluster {cluster.paths.profile.name} demo down"
+        down = f".venv/bin/sparkllm-dev --cluster {cluster.paths.profile.name} demo down"
     print(f"{down:<51} # stop everything")
     return 0
 
