@@ -89,6 +89,14 @@ def chart_default_policy(rendered: Path = CHART_DEFAULT) -> DemoPolicy:
     return DemoPolicy(documents=documents, env=str(env))
 
 
+_STOPPED = {  # how `demo down` names each background process it stops
+    "operator": "the operator",
+    "engines": "the engine harness",
+    "gateways": "the gateway pods' harness",
+    "jobs": "the Jobs' pods' harness",
+}
+
+
 def _processes(cluster: DevCluster) -> dict[str, list[str]]:
     """Each background process as ``python -m MODULE ARGS``: the product CLI runs the
     operator, the harness CLI (``sparkllm-dev``) the engines, the gateway pods and the
@@ -359,5 +367,6 @@ def demo_down(cluster: DevCluster | None = None) -> int:
                 wait_until(partial(_gone, pid), timeout=30, what=f"demo {name} exit")
             pid_file.unlink()
     cluster.down()
-    print("[demo] stopped the operator, the engine harness and the dev cluster")
+    stopped = ", ".join(_STOPPED[n] for n in _processes(cluster))
+    print(f"[demo] stopped {stopped} and the dev cluster")
     return 0
