@@ -1,7 +1,7 @@
 """Root of both test trees (tests/ and harness/tests/): the shared fixtures, the Hypothesis
 profiles and the order's seed.
 
-The fixtures (devcluster, namespace, faults, operator; redis_server) live
+The fixtures (devcluster, namespace, faults, operator, shared_operator; redis_server) live
 in the harness package as pytest plugins, so the product's tests and the harness's own tests
 see the same ones.
 

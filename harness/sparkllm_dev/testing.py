@@ -1,5 +1,5 @@
 """The cluster fixtures as a pytest plugin: the real local control plane, a namespace per
-test, fault injection, the operator as a process.
+test, fault injection, the operator as a process (a test's own, or one shared).
 
 Why a plugin module in the harness rather than a conftest.py: both test trees (the product's
 tests/ and the harness's own harness/tests/) need the same fixtures; the repository's root
@@ -15,6 +15,16 @@ The dev cluster is session-scoped and reused when it is already up (a developer'
 `sparkllm-dev --cluster test up`); a cluster this session started is stopped at the end
 unless SPARKLLM_KEEP_CLUSTER=1. Under CI=true a missing binary or a cluster that fails to
 start FAILS the run: cluster tests never skip silently in CI.
+
+Two operator fixtures. ``operator`` is the test's own process, watching its namespace only:
+for a test that stops, restarts (other flags) or kills it, or reads its whole log.
+``shared_operator`` is one process for the session (per set of extra flags, chosen with
+``@pytest.mark.operator_args(...)``) watching every namespace named ``ts<N>-*``; the test's
+namespace is named so, and the test gets a view whose ``log()`` holds only what was written
+since the test began. Why: starting and stopping an operator (a Python process importing
+kopf, the product and the Kubernetes client, then kopf's shutdown) cost a few seconds of
+the two cores per test, and most tests need only one that runs. Either way the test's
+engine harness (its simulators, with the test's ``sim_args``) is its own.
 """
 
 from __future__ import annotations
@@ -25,7 +35,9 @@ import re
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -40,6 +52,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (editable i
 # run beside the first).
 if os.environ.get(PROFILE_ENV) not in TEST_PROFILES:
     os.environ[PROFILE_ENV] = TEST.name
+
+
+# A restart annotation (and the end of a run on demand) is read at the operator's next pass
+# — kopf reports no change of a sparkllm.io/ annotation, the prefix of its own bookkeeping —
+# so a test waiting for one runs the operator at a 5 s resync, not the default minute:
+# ``@quick_resync`` (the shared operator of those flags), or these flags for its own.
+QUICK_RESYNC = ("--resync-seconds", "5")
+quick_resync = pytest.mark.operator_args(*QUICK_RESYNC)
 
 
 def source_pythonpath() -> str:
@@ -67,15 +87,31 @@ def devcluster() -> Iterator[DevCluster]:
         cluster.down()
 
 
-def _namespace_name(node_name: str) -> str:
+def _namespace_name(node_name: str, *, prefix: str = "t") -> str:
     slug = re.sub(r"[^a-z0-9-]+", "-", node_name.lower()).strip("-")[:40].strip("-")
-    return f"t-{slug}-{uuid.uuid4().hex[:5]}"
+    return f"{prefix}-{slug}-{uuid.uuid4().hex[:5]}"
+
+
+def _operator_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    marker = request.node.get_closest_marker("operator_args")
+    return tuple(str(arg) for arg in marker.args) if marker else ()
+
+
+def _shared_prefix(args: tuple[str, ...]) -> str:
+    """The namespace prefix of the shared operator run with ``args`` (one per flag set)."""
+    return f"ts{zlib.crc32(' '.join(args).encode()) % 10_000}"
 
 
 @pytest.fixture
 def namespace(devcluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace (with its default ServiceAccount ready), deleted afterwards."""
-    name = _namespace_name(request.node.name)
+    """A fresh namespace (with its default ServiceAccount ready), deleted afterwards.
+
+    Named ``t-...``; for a test using ``shared_operator``, ``ts<N>-...``: the namespaces
+    the shared operator of the test's ``operator_args`` watches.
+    """
+    shared = "shared_operator" in request.fixturenames
+    prefix = _shared_prefix(_operator_args(request)) if shared else "t"
+    name = _namespace_name(request.node.name, prefix=prefix)
     devcluster.kubectl("create", "namespace", name)
     wait_until(
         lambda: devcluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
@@ -136,6 +172,55 @@ class OperatorProcess:
             return fh.read()
 
 
+class SharedOperatorView(OperatorProcess):
+    """One test's view of a shared operator: its log from the test's start, no stop/start,
+    and the test's own engine harness (``engines``)."""
+
+    def __init__(self, shared: OperatorProcess, namespace: str) -> None:
+        super().__init__(shared.cluster, [namespace], shared.log_path)
+        self.proc = shared.proc
+        self.engines: EngineHarness | None = None
+        self._offset = os.path.getsize(shared.log_path)
+
+    def start(self, *extra: str) -> None:
+        raise RuntimeError("the shared operator runs for the session: use `operator` to restart")
+
+    def stop(self, *, kill: bool = False) -> None:
+        raise RuntimeError("the shared operator runs for the session: use `operator` to stop")
+
+    def log(self) -> str:
+        with open(self.log_path, "rb") as fh:
+            fh.seek(self._offset)
+            return fh.read().decode("utf-8", errors="replace")
+
+
+def _install_crds(devcluster: DevCluster) -> None:
+    """The CRD from crds/ (server-side, idempotent), Established."""
+    devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    devcluster.wait_established("inferenceclusters.sparkllm.io")
+
+
+@contextmanager
+def _engines(
+    devcluster: DevCluster, namespace: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> Iterator[EngineHarness]:
+    """The engine harness of the test's namespace, with the test's ``sim_args``.
+
+    It plays the kubelet's part kwok does not: it runs an SGLang simulator per engine pod
+    and is rank 0's readiness prober.
+    """
+    marker = request.node.get_closest_marker("sim_args")
+    sim_args = tuple(marker.args) if marker else ()
+    with EngineHarness(
+        devcluster,
+        namespace=namespace,
+        log_dir=tmp_path / "engines",
+        sim_args=sim_args,
+        hosts_root=tmp_path / "hosts",  # the simulated nodes' files, private to this test
+    ) as engines:
+        yield engines
+
+
 @pytest.fixture
 def operator(
     devcluster: DevCluster,
@@ -148,22 +233,69 @@ def operator(
     The CRD is applied from crds/ first (server-side, idempotent); an engine harness
     scoped to the namespace runs the simulated SGLang engines.
     """
-    devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    devcluster.wait_established("inferenceclusters.sparkllm.io")
+    _install_crds(devcluster)
     proc = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
-    proc.start()
-    # The engine harness plays the kubelet's part kwok does not: it runs an SGLang
-    # simulator per engine pod and is rank 0's readiness prober.
-    marker = request.node.get_closest_marker("sim_args")
-    sim_args = tuple(marker.args) if marker else ()
-    with EngineHarness(
-        devcluster,
-        namespace=namespace,
-        log_dir=tmp_path / "engines",
-        sim_args=sim_args,
-        hosts_root=tmp_path / "hosts",  # the simulated nodes' files, private to this test
-    ):
+    proc.start(*_operator_args(request))
+    with _engines(devcluster, namespace, tmp_path, request):
         yield proc
         # Delete the test's InferenceClusters while the operator still runs, then stop it.
         devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
         proc.stop()
+
+
+class _SharedOperators:
+    """The session's shared operators, one per set of extra flags, started when first asked."""
+
+    def __init__(self, devcluster: DevCluster, log_dir: pathlib.Path) -> None:
+        self.devcluster = devcluster
+        self.log_dir = log_dir
+        self.running: dict[tuple[str, ...], OperatorProcess] = {}
+
+    def get(self, args: tuple[str, ...]) -> OperatorProcess:
+        if args not in self.running:
+            _install_crds(self.devcluster)
+            prefix = _shared_prefix(args)
+            proc = OperatorProcess(
+                self.devcluster, [f"{prefix}-*"], str(self.log_dir / f"operator-{prefix}.log")
+            )
+            proc.start(*args)
+            self.running[args] = proc
+        return self.running[args]
+
+    def stop(self) -> None:
+        for proc in self.running.values():
+            proc.stop()
+
+
+@pytest.fixture(scope="session")
+def _shared_operators(
+    devcluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[_SharedOperators]:
+    operators = _SharedOperators(devcluster, tmp_path_factory.mktemp("shared-operators"))
+    yield operators
+    operators.stop()
+
+
+@pytest.fixture
+def shared_operator(
+    _shared_operators: _SharedOperators,
+    devcluster: DevCluster,
+    namespace: str,
+    tmp_path: pathlib.Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[OperatorProcess]:
+    """The session's operator for the test's ``operator_args``, watching this namespace
+    among others (``ts<N>-*``), and this test's own engine harness.
+
+    What it returns is a view: ``log()`` is what the operator wrote since the test began,
+    ``stop()``/``start()`` refuse (a test that restarts the operator uses ``operator``).
+    Afterwards the test's InferenceClusters are deleted (the operator removes their
+    finalizers) and the harness stops their simulators.
+    """
+    shared = _shared_operators.get(_operator_args(request))
+    if shared.proc is None or shared.proc.poll() is not None:
+        pytest.fail(f"the shared operator exited; its log: {shared.log_path}")
+    view = SharedOperatorView(shared, namespace)
+    with _engines(devcluster, namespace, tmp_path, request) as view.engines:
+        yield view
+        devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)

@@ -32,7 +32,7 @@ from sparkllm.keys import BASELINE_ANNOTATION
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.bench_jobs import BenchJobs, gateway_service_resolver
 from sparkllm_dev.devcluster.toymodel import train_tokenizer as train_v4_tokenizer
-from sparkllm_dev.testing import OperatorProcess
+from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.e2e.serving import DEADLINE, serve
 from tests.unit.gateway_fixtures import MODEL, write_model_dir
 
@@ -89,7 +89,7 @@ def verdicts(report: dict[str, Any]) -> dict[str, str]:
 def test_every_row_through_the_front_door(
     devcluster: DevCluster,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     model_dir: Path,
     tmp_path: Path,
 ) -> None:
@@ -153,12 +153,9 @@ def _events(cluster: DevCluster, namespace: str, reason: str) -> list[dict[str, 
 
 
 @contextmanager
-def on_demand(
-    cluster: DevCluster, namespace: str, operator: OperatorProcess, *, model_dir: Path, out: Path
-) -> Iterator[None]:
-    """Serve ``NAME`` with the operator re-checking every 5 s, and run its Jobs' pods here."""
-    operator.stop()
-    operator.start("--resync-seconds", "5")  # the Job's end is seen within seconds
+def on_demand(cluster: DevCluster, namespace: str, *, model_dir: Path, out: Path) -> Iterator[None]:
+    """Serve ``NAME`` and run its Jobs' pods here (the test's operator re-checks every 5 s,
+    ``quick_resync``, so a Job's end is seen within seconds)."""
     with (
         serve(
             cluster, namespace, name=NAME, model_dir=model_dir, groups=[GROUP],
@@ -205,14 +202,15 @@ def keep_reports(log_dir: Path, job: str, out: Path) -> tuple[str, dict[str, Any
 
 
 @pytest.mark.cluster
+@quick_resync
 def test_acceptance_on_demand(
     devcluster: DevCluster,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     model_dir: Path,
     tmp_path: Path,
 ) -> None:
-    with on_demand(devcluster, namespace, operator, model_dir=model_dir, out=tmp_path):
+    with on_demand(devcluster, namespace, model_dir=model_dir, out=tmp_path):
         phases: list[str] = []
         acceptance = run_on_demand(
             devcluster, namespace, seen=phases,
@@ -296,14 +294,15 @@ BROKEN = {
 
 
 @pytest.mark.cluster
+@quick_resync
 @pytest.mark.sim_args(*(f"--sim-fault={fault}" for fault, _ in BROKEN.values()))
 def test_simulator_faults_fail_their_checks_on_demand(
-    namespace: str, operator: OperatorProcess, model_dir: Path, tmp_path: Path
+    namespace: str, shared_operator: OperatorProcess, model_dir: Path, tmp_path: Path
 ) -> None:
     """Three faults, one run: each fails its own functional check (streaming and the front
     door's refusals still pass), and the status and the one Warning name each with why."""
-    devcluster = operator.cluster
-    with on_demand(devcluster, namespace, operator, model_dir=model_dir, out=tmp_path):
+    devcluster = shared_operator.cluster
+    with on_demand(devcluster, namespace, model_dir=model_dir, out=tmp_path):
         acceptance = run_on_demand(
             devcluster, namespace, seen=[],
             annotations=[f"{ACCEPTANCE}=alice", f"{OPTIONS}=sections=functional timeout=60"],
@@ -334,17 +333,18 @@ def _runs(cluster: DevCluster, namespace: str) -> tuple[dict[str, Any], dict[str
 
 
 @pytest.mark.cluster
+@quick_resync
 def test_an_acceptance_asked_with_a_benchmark_waits_for_it(
     devcluster: DevCluster,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     model_dir: Path,
     tmp_path: Path,
 ) -> None:
     """Both asked for in one annotate: the benchmark runs first, the acceptance says it
     waits (status + one Normal Event, naming the benchmark's Job), then starts by itself
     once the benchmark ended — its Job created after the benchmark's completion."""
-    with on_demand(devcluster, namespace, operator, model_dir=model_dir, out=tmp_path):
+    with on_demand(devcluster, namespace, model_dir=model_dir, out=tmp_path):
         devcluster.kubectl(
             "annotate", "icl", NAME, "-n", namespace, "--overwrite",
             f"{BENCHMARK}=alice", f"{BENCHMARK}-scenarios=short-c1",

@@ -29,7 +29,7 @@ from sparkllm_dev.devcluster.bench_jobs import (
     BenchJobs,
     gateway_service_resolver,
 )
-from sparkllm_dev.testing import OperatorProcess
+from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.e2e.serving import DEADLINE, serve
 
 NAME = "bench"
@@ -66,15 +66,14 @@ def _operator_writes(cluster: DevCluster, namespace: str, since: datetime) -> li
 
 
 @pytest.mark.cluster
+@quick_resync  # several passes to watch once the result is in
 def test_benchmark_on_demand_lands_in_status(
     devcluster: DevCluster,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     model_dir: Path,
     tmp_path: Path,
 ) -> None:
-    operator.stop()
-    operator.start("--resync-seconds", "5")  # several passes to watch once the result is in
     with (
         serve(
             devcluster, namespace, name=NAME, model_dir=model_dir, groups=[GROUP],
@@ -122,7 +121,7 @@ def test_benchmark_on_demand_lands_in_status(
             what="status.benchmark of the needle run",
         )
         _a_failed_run_is_reported(devcluster, namespace, failed)
-        _later_passes_write_nothing(devcluster, namespace, operator, failed)
+        _later_passes_write_nothing(devcluster, namespace, shared_operator, failed)
 
 
 def _finished_benchmark(

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
-from sparkllm_dev.testing import OperatorProcess
+from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.e2e.serving import DEADLINE, USERS_SECRET, Serving, serve
 from tests.unit.gateway_fixtures import MODEL, TOKENIZER_CORPUS_WORD
 
@@ -79,7 +79,7 @@ def _chat(content: str, *, stream: bool = False, max_tokens: int = 8) -> dict[st
 def served(
     devcluster: DevCluster,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     model_dir: Path,
     tmp_path: Path,
 ) -> Iterator[Serving]:
@@ -448,6 +448,7 @@ def _rank0_answers(ip: str, key: str) -> int:
 
 
 @pytest.mark.cluster
+@quick_resync  # the restart annotation read within 5 s
 def test_after_the_documented_key_rotation_the_old_key_opens_no_rank_0(
     devcluster: DevCluster, namespace: str, served: Serving
 ) -> None:

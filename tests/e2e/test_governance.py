@@ -125,9 +125,9 @@ def _load(
 @pytest.mark.cluster
 @pytest.mark.sim_args(f"--sim-tpot-ms={TPOT_MS}")
 def test_a_light_user_waits_at_most_one_slot_turnover_behind_a_heavy_one(
-    namespace: str, operator: OperatorProcess, model_dir: Path, tmp_path: Path
+    namespace: str, shared_operator: OperatorProcess, model_dir: Path, tmp_path: Path
 ) -> None:
-    cluster = operator.cluster
+    cluster = shared_operator.cluster
     with serve(
         cluster, namespace, name=NAME, model_dir=model_dir, groups=GROUPS, log_dir=tmp_path
     ) as serving:

@@ -214,9 +214,9 @@ def _broken_edit_keeps_the_policy(
 
 @pytest.mark.cluster
 def test_the_policy_configmap_applies_and_changes_without_a_gateway_restart(
-    namespace: str, operator: OperatorProcess, model_dir: Path, tmp_path: Path
+    namespace: str, shared_operator: OperatorProcess, model_dir: Path, tmp_path: Path
 ) -> None:
-    cluster = operator.cluster
+    cluster = shared_operator.cluster
     admission = {
         "governance": {"policyConfigMapRef": {"name": POLICY}},
         "extensions": [{"parameter": "ignore_eos", "users": ["alice", "carol"]}],

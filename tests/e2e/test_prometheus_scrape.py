@@ -52,7 +52,7 @@ from sparkllm.gateway.serving import CODE_NO_REPLICA_READY
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
 from sparkllm_dev.devcluster.paths import cache_root
-from sparkllm_dev.testing import ROOT, OperatorProcess
+from sparkllm_dev.testing import QUICK_RESYNC, ROOT, OperatorProcess
 from tests.e2e.serving import DEADLINE, Serving, ready_replicas, serve
 from tests.integration.test_monitoring_crds import monitoring_crds  # noqa: F401 (fixture)
 from tests.unit.gateway_fixtures import MODEL
@@ -377,7 +377,7 @@ def test_prometheus_scrapes_the_pod_monitors_and_every_query_has_data(
     sysfs = cache_root() / "exporter-metrics" / f"node_exporter-{NODE_EXPORTER_VERSION}.txt.sysfs"
     ports = {name: free_port() for name in ("operator", "node", "node_ib", "dcgm", "prom")}
     operator.stop()  # the fixture runs it without metrics; the same operator, scraped
-    operator.start("--metrics-port", str(ports["operator"]))
+    operator.start("--metrics-port", str(ports["operator"]), *QUICK_RESYNC)
     with ExitStack() as stack:
         serving = stack.enter_context(
             serve(devcluster, namespace, name=NAME, model_dir=model_dir, groups=GROUPS,

@@ -112,7 +112,7 @@ def rank_statefulsets(cluster: DevCluster, namespace: str, name: str) -> list[st
 
 
 def test_an_unknown_flag_is_refused_by_the_api_server_naming_it(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     bad = manifest("magic", placement={"nodeGroups": [GROUP_B]}, extraArgs=["--enable-magic-mode"])
     result = apply(devcluster, namespace, bad, check=False)
@@ -131,7 +131,7 @@ def test_an_unknown_flag_is_refused_by_the_api_server_naming_it(
 
 
 def test_a_spec_sglang_would_refuse_is_invalid_spec_without_a_pass_storm(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     # Accepted by the API server (no "--" flag), refused by SGLang's argparse ("-x").
@@ -151,9 +151,9 @@ def test_a_spec_sglang_would_refuse_is_invalid_spec_without_a_pass_storm(
     )
     assert "spec.engine.extraArgs" in events[0]["message"]
     assert not rank_statefulsets(devcluster, namespace, "dash")
-    before = operator.log().count(f"reconciled {namespace}/dash")
+    before = shared_operator.log().count(f"reconciled {namespace}/dash")
     time.sleep(20)  # a window in which the old behaviour made four failing passes
-    log = operator.log()
+    log = shared_operator.log()
     passes = log.count(f"reconciled {namespace}/dash") - before
     print(f"[bad-states] passes of the invalid object in 20 s: {passes}")
     assert passes <= 1  # the 60 s resync at most; no 5 s retry
@@ -173,7 +173,7 @@ def test_a_spec_sglang_would_refuse_is_invalid_spec_without_a_pass_storm(
 
 
 def test_a_second_object_on_the_same_explicit_group_is_node_group_in_use(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     apply(devcluster, namespace, manifest("first", placement={"nodeGroups": [GROUP_B]}))
@@ -209,7 +209,7 @@ def test_a_second_object_on_the_same_explicit_group_is_node_group_in_use(
 
 
 def test_label_discovery_takes_a_free_group_then_reports_none_free(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     labelled = {"nodeGroupLabel": "sparkllm.io/node-group"}
@@ -245,7 +245,7 @@ def test_label_discovery_takes_a_free_group_then_reports_none_free(
 
 
 def test_a_rank_pod_the_scheduler_cannot_place_is_unschedulable(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     devcluster.kubectl("taint", "nodes", "spark-b1", f"{TAINT}=1:NoSchedule")

@@ -179,7 +179,7 @@ def test_inference_pool_endpoints_follow_a_gang_restart(
     devcluster: DevCluster,
     front_door_crds: None,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     faults: FaultInjector,
 ) -> None:
     doc = sample(GROUP_A)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
-from sparkllm_dev.testing import OperatorProcess
+from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
 
 pytestmark = pytest.mark.cluster
@@ -67,7 +67,7 @@ def gang_restart_events(cluster: DevCluster, namespace: str) -> list[str]:
 def test_rank_container_exit_restarts_the_whole_replica(
     devcluster: DevCluster,
     namespace: str,
-    operator: OperatorProcess,
+    shared_operator: OperatorProcess,
     faults: FaultInjector,
     rank: int,
 ) -> None:
@@ -91,7 +91,7 @@ def test_rank_container_exit_restarts_the_whole_replica(
 
 
 def test_rank_pod_deleted_restarts_the_whole_replica(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
 ) -> None:
     start(devcluster, namespace)
     faults.delete_pod(namespace=namespace, pod=rank_pod(devcluster, namespace, 1))
@@ -101,7 +101,7 @@ def test_rank_pod_deleted_restarts_the_whole_replica(
 
 
 def test_node_not_ready_degrades_then_restarts_when_back(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
 ) -> None:
     start(devcluster, namespace)
     faults.node_not_ready("spark-a1")
@@ -120,7 +120,7 @@ def test_node_not_ready_degrades_then_restarts_when_back(
 
 
 def test_node_deleted_degrades_then_recovers(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
 ) -> None:
     start(devcluster, namespace)
     faults.delete_node("spark-a2")
@@ -134,8 +134,9 @@ def test_node_deleted_degrades_then_recovers(
     wait_until(ready_at(devcluster, namespace, 2), timeout=90, what="Ready after node restored")
 
 
+@quick_resync  # the resuming annotation read within 5 s
 def test_restart_budget_exhausted_then_resumed_by_annotation(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess, faults: FaultInjector
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
 ) -> None:
     doc = sample(GROUP_A)
     doc["spec"]["restartPolicy"] = {"maxRestartsPerHour": 2, "backoffSeconds": [1]}
@@ -192,7 +193,7 @@ def test_operator_killed_mid_restart_converges(
 
 
 def test_scale_by_whole_replicas_with_insufficient_groups(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     label = f"test.sparkllm.io/{namespace[-5:]}"
     devcluster.kubectl("label", "nodes", *GROUP_A, f"{label}=a")
@@ -252,7 +253,7 @@ def test_scale_by_whole_replicas_with_insufficient_groups(
 
 
 def test_rolling_update_keeps_one_replica_serving(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     doc = sample()
     doc["spec"]["replicas"] = 2

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkllm.keys import SECRET_USE_LABEL
 from sparkllm.reconcile.engines import RUNNING_METRIC
 from sparkllm_dev.devcluster import DevCluster, wait_until
-from sparkllm_dev.testing import OperatorProcess
+from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.integration.test_faults import GROUP_A, gang_restart_events, ready_at, replica_status
 from tests.integration.test_reconcile import NAME, apply, icl, pods, sample, user_keys
 
@@ -89,7 +89,7 @@ def in_background(call: Callable[[], httpx.Response]) -> tuple[threading.Thread,
 
 @pytest.mark.sim_args("--sim-hang-after", "1")
 def test_hung_pipeline_is_restarted_whole_as_pipeline_hung(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     endpoint, key = start(devcluster, namespace)
     first = rank0(devcluster, namespace)["metadata"]["uid"]
@@ -131,7 +131,7 @@ def test_hung_pipeline_is_restarted_whole_as_pipeline_hung(
 
 @pytest.mark.sim_args(*DOCUMENTED_LATENCY, "--sim-tpot-ms", "78")
 def test_an_8k_prefill_keeps_rank0_ready_and_routed(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     endpoint, key = start(devcluster, namespace)
     first = rank0(devcluster, namespace)["metadata"]["uid"]
@@ -177,15 +177,13 @@ def test_an_8k_prefill_keeps_rank0_ready_and_routed(
     )
 
 
+# The annotation is read within the 5 s resync, well inside the request (the default
+# minute needed a 100 s answer).
+@quick_resync
 @pytest.mark.sim_args("--sim-tpot-ms", "500", "--sim-answer-tokens", str(DRAIN_TOKENS))
 def test_restart_annotation_drains_a_long_request_first(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
-    # The annotation is read at the operator's next pass (kopf reports no change of a
-    # sparkllm.io/ annotation, the prefix of its own bookkeeping): a 2 s resync reads it
-    # well inside the request, where the default 60 s needed a 100 s answer.
-    operator.stop()
-    operator.start("--resync-seconds", "2")
     endpoint, key = start(devcluster, namespace)
     first = rank0(devcluster, namespace)["metadata"]["uid"]
     thread, box = in_background(

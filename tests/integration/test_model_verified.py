@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from tokenizers.pre_tokenizers import Whitespace
 from sparkllm.integrity import ModelSummary
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.engines import EngineHarness
-from sparkllm_dev.testing import ROOT, OperatorProcess
+from sparkllm_dev.testing import OperatorProcess, SharedOperatorView, quick_resync
 from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
 from tests.unit.test_integrity_fixtures import make_model_dir, shard_name
 
@@ -49,21 +48,12 @@ class Stack:
 
 
 @pytest.fixture
-def stack(devcluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[Stack]:
-    """Like conftest's ``operator`` fixture, with the nodes' files under ``tmp_path``."""
-    devcluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    devcluster.wait_established("inferenceclusters.sparkllm.io")
-    operator = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
-    harness = EngineHarness(
-        devcluster, namespace=namespace, log_dir=tmp_path / "engines", hosts_root=tmp_path / "hosts"
-    )
-    operator.start()
-    try:
-        with harness:
-            yield Stack(hosts=tmp_path / "hosts", harness=harness, operator=operator)
-            devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false")
-    finally:
-        operator.stop()
+def stack(shared_operator: SharedOperatorView, tmp_path: Path) -> Stack:
+    """The shared operator and this test's engine harness, whose simulated nodes keep their
+    files under ``tmp_path / "hosts"``."""
+    assert shared_operator.engines is not None
+    engines = shared_operator.engines
+    return Stack(hosts=tmp_path / "hosts", harness=engines, operator=shared_operator)
 
 
 def write_model(root: Path) -> Path:
@@ -113,6 +103,7 @@ def rank_summaries(cluster: DevCluster, namespace: str) -> dict[str, ModelSummar
     return summaries
 
 
+@quick_resync  # the restart annotation read within 5 s
 def test_identical_copies_verify_and_one_changed_byte_is_named_with_its_node(
     devcluster: DevCluster, namespace: str, stack: Stack, tmp_path: Path
 ) -> None:

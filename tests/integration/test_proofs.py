@@ -41,7 +41,7 @@ def settled(cluster: DevCluster, namespace: str, kind: str) -> dict[str, Any] | 
 
 
 def test_ready_cluster_proves_capacity_and_config(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     engine_key = "-" + secrets.token_urlsafe(24)  # argparse would take it for an option
@@ -106,7 +106,7 @@ def test_ready_cluster_proves_capacity_and_config(
 
 @pytest.mark.sim_args("--sim-ignore-flag=--mem-fraction-static")
 def test_ignored_flag_is_a_config_mismatch(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     apply(devcluster, namespace, sample(GROUP_A))
@@ -128,7 +128,7 @@ def test_ignored_flag_is_a_config_mismatch(
 
 
 def test_plan_that_cannot_fit_blocks_start(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     doc = sample(GROUP_A)

@@ -29,7 +29,7 @@ import yaml
 
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.engines import EngineHarness
-from sparkllm_dev.testing import ROOT, OperatorProcess
+from sparkllm_dev.testing import QUICK_RESYNC, ROOT, OperatorProcess
 from tests.unit.test_chart_render import render_chart
 
 pytestmark = pytest.mark.cluster
@@ -279,7 +279,7 @@ def test_operator_runs_with_exactly_the_charts_permissions(
         operator = OperatorProcess(devcluster, [namespace], str(tmp_path / "operator.log"))
         name = "deepseek-v4-flash"
         with EngineHarness(devcluster, namespace=namespace, log_dir=tmp_path / "engines"):
-            operator.start("--kubeconfig", str(kubeconfig))
+            operator.start("--kubeconfig", str(kubeconfig), *QUICK_RESYNC)
             try:
                 devcluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(sample(namespace)))
                 started = time.monotonic()

@@ -77,7 +77,7 @@ def pods(cluster: DevCluster, namespace: str) -> list[dict[str, Any]]:
 
 
 def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     nodes = ["spark-a0", "spark-a1", "spark-a2"]
@@ -164,7 +164,7 @@ def test_sample_becomes_ready_on_its_nodes_and_is_garbage_collected(
 
 
 def test_spec_change_restarts_the_single_replica_with_new_args(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     apply(devcluster, namespace, sample(["spark-a0", "spark-a1", "spark-a2"]))
@@ -206,13 +206,12 @@ def test_spec_change_restarts_the_single_replica_with_new_args(
 IDLE_PASSES = 12  # full reconcile passes watched with no write (the resync makes them)
 
 
+@pytest.mark.operator_args("--resync-seconds", "1")
 def test_idle_operator_makes_no_writes(
     devcluster: DevCluster, namespace: str, operator: OperatorProcess
 ) -> None:
     """A Ready object's passes read and write nothing: IDLE_PASSES of them, counted in the
     operator's log (a pass each second by the resync), not a fixed stretch of time."""
-    operator.stop()
-    operator.start("--resync-seconds", "1")
     user_keys(devcluster, namespace)
     apply(devcluster, namespace, sample(["spark-a0", "spark-a1", "spark-a2"]))
     wait_until(lambda: ready(devcluster, namespace), timeout=90, what="Ready")
@@ -245,7 +244,7 @@ def test_idle_operator_makes_no_writes(
 
 
 def test_missing_node_is_a_condition_not_a_crash(
-    devcluster: DevCluster, namespace: str, operator: OperatorProcess
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:
     user_keys(devcluster, namespace)
     doc = copy.deepcopy(sample(["spark-a0", "spark-zz", "spark-a2"]))
@@ -260,7 +259,7 @@ def test_missing_node_is_a_condition_not_a_crash(
     assert "spark-zz missing" in condition(obj, "Degraded")["message"]  # type: ignore[index]
     assert obj["status"]["phase"] == "Degraded"
     assert condition(obj, "Ready")["status"] == "False"  # type: ignore[index]
-    assert "Traceback" not in operator.log()
+    assert "Traceback" not in shared_operator.log()
     assert devcluster.kubectl_json("get", "sts", "-n", namespace)["items"] == [] or all(
         s["spec"]["replicas"] == 0
         for s in devcluster.kubectl_json("get", "sts", "-n", namespace)["items"]
