@@ -87,7 +87,7 @@ def devcluster() -> Iterator[DevCluster]:
         cluster.down()
 
 
-def _namespace_name(node_name: str, *, prefix: str = "t") -> str:
+def namespace_name(node_name: str, *, prefix: str = "t") -> str:
     slug = re.sub(r"[^a-z0-9-]+", "-", node_name.lower()).strip("-")[:40].strip("-")
     return f"{prefix}-{slug}-{uuid.uuid4().hex[:5]}"
 
@@ -97,9 +97,18 @@ def _operator_args(request: pytest.FixtureRequest) -> tuple[str, ...]:
     return tuple(str(arg) for arg in marker.args) if marker else ()
 
 
-def _shared_prefix(args: tuple[str, ...]) -> str:
-    """The namespace prefix of the shared operator run with ``args`` (one per flag set)."""
-    return f"ts{zlib.crc32(' '.join(args).encode()) % 10_000}"
+# This test session's mark in its shared operators' namespaces: another session on the same
+# cluster (a second checkout, CI beside a developer) has operators of its own.
+_SESSION = uuid.uuid4().hex[:4]
+# A record of the operator's log begins with its time (runner.py's logging format); the
+# lines after it (a traceback) belong to it.
+_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d{3} ", re.MULTILINE)
+
+
+def shared_prefix(args: tuple[str, ...]) -> str:
+    """The namespace prefix of this session's shared operator run with ``args`` (one per
+    flag set)."""
+    return f"ts{zlib.crc32(' '.join(args).encode()) % 1000:03d}{_SESSION}"
 
 
 @pytest.fixture
@@ -110,8 +119,8 @@ def namespace(devcluster: DevCluster, request: pytest.FixtureRequest) -> Iterato
     the shared operator of the test's ``operator_args`` watches.
     """
     shared = "shared_operator" in request.fixturenames
-    prefix = _shared_prefix(_operator_args(request)) if shared else "t"
-    name = _namespace_name(request.node.name, prefix=prefix)
+    prefix = shared_prefix(_operator_args(request)) if shared else "t"
+    name = namespace_name(request.node.name, prefix=prefix)
     devcluster.kubectl("create", "namespace", name)
     wait_until(
         lambda: devcluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
@@ -173,8 +182,8 @@ class OperatorProcess:
 
 
 class SharedOperatorView(OperatorProcess):
-    """One test's view of a shared operator: its log from the test's start, no stop/start,
-    and the test's own engine harness (``engines``)."""
+    """One test's view of a shared operator: its log records about the test's namespace,
+    no stop/start, and the test's own engine harness (``engines``)."""
 
     def __init__(self, shared: OperatorProcess, namespace: str) -> None:
         super().__init__(shared.cluster, [namespace], shared.log_path)
@@ -189,9 +198,15 @@ class SharedOperatorView(OperatorProcess):
         raise RuntimeError("the shared operator runs for the session: use `operator` to stop")
 
     def log(self) -> str:
+        """The records written since the test began that name its namespace, each with its
+        traceback if it has one: the process serves other tests' namespaces too (a pass
+        for the previous test's deleted object can still fail after this test began)."""
         with open(self.log_path, "rb") as fh:
             fh.seek(self._offset)
-            return fh.read().decode("utf-8", errors="replace")
+            text = fh.read().decode("utf-8", errors="replace")
+        starts = [m.start() for m in _RECORD.finditer(text)]
+        records = (text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True))
+        return "".join(record for record in records if self.namespaces[0] in record)
 
 
 def _install_crds(devcluster: DevCluster) -> None:
@@ -254,7 +269,7 @@ class _SharedOperators:
     def get(self, args: tuple[str, ...]) -> OperatorProcess:
         if args not in self.running:
             _install_crds(self.devcluster)
-            prefix = _shared_prefix(args)
+            prefix = shared_prefix(args)
             proc = OperatorProcess(
                 self.devcluster, [f"{prefix}-*"], str(self.log_dir / f"operator-{prefix}.log")
             )
@@ -289,8 +304,8 @@ def shared_operator(
 
     What it returns is a view: ``log()`` is what the operator wrote since the test began,
     ``stop()``/``start()`` refuse (a test that restarts the operator uses ``operator``).
-    Afterwards the test's InferenceClusters are deleted (the operator removes their
-    finalizers) and the harness stops their simulators.
+    Afterwards the test's InferenceClusters are deleted (waiting until they are gone) and
+    the harness stops their simulators.
     """
     shared = _shared_operators.get(_operator_args(request))
     if shared.proc is None or shared.proc.poll() is not None:
@@ -298,4 +313,6 @@ def shared_operator(
     view = SharedOperatorView(shared, namespace)
     with _engines(devcluster, namespace, tmp_path, request) as view.engines:
         yield view
-        devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--wait=false", check=False)
+        # Gone before the namespace goes: its watch ends with the namespace, and a deletion
+        # the operator never saw would leave it re-checking the object every resync.
+        devcluster.kubectl("delete", "icl", "--all", "-n", namespace, "--timeout=60s", check=False)
