@@ -24,6 +24,7 @@ from sparkllm.api.admin_policy import (
 )
 from tests.unit.test_chart_render import CHART, one, operator_container, render_chart, run_helm
 
+pytestmark = pytest.mark.needs_binary  # helm
 Obj = dict[str, Any]
 VAP = "ValidatingAdmissionPolicy"
 BINDING = "ValidatingAdmissionPolicyBinding"

@@ -122,6 +122,7 @@ def test_gateway_monitor_selects_the_gateway_pod_and_both_metrics_ports() -> Non
     assert [e["port"] for e in gateway["spec"]["podMetricsEndpoints"]] == list(GATEWAY_PORTS)
 
 
+@pytest.mark.needs_binary  # helm
 @pytest.mark.parametrize(
     ("ours", "charts"),
     [
