@@ -6,7 +6,7 @@ starts in seconds and nothing touches ``~/.kube/config`` unless asked. The versi
 are pinned here and in ``hack/build-binaries.sh``; a test checks the two agree.
 
 Dev clusters can run side by side, so that `make test` passes while `make demo` runs:
-a profile (``SPARKLLM_DEVCLUSTER=demo|test|test2|test3|test4``, default ``demo``) names
+a profile (``SPARKLLM_DEVCLUSTER=demo|test|test2..test5``, default ``demo``) names
 everything two must not share — the kwokctl cluster name, the state and kwok directories
 (kubeconfig, certificates, etcd data, logs, engine locks, the simulated nodes' files),
 the simulated nodes' loopback addresses (where the engines listen, so their fixed
@@ -90,7 +90,7 @@ TEST = ClusterProfile(
     operator_metrics_port=18180,
 )
 # Two more test clusters, so that separate checkouts (or people) can run the cluster
-# tests at the same time on one machine: SPARKLLM_DEVCLUSTER=test2, test3 or test4.
+# tests at the same time on one machine: SPARKLLM_DEVCLUSTER=test2 ... test5.
 TEST2 = ClusterProfile(
     name="test2",
     cluster_name=f"{CLUSTER_NAME}-test2",
@@ -118,8 +118,17 @@ TEST4 = ClusterProfile(
     port_base=32721,
     operator_metrics_port=18480,
 )
-PROFILES = {profile.name: profile for profile in (DEMO, TEST, TEST2, TEST3, TEST4)}
-TEST_PROFILES = frozenset({TEST.name, TEST2.name, TEST3.name, TEST4.name})
+TEST5 = ClusterProfile(
+    name="test5",
+    cluster_name=f"{CLUSTER_NAME}-test5",
+    state_dir_name="devcluster-test5",
+    kwok_dir_name="kwok-test5",
+    node_address_base=60,
+    port_base=32711,
+    operator_metrics_port=18580,
+)
+PROFILES = {profile.name: profile for profile in (DEMO, TEST, TEST2, TEST3, TEST4, TEST5)}
+TEST_PROFILES = frozenset({TEST.name, TEST2.name, TEST3.name, TEST4.name, TEST5.name})
 
 
 def active_profile() -> ClusterProfile:

@@ -107,7 +107,7 @@ def test_profile_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_plugin_puts_the_tests_on_their_own_cluster() -> None:
     # inherited by every child a test starts
-    assert os.environ[PROFILE_ENV] in {"test", "test2", "test3", "test4"}
+    assert os.environ[PROFILE_ENV] in {"test", "test2", "test3", "test4", "test5"}
     assert DevCluster().paths.profile is PROFILES[os.environ[PROFILE_ENV]]
 
 
@@ -174,7 +174,7 @@ def test_cli_acts_on_the_chosen_cluster(
     monkeypatch.setenv(PROFILE_ENV, "test")
     assert cli.main(["status"]) == 3
     assert f"{tmp_path}/devcluster-test/kubeconfig" in capsys.readouterr().out
-    assert sorted(PROFILES) == ["demo", "test", "test2", "test3", "test4"]
+    assert sorted(PROFILES) == ["demo", "test", "test2", "test3", "test4", "test5"]
 
 
 def test_make_test_and_make_unit_shuffle_and_print_the_slowest() -> None:
