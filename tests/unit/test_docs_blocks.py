@@ -1,0 +1,628 @@
+"""The docs are tests: every fenced code block in README.md and docs/*.md is classified,
+and every block that can be checked without a live demo is checked here.
+
+A doc that drifts from the code fails CI instead of misleading a reader. The one line
+directly above a block's opening fence says what it is (docs/devcluster.md, "Docs are
+tests"):
+
+* ``<!-- run -->`` — shell, run here with bash in a scratch directory (the checkout's
+  ``manifests``, ``charts``, ``crds`` and ``.venv`` linked in, ``icl.yaml``/``ic.yaml``
+  copies of the sample, ``.venv/bin`` and the built kube binaries first on ``PATH``). It
+  must exit 0; when the next block is marked ``output-of-previous`` its stdout must
+  match that block.
+* ``<!-- output-of-previous -->`` — what the ``run`` block before it prints, compared
+  line by line after collapsing runs of blanks. Placeholders: a line ``...`` stands for
+  any lines (none included), ``…`` inside a line for any text.
+* ``<!-- parse -->`` — a command line (or a synopsis: ``[optional]`` brackets, ``a|b``
+  choices, ``<placeholders>``) that needs something this machine has not (a gateway, a
+  model, GPUs): each command is parsed by the real argument parser of the program it
+  names, so a renamed or removed flag fails. Not run.
+* ``<!-- check: NAME -->`` — checked by the function ``NAME`` in ``CHECKS`` below (a spec
+  fragment validated by the API model, a status fragment against the CRD's schema, a
+  source excerpt against the file, ...).
+* ``<!-- tested-by: PATH -->`` — a test module that reads this very block from the doc
+  and runs it (it must exist and name the doc).
+* ``<!-- illustration -->`` or ``<!-- illustration: why -->`` — not checked: a diagram,
+  the output of a run on the demo or on hardware, a recorded benchmark.
+
+A block with no marker fails, naming ``file:line``. ``python -m tests.unit.test_docs_blocks``
+prints the census (how many blocks of each kind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import types
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
+KUBE_BIN = Path.home() / ".cache" / "sparkllm" / "bin" / "v1.35.4"
+DIGEST = "sha256:" + "5e" * 32  # what `skopeo inspect` would print
+JSON = dict[str, Any]
+
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+MARKER = re.compile(
+    r"^<!--\s*(illustration|output-of-previous|run|parse|check|tested-by)"
+    r"(?:\s*:\s*(.*?))?\s*-->\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block: where it opens, its info string, its text, its marker."""
+
+    doc: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    text: str
+    kind: str | None  # the marker's kind, None when unmarked
+    arg: str  # the marker's argument ("" when none)
+
+    @property
+    def where(self) -> str:
+        return f"{self.doc.relative_to(ROOT)}:{self.line}"
+
+
+def blocks_of(doc: Path) -> list[Block]:
+    """Every fenced block of ``doc``, in order, with the marker on the line above it."""
+    lines = doc.read_text(encoding="utf-8").split("\n")
+    found: list[Block] = []
+    index = 0
+    while index < len(lines):
+        opening = FENCE.match(lines[index])
+        if not opening:
+            index += 1
+            continue
+        fence = opening.group(1)
+        end = index + 1
+        while end < len(lines) and not re.match(
+            rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[end]
+        ):
+            end += 1
+        marker = MARKER.match(lines[index - 1]) if index else None
+        found.append(
+            Block(
+                doc=doc,
+                line=index + 1,
+                lang=opening.group(2).strip(),
+                text="\n".join(lines[index + 1 : end]),
+                kind=marker.group(1) if marker else None,
+                arg=(marker.group(2) or "") if marker else "",
+            )
+        )
+        index = end + 1
+    return found
+
+
+def all_blocks() -> list[Block]:
+    return [block for doc in DOCS for block in blocks_of(doc)]
+
+
+def following(block: Block) -> Block | None:
+    """The block right after ``block`` in its doc, if any."""
+    siblings = blocks_of(block.doc)
+    position = [b.line for b in siblings].index(block.line)
+    return siblings[position + 1] if position + 1 < len(siblings) else None
+
+
+def census(blocks: list[Block]) -> Counter[str]:
+    """How many blocks of each kind (None counted as ``unmarked``)."""
+    return Counter(block.kind or "unmarked" for block in blocks)
+
+
+# --- output matching ----------------------------------------------------------------------
+
+
+def _squash(line: str) -> str:
+    return " ".join(line.split())
+
+
+def output_matches(shown: str, actual: str) -> bool:
+    """``actual`` matches the doc's ``shown`` output: lines equal after collapsing blanks,
+    a ``...`` line standing for any lines and ``…`` for any text within a line."""
+    pattern = []
+    for line in shown.strip("\n").split("\n"):
+        squashed = _squash(line)
+        if squashed == "...":
+            pattern.append(r"(?:[^\n]*\n)*?")
+        else:
+            pattern.append(".*?".join(re.escape(part) for part in squashed.split("…")) + r"\n")
+    text = "".join(_squash(line) + "\n" for line in actual.strip("\n").split("\n"))
+    return re.fullmatch("".join(pattern), text, flags=re.DOTALL) is not None
+
+
+def test_output_matching_honours_the_placeholders_and_nothing_else() -> None:
+    actual = "head\nrank  a   b\n0     1   2\ntail one\ntail two\nverdict: FITS\n"
+    assert output_matches("...\nrank a b\n0 1 2\n...\nverdict: FITS", actual)
+    assert output_matches("head\nrank a b\n0 … 2\n...", actual)
+    assert not output_matches("rank a b\n0 1 2\n...", actual)  # the head line is not shown
+    assert not output_matches("...\n0 1 3\n...", actual)
+    assert not output_matches("...\nverdict: FAILS", actual)
+
+
+# --- running shell blocks -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory shaped like the checkout a reader types in."""
+    directory = tmp_path_factory.mktemp("doc-blocks")
+    for name in ("manifests", "charts", "crds", ".venv"):
+        (directory / name).symlink_to(ROOT / name)
+    for name in ("icl.yaml", "ic.yaml"):
+        (directory / name).write_text(SAMPLE.read_text())
+    return directory
+
+
+def run_shell(text: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join((str(ROOT / ".venv" / "bin"), str(KUBE_BIN), env["PATH"]))
+    env["DIGEST"] = DIGEST
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", text],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+# --- parsing command lines ----------------------------------------------------------------
+
+
+def commands_of(block: Block) -> list[str]:
+    """The block's command lines: continuations joined, ``$ `` prompts and comments
+    stripped; in a ``console`` block only the prompted lines (the rest is output)."""
+    lines = block.text.split("\n")
+    if block.lang == "console":
+        kept, continued = [], False
+        for line in lines:
+            if line.startswith("$ ") or continued:
+                kept.append(line.removeprefix("$ "))
+                continued = line.rstrip().endswith("\\")
+        lines = kept
+    joined = "\n".join(lines).replace("\\\n", " ")
+    return [line.strip() for line in joined.split("\n") if line.strip()]
+
+
+def synopsis_words(command: str) -> list[str]:
+    """A command line or synopsis as the words a parser would get."""
+    command = re.sub(r"--<[^>]*>(\s+<[^>]*>)?(\s+\.\.\.)?", " ", command)  # --<opt> <v> ...
+    command = re.sub(r"<[^>]*>", "X", command)  # <placeholders>
+    words = shlex.split(command.replace("[", " ").replace("]", " "), comments=True)
+    while words and re.match(r"^[A-Z_]+=", words[0]):  # VAR=value prefix
+        words.pop(0)
+    kept: list[str] = []
+    for word in words:
+        if word in ("...", "…") or re.fullmatch(r"[A-Z]{1,4}", word):  # a value's metavar
+            takes_value = kept and kept[-1].startswith("--") and "=" not in kept[-1]
+            kept += ["1"] if takes_value else []  # parses as a number and as a string
+            continue
+        kept.append(word.split("|")[0])  # a|b: the first choice
+    return kept
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` and its subcommands' parsers taking only flags spelled out in full: a
+    doc that writes ``--scenario`` for ``--scenarios`` works by luck, not by contract."""
+    parser.allow_abbrev = False
+    for action in parser._actions:  # argparse keeps its subparsers nowhere else
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _no_abbreviations(child)
+    return parser
+
+
+def _argparse(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    _no_abbreviations(parser)
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            parser.parse_args(words)
+    except SystemExit as exc:
+        raise AssertionError(f"{' '.join(words)}: {errors.getvalue().strip()}") from exc
+
+
+def parse_command(words: list[str]) -> None:
+    """Parse ``words`` with the real parser of the program it names (not run)."""
+    program, rest = words[0], words[1:]
+    if program.endswith("/python") or program in ("python", "python3"):
+        assert rest[:1] == ["-m"], f"{' '.join(words)}: expected python -m MODULE"
+        program, rest = rest[1], rest[2:]
+    if program.rsplit("/", 1)[-1] in ("sparkllm", "sparkllm.cli"):
+        from sparkllm.cli import build_parser
+
+        _argparse(build_parser(), rest)
+    elif program.rsplit("/", 1)[-1] == "sparkllm-dev":
+        from sparkllm_dev.cli import build_parser as dev_parser
+
+        _argparse(dev_parser(), rest)
+    elif program == "sparkllm.gateway":
+        from sparkllm.gateway.config import build_argument_parser
+
+        _argparse(build_argument_parser(), rest)
+    elif program == "sparkllm.preflight.bandwidth":
+        from sparkllm.cli_args import add_options
+        from sparkllm.preflight.bandwidth import BandwidthArgs
+
+        parser = argparse.ArgumentParser(prog=program)
+        add_options(parser, BandwidthArgs)
+        _argparse(parser, rest)
+    elif program == "sparkllm_dev.sim":
+        from sparkllm.sglang_contract.flags import parse_sglang_argv
+        from sparkllm_dev.sim.options import parse_sim_options, split_command
+
+        sim_args, sglang_args = split_command(rest, {})
+        parse_sim_options(sim_args)
+        parse_sglang_argv(sglang_args)
+    else:
+        raise AssertionError(f"{' '.join(words)}: no parser known for {program!r}")
+
+
+# --- the named checks ---------------------------------------------------------------------
+
+
+def _sample() -> JSON:
+    sample: JSON = yaml.safe_load(SAMPLE.read_text())
+    return sample
+
+
+def _merged(base: JSON, patch: JSON) -> JSON:
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def check_spec_fragment(block: Block) -> None:
+    """A ``spec:`` fragment, merged into the sample, is a valid InferenceCluster."""
+    from sparkllm.api import validate_inference_cluster
+
+    fragment = yaml.safe_load(block.text)
+    assert set(fragment) == {"spec"}, f"{block.where}: expected a spec: fragment"
+    validate_inference_cluster(_merged(_sample(), fragment))
+
+
+def _crd_schema() -> JSON:
+    from sparkllm.api.crd import build_crd
+
+    version = build_crd()["spec"]["versions"][0]
+    schema: JSON = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def unknown_keys(value: Any, schema: JSON, path: str) -> list[str]:
+    """The keys of ``value`` its schema does not have. An open object (its fields kept as
+    written) must name each of its keys in its description; the walk ends there, as it
+    does at a map."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        described = set(re.findall(r"\w+", schema.get("description", "")))
+        if not isinstance(value, dict):
+            return []
+        return [f"{path}.{key}" for key in value if key not in described]
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if properties is None:
+            return []  # additionalProperties: a map
+        missing = []
+        for key, item in value.items():
+            if key not in properties:
+                missing.append(f"{path}.{key}")
+            else:
+                missing += unknown_keys(item, properties[key], f"{path}.{key}")
+        return missing
+    if isinstance(value, list) and "items" in schema:
+        return [m for item in value for m in unknown_keys(item, schema["items"], f"{path}[]")]
+    return []
+
+
+def check_status_keys(block: Block) -> None:
+    """Every field of a ``status:`` fragment is a field of the CRD's status schema."""
+    fragment = yaml.safe_load(block.text)
+    assert set(fragment) == {"status"}, f"{block.where}: expected a status: fragment"
+    missing = unknown_keys(fragment, _crd_schema(), "")
+    assert not missing, f"{block.where}: not in the CRD's schema: {missing}"
+
+
+def check_policy_configmap(block: Block) -> None:
+    """A governance policy ConfigMap whose policy the gateway's parser accepts."""
+    from sparkllm.gateway.governance.policy import Policy
+
+    config_map = yaml.safe_load(block.text)
+    assert config_map["kind"] == "ConfigMap"
+    (text,) = config_map["data"].values()
+    policy = Policy.parse(text)
+    assert policy is not None
+
+
+def check_python_api(block: Block) -> None:
+    """The Python API example runs against the sample: ``manifest`` its dict, ``old`` and
+    ``new`` the validated object."""
+    from sparkllm.api import validate_inference_cluster
+
+    sample = validate_inference_cluster(_sample())
+    namespace = {"manifest": _sample(), "old": sample, "new": sample}
+    exec(compile(block.text, block.where, "exec"), namespace)
+
+
+def check_layout(block: Block) -> None:
+    """Every directory and file the README's layout names exists in the checkout."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    paths = {f"/{path}" for path in tracked}
+    paths |= {
+        f"/{path.rsplit('/', i)[0]}/" for path in tracked for i in range(1, path.count("/") + 1)
+    }
+    missing = [
+        word
+        for word in re.findall(r"[\w.-]+(?:/[\w.-]+)*(?:/|\.py|\.toml)(?=[\s),`]|$)", block.text)
+        if not any(path.endswith(f"/{word}") for path in paths)
+    ]
+    assert not missing, f"{block.where}: the layout names what does not exist: {missing}"
+
+
+def check_crd_messages(block: Block) -> None:
+    """Each API server message quoted is one of the CRD's own CEL messages."""
+    crd = json.dumps(_crd_schema())
+    for line in block.text.split("\n"):
+        field, reason, rest = line.split(": ", 2)
+        assert field.startswith("spec."), line
+        assert reason == "Forbidden", line
+        message = rest.rsplit(": ", 1)[0]
+        assert json.dumps(message)[1:-1] in crd, f"{block.where}: not a CRD message: {message}"
+
+
+def check_error_shape(block: Block) -> None:
+    """The error body shown has exactly the keys and constants the gateway sends."""
+    from sparkllm.gateway import replies
+
+    shown = json.loads(block.text)
+    real = json.loads(replies.invalid_request("…", param="max_tokens").body())
+    assert shown["error"].keys() == real["error"].keys()
+    assert shown["error"]["type"] == real["error"]["type"]
+    assert shown["error"]["code"] == replies.CODE_INVALID_TYPE
+
+
+def check_engine_launcher_code(block: Block) -> None:
+    from sparkllm.sglang_contract.command import ENGINE_LAUNCHER_CODE
+
+    assert block.text == ENGINE_LAUNCHER_CODE, f"{block.where}: drifted from ENGINE_LAUNCHER_CODE"
+
+
+WORKED_RULE = "sparkllm.gateway.rules.stop_sequences"
+
+
+def _load_worked_rule(text: str) -> types.ModuleType:
+    module = types.ModuleType(WORKED_RULE)
+    exec(compile(text, WORKED_RULE, "exec"), module.__dict__)
+    return module
+
+
+def check_worked_rule(block: Block) -> None:
+    """gateway.md's worked example: the rule refuses five stop sequences, naming ``stop``."""
+    module = _load_worked_rule(block.text)
+    from tests.unit.gateway_fixtures import payload_draft
+
+    assert module.stop_sequences(payload_draft({"stop": ["a"] * 4})) is None
+    reply = module.stop_sequences(payload_draft({"stop": ["a"] * 5}))
+    assert (reply.status, reply.param, reply.code) == (400, "stop", "invalid_value")
+
+
+def check_worked_rule_test(block: Block) -> None:
+    """The worked example's test passes against the rule shown before it."""
+    siblings = blocks_of(block.doc)
+    (rule,) = [b for b in siblings if b.kind == "check" and b.arg == "worked-rule"]
+    sys.modules[WORKED_RULE] = _load_worked_rule(rule.text)
+    try:
+        namespace: JSON = {}
+        exec(compile(block.text, block.where, "exec"), namespace)
+        tests = [f for name, f in namespace.items() if name.startswith("test_")]
+        assert tests, f"{block.where}: no test function"
+        for test in tests:
+            test()
+    finally:
+        del sys.modules[WORKED_RULE]
+
+
+def check_helm(block: Block) -> None:
+    """Each ``helm install``/``upgrade --install`` renders (as ``helm template``) with its
+    flags; the block's other lines are kubectl against a cluster (tests/integration)."""
+    from tests.unit.test_chart_render import ROOT as CHART_ROOT
+    from tests.unit.test_chart_render import run_helm
+
+    rendered = 0
+    for command in commands_of(block):
+        words = shlex.split(command, comments=True)
+        if words[:1] != ["helm"]:
+            continue
+        args = words[2:] if words[1] == "install" else words[3:]
+        assert words[1] == "install" or words[1:3] == ["upgrade", "--install"], command
+        args = [str(CHART_ROOT / a) if a.startswith("charts/") else a for a in args]
+        run_helm("template", *args)
+        rendered += 1
+    assert rendered, f"{block.where}: no helm install in the block"
+
+
+def check_kustomize(block: Block) -> None:
+    """Each ``kubectl apply -k DIR`` builds (``kubectl kustomize DIR``, offline); applying
+    it is tests/integration/test_kustomize.py's."""
+    from tests.unit.test_chart_render import require_binary
+
+    kubectl = require_binary("kubectl")
+    built = 0
+    for command in commands_of(block):
+        words = shlex.split(command, comments=True)
+        assert words[:2] == ["kubectl", "apply"], command
+        assert "-k" in words, command
+        directory = words[words.index("-k") + 1]
+        result = subprocess.run(
+            [str(kubectl), "kustomize", str(ROOT / directory)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"{block.where}: {command}:\n{result.stderr}"
+        assert "kind: StatefulSet" in result.stdout, f"{directory} renders no operator"
+        built += 1
+    assert built, f"{block.where}: no kubectl apply -k"
+
+
+CHECKS: dict[str, Callable[[Block], None]] = {
+    "kustomize": check_kustomize,
+    "spec-fragment": check_spec_fragment,
+    "status-keys": check_status_keys,
+    "policy-configmap": check_policy_configmap,
+    "python-api": check_python_api,
+    "layout": check_layout,
+    "crd-messages": check_crd_messages,
+    "error-shape": check_error_shape,
+    "engine-launcher-code": check_engine_launcher_code,
+    "worked-rule": check_worked_rule,
+    "worked-rule-test": check_worked_rule_test,
+    "helm": check_helm,
+}
+
+
+# --- the tests ----------------------------------------------------------------------------
+
+BLOCKS = all_blocks()
+
+
+def _ids(blocks: list[Block]) -> list[str]:
+    return [block.where for block in blocks]
+
+
+def of_kind(kind: str) -> list[Block]:
+    return [block for block in BLOCKS if block.kind == kind]
+
+
+def test_every_block_is_marked() -> None:
+    unmarked = [
+        f"{b.where}: ```{b.lang} block with no marker above it ({b.text.split(chr(10))[0][:60]})"
+        for b in BLOCKS
+        if b.kind is None
+    ]
+    assert not unmarked, "mark or run these blocks (docs/devcluster.md):\n" + "\n".join(unmarked)
+
+
+def test_every_marker_is_well_formed() -> None:
+    problems = []
+    for block in BLOCKS:
+        if block.kind == "check" and block.arg not in CHECKS:
+            problems.append(f"{block.where}: unknown check {block.arg!r}")
+        if block.kind == "tested-by":
+            module = ROOT / block.arg
+            name = str(block.doc.relative_to(ROOT))
+            if not module.is_file() or name not in module.read_text():
+                problems.append(f"{block.where}: {block.arg} does not exist or name {name}")
+        if block.kind == "output-of-previous":
+            siblings = blocks_of(block.doc)
+            before = [b for b in siblings if b.line < block.line]
+            if not before or before[-1].kind != "run":
+                problems.append(f"{block.where}: output-of-previous not after a run block")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("block", of_kind("run"), ids=_ids(of_kind("run")))
+def test_run_block(block: Block, scratch: Path) -> None:
+    result = run_shell(block.text, scratch)
+    assert result.returncode == 0, f"{block.where} exited {result.returncode}:\n{result.stderr}"
+    output = following(block)
+    if output is not None and output.kind == "output-of-previous":
+        assert output_matches(output.text, result.stdout), (
+            f"{block.where} printed what {output.where} does not show:\n{result.stdout}"
+        )
+
+
+@pytest.mark.parametrize("block", of_kind("parse"), ids=_ids(of_kind("parse")))
+def test_parse_block(block: Block) -> None:
+    commands = commands_of(block)
+    assert commands, f"{block.where}: no command"
+    for command in commands:
+        if command.startswith("export "):
+            continue
+        parse_command(synopsis_words(command))
+
+
+@pytest.mark.parametrize("block", of_kind("check"), ids=_ids(of_kind("check")))
+def test_check_block(block: Block) -> None:
+    CHECKS[block.arg](block)
+
+
+def _fake(text: str, lang: str = "") -> Block:
+    return Block(ROOT / "README.md", 1, lang, text, "check", "")
+
+
+@pytest.mark.parametrize(
+    ("check", "text"),
+    [
+        (check_spec_fragment, "spec:\n  monitoring:\n    serviceMonitors: true"),  # a typo
+        (check_spec_fragment, "spec:\n  network:\n    roceMTU: 100"),  # out of bounds
+        (check_status_keys, "status:\n  benchmark:\n    jobName: x"),
+        (check_layout, "operator/sparkllm/   api/ nowhere/"),
+        (check_engine_launcher_code, "import os"),
+        (check_crd_messages, "spec.engine.env: Forbidden: env must not be pretty: X"),
+    ],
+)
+def test_the_checks_refuse_a_drifted_block(check: Callable[[Block], None], text: str) -> None:
+    from sparkllm.errors import SparkllmError
+
+    with pytest.raises((AssertionError, SparkllmError)):
+        check(_fake(text))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sparkllm plan -f icl.yaml --no-such-flag",
+        "sparkllm bench --base-url http://x --model m --scenario short-c1",
+        "python -m sparkllm.gateway --served-model-name m --upstream http://x",
+        "python3 -m sparkllm.preflight.bandwidth --threshold 1",
+        "sparkllm-dev --cluster nowhere status",
+        "kubectl get icl",
+    ],
+)
+def test_parse_refuses_a_flag_the_program_does_not_have(command: str) -> None:
+    with pytest.raises(AssertionError):
+        parse_command(synopsis_words(command))
+
+
+def main() -> int:
+    counts = census(BLOCKS)
+    executed = counts["run"] + counts["check"] + counts["tested-by"]
+    print(
+        f"{len(BLOCKS)} blocks: {executed} executed (run {counts['run']}, check "
+        f"{counts['check']}, tested-by {counts['tested-by']}), {counts['parse']} parsed, "
+        f"{counts['output-of-previous']} output, {counts['illustration']} illustration, "
+        f"{counts['unmarked']} unmarked"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
