@@ -91,20 +91,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def one_minute() -> None:
-    """Start with at least 20 s left in the current UTC minute.
-
-    The store's windows are aligned (minute, hour, day: all start on a minute), so a test
-    that fills a window and then expects a refusal fails if a boundary falls in between
-    (seen in CI: a 429 for requests per minute, then 200 a second later). Every boundary
-    is a minute boundary; waiting out the minute's last 20 s keeps the test inside one.
-    """
-    left = 60 - time.time() % 60
-    if left < 20:
-        time.sleep(left + 0.05)
-
-
-@pytest.fixture
 def upstream() -> Iterator[tuple[UsageUpstream, str]]:
     recorder = UsageUpstream()
     with running(recorder, lifespan="off") as server:
@@ -117,14 +103,22 @@ def _gateway(model_dir: Path, tmp_path: Path, upstream_url: str, policy: Path) -
         model_dir=model_dir, keys_dir=keys, upstream_url=upstream_url,
         governance_policy_path=policy,
     )  # fmt: skip
-    return build_gateway_app(config)
+    app = build_gateway_app(config)
+    # The store's windows are aligned (minute, hour, day: all start on a minute), so a test
+    # that fills a window and then expects a refusal fails if a boundary falls in between
+    # (seen in CI: a 429 for requests per minute, then 200 a second later). The governor's
+    # clock is held in the middle of the current minute: one set of windows for the whole
+    # test, without waiting out the end of a minute (up to 20 s a test before).
+    now = time.time()
+    mid_minute = now - now % 60 + 30
+    app.governor._clock = lambda: mid_minute
+    return app
 
 
 def _chat(**fields: Any) -> dict[str, Any]:
     return {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], **fields}
 
 
-@pytest.mark.usefixtures("one_minute")
 def test_budget_lowers_max_tokens_charges_usage_and_refuses_naming_the_limit(
     model_dir: Path, tmp_path: Path, upstream: tuple[UsageUpstream, str]
 ) -> None:
@@ -185,7 +179,6 @@ def _samples(exposition: str) -> dict[tuple[str, str, str], float]:
     }
 
 
-@pytest.mark.usefixtures("one_minute")
 def test_a_stream_without_usage_is_charged_what_it_streamed_and_reported(
     model_dir: Path,
     tmp_path: Path,
@@ -222,7 +215,6 @@ def test_a_stream_without_usage_is_charged_what_it_streamed_and_reported(
     assert note.startswith("store: state in process")
 
 
-@pytest.mark.usefixtures("one_minute")
 def test_a_policy_that_does_not_load_fails_closed_then_applies_without_restart(
     model_dir: Path, tmp_path: Path, upstream: tuple[UsageUpstream, str]
 ) -> None:
