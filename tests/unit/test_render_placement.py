@@ -46,11 +46,14 @@ BASE: dict[str, Any] = {
 }
 
 
-def spec(*, placement: Mapping[str, Any], pp: int = 3, replicas: int = 1) -> InferenceClusterSpec:
+def spec(
+    *, placement: Mapping[str, Any], pp: int = 3, replicas: int = 1, tp: int = 1
+) -> InferenceClusterSpec:
     doc = copy.deepcopy(BASE)
     doc["spec"]["placement"] = dict(placement)
     doc["spec"]["replicas"] = replicas
     doc["spec"]["engine"]["pipelineParallel"] = pp
+    doc["spec"]["engine"]["tensorParallel"] = tp
     return validate_inference_cluster(doc).spec
 
 
@@ -172,15 +175,16 @@ def test_explicit_groups_keep_their_order_and_ignore_the_nodes_seen() -> None:
 
 
 def discovered(
-    nodes: Sequence[NodeFacts], *, pp: int = 3, label: str = GROUP_LABEL
+    nodes: Sequence[NodeFacts], *, pp: int = 3, label: str = GROUP_LABEL, tp: int = 1
 ) -> GroupDiscovery:
-    return discover_groups(spec(placement={"nodeGroupLabel": label}, pp=pp), nodes)
+    return discover_groups(spec(placement={"nodeGroupLabel": label}, pp=pp, tp=tp), nodes)
 
 
-def problem(key: str, have: str, *, pp: int = 3, label: str = GROUP_LABEL) -> str:
+def problem(key: str, have: str, *, pp: int = 3, label: str = GROUP_LABEL, tp: int = 1) -> str:
+    size = tp * pp
     return (
         f"node group {key!r} ({label}) needs exactly one node per {RANK_LABEL} "
-        f"0..{pp - 1}; has {{{have}}}"
+        f"0..{size - 1} (tensorParallel x pipelineParallel = {size} nodes); has {{{have}}}"
     )
 
 
@@ -274,6 +278,18 @@ def test_label_discovery_follows_the_pipeline_size_and_the_label_key() -> None:
     single = discovered([labelled("solo", "s", "0"), labelled("x", "x", "1")], pp=1)
     assert [(g.key, g.nodes) for g in single.groups] == [("s", ("solo",))]
     assert single.problems == (problem("x", "1: ['x']", pp=1),)
+
+
+def test_label_discovery_groups_tensor_parallel_times_pipeline_nodes() -> None:
+    """TP=2 x PP=2: a group is four nodes, node ranks 0..3; three are not a group."""
+    full = group_of("a", pp=4)
+    short = group_of("b", pp=3)
+    result = discovered([*full, *short], pp=2, tp=2)
+    assert [(g.key, g.nodes) for g in result.groups] == [
+        ("a", ("spark-a0", "spark-a1", "spark-a2", "spark-a3"))
+    ]
+    have = "0: ['spark-b0'], 1: ['spark-b1'], 2: ['spark-b2']"
+    assert result.problems == (problem("b", have, pp=2, tp=2),)
 
 
 # --- assign_groups ----------------------------------------------------------------------

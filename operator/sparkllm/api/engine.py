@@ -33,6 +33,10 @@ from sparkllm.sglang_contract.flags import SGLANG_VERSION, known_flags
 from sparkllm.sglang_contract.guarded import Refusal, refused_env, refused_flags
 
 MAX_PIPELINE_PARALLEL: Final = 8
+MAX_TENSOR_PARALLEL: Final = 8
+# Nodes in one replica (tensorParallel x pipelineParallel): a node group's size bound, which
+# also bounds the CEL cost of the node-group rules (groups x nodes x nodes).
+MAX_REPLICA_NODES: Final = 8
 MAX_UNIX_ID: Final = 2_147_483_647  # what Kubernetes accepts for runAsUser / runAsGroup
 
 # An image reference pinned to a tag or a digest: [host[:port]/]path[:tag][@sha256:digest]
@@ -197,6 +201,16 @@ LayerCount = Annotated[int, Field(ge=1, le=1024)]
 class EngineSpec(ApiModel):
     """How each rank's SGLang server is launched (image, parallelism, memory, batching)."""
 
+    cel_rules = (
+        Rule(
+            cel=f"self.tensorParallel * self.pipelineParallel <= {MAX_REPLICA_NODES}",
+            message=f"tensorParallel x pipelineParallel must be at most {MAX_REPLICA_NODES}: "
+            "that is the number of nodes in one replica",
+            check=lambda engine: engine.nodes_per_replica <= MAX_REPLICA_NODES,
+            field_path=".tensorParallel",
+        ),
+    )
+
     image: ImageReference = Field(
         description="image is the SGLang container image every rank runs. Required; "
         "pinned to a tag or digest (never :latest or untagged); at most 512 characters. "
@@ -214,25 +228,31 @@ class EngineSpec(ApiModel):
         ),
     ] = Field(
         default=3,
-        description="pipelineParallel is the number of pipeline stages (SGLang --pp-size), "
-        "which is also the number of nodes, and ranks, in one replica: one rank per node. "
+        description="pipelineParallel is the number of pipeline stages (SGLang --pp-size); "
+        "a replica is tensorParallel x pipelineParallel nodes, one rank per node. "
         f"Default 3; 1 to {MAX_PIPELINE_PARALLEL}. Immutable: changing it would reshape "
         "every replica and node group at once, which no rolling update can do.",
     )
     tensor_parallel: Annotated[
         int,
-        Field(ge=1, le=1),
+        Field(ge=1, le=MAX_TENSOR_PARALLEL),
         Rule(
             cel="self == oldSelf",
-            message="tensorParallel is immutable",
+            message="tensorParallel is immutable: it fixes how many nodes make a replica "
+            "and the shape of every node group; create a new InferenceCluster instead",
             check=None,
             reason="FieldValueForbidden",
         ),
     ] = Field(
         default=1,
-        description="tensorParallel is the tensor-parallel degree (SGLang --tp-size). "
-        "Default 1; must be 1: a DGX Spark has one GPU and tensor parallelism across "
-        "nodes is not supported. Immutable, like pipelineParallel.",
+        description="tensorParallel is the tensor-parallel degree (SGLang --tp-size): how "
+        "many nodes share each pipeline stage's weights, one GPU per DGX Spark, so a "
+        "replica is tensorParallel x pipelineParallel nodes (SGLang's --nnodes). SGLang "
+        "gives node rank n tensor rank n mod tensorParallel and pipeline stage n div "
+        f"tensorParallel. Default 1; 1 to {MAX_TENSOR_PARALLEL}, with tensorParallel x "
+        f"pipelineParallel at most {MAX_REPLICA_NODES}. Immutable, like pipelineParallel. "
+        "Example: 2 with pipelineParallel 1 is SGLang's DGX Spark cookbook recipe (TP=2 "
+        "across two Sparks).",
     )
     layer_partition: (
         Annotated[tuple[LayerCount, ...], Field(min_length=1, max_length=MAX_PIPELINE_PARALLEL)]
@@ -240,7 +260,8 @@ class EngineSpec(ApiModel):
     ) = Field(
         default=None,
         description="layerPartition is the number of transformer layers on each pipeline "
-        "stage, rank 0 first (env SGLANG_PP_LAYER_PARTITION: SGLang has no flag). "
+        "stage, stage 0 first; every tensor rank of a stage holds its layers (env "
+        "SGLANG_PP_LAYER_PARTITION: SGLang has no flag). "
         "Optional; when absent SGLang splits evenly. When set it must have exactly "
         "pipelineParallel entries, each at least 1, summing to model.numLayers. "
         "Example for 43 layers on 3 stages: [14, 14, 15].",
@@ -332,3 +353,8 @@ class EngineSpec(ApiModel):
         description="runAsGroup is the primary group ID of the engine image's containers. "
         f"Optional; when absent, the image's (or the user's) group. 0 to {MAX_UNIX_ID}.",
     )
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes (and ranks, one per DGX Spark) in one replica: SGLang's ``--nnodes``."""
+        return self.tensor_parallel * self.pipeline_parallel

@@ -1,7 +1,7 @@
 """``spec.placement``: which nodes form each replica, and in which rank order.
 
-A replica is a gang of ``pipelineParallel`` nodes wired to each other over RoCE; the
-scheduler cannot pick such a gang, because which nodes are cabled together is not
+A replica is a gang of ``tensorParallel x pipelineParallel`` nodes wired to each other
+over RoCE; the scheduler cannot pick such a gang, because which nodes are cabled together is not
 something Kubernetes knows. The user says it, in one of two ways (exactly one):
 
 - ``nodeGroups``: explicit lists of node names, one list per replica, in rank order.
@@ -10,7 +10,7 @@ something Kubernetes knows. The user says it, in one of two ways (exactly one):
   a group comes from the node label ``sparkllm.io/rank``. Groups are discovered at
   reconcile time, so scaling up needs only labelled nodes, not a spec edit.
 
-Rules that need ``engine.pipelineParallel`` or ``replicas`` live on the spec
+Rules that need the engine's parallelism or ``replicas`` live on the spec
 (:mod:`sparkllm.api.spec`); the ones here need only the placement itself.
 """
 
@@ -19,7 +19,7 @@ from typing import Annotated, Final
 from pydantic import Field
 
 from sparkllm.api.common import LabelKey, NodeName
-from sparkllm.api.engine import MAX_PIPELINE_PARALLEL
+from sparkllm.api.engine import MAX_REPLICA_NODES
 from sparkllm.api.rules import ApiModel, Rule
 from sparkllm.keys import DEFAULT_NODE_GROUP_LABEL, NODE_RANK_LABEL
 
@@ -38,7 +38,7 @@ def _no_node_in_two_groups(groups: tuple[tuple[str, ...], ...]) -> bool:
 
 NodeGroup = Annotated[
     tuple[NodeName, ...],
-    Field(min_length=1, max_length=MAX_PIPELINE_PARALLEL),
+    Field(min_length=1, max_length=MAX_REPLICA_NODES),
     Rule(
         cel="self.all(n, self.exists_one(m, m == n))",
         message="nodes in a node group must be distinct: each rank needs its own node",
@@ -71,16 +71,19 @@ class PlacementSpec(ApiModel):
     node_groups: NodeGroups | None = Field(
         default=None,
         description="nodeGroups lists, per replica, the names of the nodes that form it, "
-        "in rank order (the first node runs rank 0 and serves the API). Optional; exactly "
+        "in node-rank order (the first node runs rank 0 and serves the API; SGLang gives "
+        "node rank n pipeline stage n div tensorParallel). Optional; exactly "
         "one of nodeGroups and nodeGroupLabel. 1 to "
-        f"{MAX_REPLICAS} groups, each of exactly engine.pipelineParallel distinct nodes; "
+        f"{MAX_REPLICAS} groups, each of exactly engine.tensorParallel x "
+        "engine.pipelineParallel distinct nodes; "
         "no node in two groups; replicas may not exceed the number of groups. Example: "
         "[[spark-a0, spark-a1, spark-a2]].",
     )
     node_group_label: LabelKey | None = Field(
         default=None,
         description="nodeGroupLabel is a node label key; nodes with the same value form "
-        f"one group, ordered by their {NODE_RANK_LABEL} label (0 to pipelineParallel-1). "
+        f"one group, ordered by their {NODE_RANK_LABEL} label (0 to "
+        "tensorParallel x pipelineParallel - 1). "
         "Optional; exactly one of nodeGroups and nodeGroupLabel. When placement itself is "
         f"absent it defaults to nodeGroupLabel: {DEFAULT_NODE_GROUP_LABEL}. A qualified "
         "label key of at most 317 characters.",

@@ -2,9 +2,9 @@
 
 Each section of the spec validates itself in its own module; what is left for this one
 are the rules that relate sections to each other (the layer partition against the
-model's layers, the input cap against the window, node groups against the pipeline
-depth and the replica count) and the object around the spec (apiVersion, kind, the part
-of metadata the operator reads, status).
+model's layers, the input cap against the window, node groups against the replica's
+size, tensorParallel x pipelineParallel, and the replica count) and the object around
+the spec (apiVersion, kind, the part of metadata the operator reads, status).
 
 Why ``replicas`` may be 0: scaling to zero keeps the object, its Secrets and its history
 while freeing every node; the gateway then answers 503.
@@ -37,9 +37,9 @@ def _partition_covers_all_layers(spec: "InferenceClusterSpec") -> bool:
     return partition is None or sum(partition) == spec.model.num_layers
 
 
-def _groups_match_pipeline(spec: "InferenceClusterSpec") -> bool:
+def _groups_match_replica_size(spec: "InferenceClusterSpec") -> bool:
     groups = spec.placement.node_groups or ()
-    return all(len(group) == spec.engine.pipeline_parallel for group in groups)
+    return all(len(group) == spec.engine.nodes_per_replica for group in groups)
 
 
 def _replicas_fit_groups(spec: "InferenceClusterSpec") -> bool:
@@ -71,9 +71,11 @@ SPEC_RULES = (
     *relation_rules(),  # maxInputTokens < engine.contextLength (gateway_settings.RELATIONS)
     Rule(
         cel="!has(self.placement.nodeGroups) || "
-        "self.placement.nodeGroups.all(g, size(g) == self.engine.pipelineParallel)",
-        message="every node group must have exactly engine.pipelineParallel nodes, one per rank",
-        check=_groups_match_pipeline,
+        "self.placement.nodeGroups.all(g, "
+        "size(g) == self.engine.tensorParallel * self.engine.pipelineParallel)",
+        message="every node group must have exactly engine.tensorParallel x "
+        "engine.pipelineParallel nodes, one per rank",
+        check=_groups_match_replica_size,
         field_path=".placement.nodeGroups",
     ),
     Rule(
@@ -96,7 +98,8 @@ class InferenceClusterSpec(ApiModel):
         ge=0,
         le=MAX_REPLICAS,
         description="replicas is the number of independent replicas, each on its own "
-        "group of engine.pipelineParallel nodes; the scale subresource sets it. Default "
+        "group of engine.tensorParallel x engine.pipelineParallel nodes; the scale "
+        "subresource sets it. Default "
         f"1; 0 to {MAX_REPLICAS}; with explicit placement.nodeGroups at most their number.",
     )
     model: ModelSpec = Field(

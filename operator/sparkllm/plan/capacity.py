@@ -7,13 +7,17 @@ paper and then pushes the node into swap and memory pressure (the documents saw 
 12K-token inputs). The plan makes the arithmetic explicit, per rank, with SGLang's
 meaning of each number:
 
-- weights per rank: the layers of its stage, plus the embeddings on rank 0 and the
-  final norm and head on the last rank (:mod:`~sparkllm.plan.weights`);
+- weights per rank: the layers of its stage, plus the embeddings on stage 0 and the
+  final norm and head on the last stage (:mod:`~sparkllm.plan.weights`); with
+  ``tensorParallel`` > 1 each of a stage's TP nodes loads 1/TP of what SGLang splits
+  (attention projections, MoE experts, embeddings, head) and a whole copy of what it
+  replicates (norms, router, attention down-projections);
 - static budget = ``memFractionStatic`` x usable memory: what SGLang reserves for the
   weights AND the KV pool together (its ``--mem-fraction-static``);
 - KV pool = static budget - weights; in tokens = pool / (layers x bytes per token per
-  layer) (:mod:`~sparkllm.plan.kv`). Every rank reports the smallest pool of the
-  pipeline (the documents: 1,579,520 tokens on all three ranks);
+  layer on that rank: a latent KV is whole on every TP rank, K/V heads are split)
+  (:mod:`~sparkllm.plan.kv`). Every rank reports the smallest pool of the replica (the
+  documents: 1,579,520 tokens on all three ranks);
 - headroom = node memory - static budget: what stays outside SGLang's pool for the OS,
   activations (a 4,096-token prefill chunk), CUDA graphs, NCCL buffers and the page
   cache. It must be at least ``min_headroom_gb`` (default 16 GB, see below);
@@ -26,6 +30,12 @@ graphs up to batch 4 and NCCL buffers about one each; 16 GB covers that with a m
 It is a floor, not a guarantee: the documents saw memory pressure at 12K inputs with
 64 GB outside the pool (fraction 0.50), which is why the admission cap, not this plan,
 keeps inputs at 8K.
+
+The approximation under TP: the split is by bytes (1/TP of every split tensor), which
+is how SGLang shards them but ignores padding of vocabularies and expert dimensions to a
+multiple of TP, and the per-rank activation and NCCL buffers TP adds are inside the
+headroom, not modelled. The documents' two-node figures (84.14 GB per node, 43.86 GB
+book headroom) hold for TP=2 and for PP=2 alike: the average is over all nodes.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ class RankPlan:
     """One rank's memory, in GB of 10**9 bytes."""
 
     rank: int
+    """The node rank: ``stage`` x tensorParallel + ``tp_rank`` (SGLang's --node-rank)."""
     layers: tuple[int, int]
     """[start, end) layer indices of this stage."""
     weights_gb: float
@@ -60,6 +71,8 @@ class RankPlan:
     """Tokens this rank's pool could hold on its own (None without a KV basis)."""
     headroom_gb: float
     book_headroom_gb: float
+    stage: int = 0
+    tp_rank: int = 0
 
     @property
     def layer_count(self) -> int:
@@ -87,6 +100,8 @@ class CapacityPlan:
     max_running_requests: int
     problems: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
 
     @property
     def fits(self) -> bool:
@@ -121,11 +136,11 @@ class CapacityPlan:
         return render_plan_table(self)
 
 
-def _kv_tokens(pool_gb: float, layers: int, basis: KvBasis | None) -> int | None:
+def _kv_tokens(pool_gb: float, layers: int, basis: KvBasis | None, *, tp: int) -> int | None:
     if basis is None:
         return None
     # Rounded to 1e-6 before flooring, so float noise cannot cost a whole token.
-    return max(0, int(round(pool_gb * GB / (layers * basis.bytes_per_token_layer), 6)))
+    return max(0, int(round(pool_gb * GB / (layers * basis.per_tp_rank(tp)), 6)))
 
 
 def _rank_word(ranks: Sequence[int]) -> str:
@@ -171,25 +186,29 @@ def build_plan(
     min_headroom_gb: float = MIN_HEADROOM_GB,
 ) -> CapacityPlan:
     """The plan from figures already gathered; pure."""
-    engine, stages = spec.engine, spec.engine.pipeline_parallel
+    engine, stages, tp = spec.engine, spec.engine.pipeline_parallel, spec.engine.tensor_parallel
     usable = node_memory_gb if usable_memory_gb is None else usable_memory_gb
     partition, source = _partition(spec)
     ranges = stage_ranges(partition)
     budget = engine.mem_fraction_static * usable
+    per_node = inventory.node_bytes(ranges, tp=tp)
     ranks = [
         RankPlan(
-            rank=rank,
+            rank=stage * tp + tp_rank,  # SGLang: stage = node rank // tp, tp rank = % tp
+            stage=stage,
+            tp_rank=tp_rank,
             layers=layers,
             weights_gb=weight_bytes / GB,
             static_budget_gb=budget,
             kv_pool_gb=budget - weight_bytes / GB,
-            kv_tokens=_kv_tokens(budget - weight_bytes / GB, layers[1] - layers[0], kv_basis),
+            kv_tokens=_kv_tokens(
+                budget - weight_bytes / GB, layers[1] - layers[0], kv_basis, tp=tp
+            ),
             headroom_gb=node_memory_gb - budget,
             book_headroom_gb=node_memory_gb - weight_bytes / GB,
         )
-        for rank, (weight_bytes, layers) in enumerate(
-            zip(inventory.stage_bytes(ranges), ranges, strict=True)
-        )
+        for stage, (weight_bytes, layers) in enumerate(zip(per_node, ranges, strict=True))
+        for tp_rank in range(tp)
     ]
     total = inventory.total_bytes / GB
     return CapacityPlan(
@@ -210,13 +229,15 @@ def build_plan(
         weights_exact=inventory.exact,
         total_weight_gb=total,
         average=average_split(
-            total_weight_gb=round(total, 2), nodes=stages, node_memory_gb=node_memory_gb
+            total_weight_gb=round(total, 2), nodes=stages * tp, node_memory_gb=node_memory_gb
         ),
         kv_basis=kv_basis,
         context_length=engine.context_length,
         max_running_requests=engine.max_running_requests,
         problems=tuple(_problems(ranks, spec=spec, min_headroom_gb=min_headroom_gb, usable=usable)),
-        notes=_notes(inventory, num_layers=spec.model.num_layers),
+        notes=_notes(inventory, num_layers=spec.model.num_layers, tp=tp),
+        tensor_parallel=tp,
+        pipeline_parallel=stages,
     )
 
 
@@ -229,9 +250,15 @@ def _partition(spec: InferenceClusterSpec) -> tuple[tuple[int, ...], str]:
     return partition, "SGLang's even split (no spec.engine.layerPartition)"
 
 
-def _notes(inventory: WeightInventory, *, num_layers: int) -> tuple[str, ...]:
+def _notes(inventory: WeightInventory, *, num_layers: int, tp: int) -> tuple[str, ...]:
     """What the weights' inventory leaves out of the per-rank figures."""
     notes = []
+    if tp > 1 and not inventory.replicated_layer_bytes:
+        notes.append(
+            f"tensorParallel {tp}: every weight is divided by {tp} (the tensors SGLang "
+            "replicates on each TP rank, norms, router and attention down-projections, are "
+            "known only from safetensors headers): a lower bound per node"
+        )
     if inventory.not_loaded_bytes:
         notes.append(
             f"{inventory.not_loaded_bytes / GB:.2f} GB of tensors belong to layers beyond "

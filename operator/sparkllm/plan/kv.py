@@ -17,6 +17,12 @@ other needs the cache's bytes per token per layer. Three sources, best first:
    MLA-style latent of 576 values stored in about one byte each, and rules out a dense
    BF16 cache, which for a model of this size would need tens of kilobytes.
 
+Per tensor-parallel rank: an MLA latent (sources 2 and 3) is one vector per token that
+every TP rank of a stage caches whole (SGLang's MLA pool is not split by heads), so TP
+does not shrink it; K and V of ``num_key_value_heads`` heads are split over the TP ranks,
+each holding ``max(1, heads // tp)`` of them (replicated when TP exceeds the heads).
+A given figure (source 1) is taken as per rank, as an engine's log reports it.
+
 One more figure lives here, so that nothing else models the pool on its own:
 :func:`proportional_pool_tokens`, the documents' pool scaled in proportion to the
 fraction. It is what a stand-in engine that knows no weights reports (the dev cluster's
@@ -46,6 +52,14 @@ class KvBasis:
 
     bytes_per_token_layer: float
     description: str
+    kv_heads: int | None = None
+    """K/V heads the figure covers, split over TP ranks; None: a latent every rank holds."""
+
+    def per_tp_rank(self, tp: int) -> float:
+        """Bytes per token per layer on one of ``tp`` tensor-parallel ranks."""
+        if self.kv_heads is None:
+            return self.bytes_per_token_layer
+        return self.bytes_per_token_layer * max(1, self.kv_heads // tp) / self.kv_heads
 
 
 def implied_bytes_per_token_layer(*, kv_pool_bytes: float, layers: int, tokens: int) -> float:
@@ -93,7 +107,7 @@ def basis_from_config(config: Mapping[str, Any]) -> KvBasis | None:
         return KvBasis(
             bytes_per_token_layer=float((latent + rope) * KV_ELEMENT_BYTES),
             description=f"config.json MLA latent ({latent} + {rope} values) x "
-            f"{KV_ELEMENT_BYTES} bytes (BF16 KV cache assumed)",
+            f"{KV_ELEMENT_BYTES} bytes (BF16 KV cache assumed; every TP rank holds it)",
         )
     heads = _positive_int(config, "num_attention_heads")
     kv_heads = _positive_int(config, "num_key_value_heads") or heads
@@ -104,5 +118,6 @@ def basis_from_config(config: Mapping[str, Any]) -> KvBasis | None:
     return KvBasis(
         bytes_per_token_layer=float(2 * kv_heads * head_dim * KV_ELEMENT_BYTES),
         description=f"config.json K and V of {kv_heads} heads x {head_dim} values x "
-        f"{KV_ELEMENT_BYTES} bytes (BF16 KV cache assumed)",
+        f"{KV_ELEMENT_BYTES} bytes (BF16 KV cache assumed; heads split over TP ranks)",
+        kv_heads=kv_heads,
     )

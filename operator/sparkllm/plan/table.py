@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sparkllm.plan.capacity import CapacityPlan
 
-_COLUMNS = ("rank", "layers", "weights", "static", "KV pool", "KV tokens", "headroom", "book")
+_COLUMNS = (
+    *("rank", "stage", "tp", "layers", "weights", "static", "KV pool", "KV tokens", "headroom"),
+    "book",
+)
+_LEFT = 4  # rank, stage, tp, layers: left-aligned
 
 
 def _partition(partition: tuple[int, ...]) -> str:
@@ -28,6 +32,8 @@ def _rows(plan: CapacityPlan) -> list[tuple[str, ...]]:
         rows.append(
             (
                 str(rank.rank),
+                str(rank.stage),
+                str(rank.tp_rank),
                 f"{start}-{end - 1} ({rank.layer_count})",
                 f"{rank.weights_gb:.2f}",
                 f"{rank.static_budget_gb:.2f}",
@@ -44,8 +50,10 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
     lines = []
     for row in [_COLUMNS, *rows]:
-        cells = [row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-        cells += [cell.rjust(width) for cell, width in zip(row[2:], widths[2:], strict=True)]
+        cells = [cell.ljust(width) for cell, width in zip(row[:_LEFT], widths, strict=False)]
+        cells += [
+            cell.rjust(width) for cell, width in zip(row[_LEFT:], widths[_LEFT:], strict=True)
+        ]
         lines.append("  ".join(cells).rstrip())
     return lines
 
@@ -56,7 +64,8 @@ def render_plan_table(plan: CapacityPlan) -> str:
     weights_kind = "exact" if plan.weights_exact else "even split per layer, estimate"
     lines = [
         f"Capacity plan per replica: {len(plan.ranks)} ranks, one per DGX Spark "
-        "(memory in GB of 10^9 bytes)",
+        f"(tensorParallel {plan.tensor_parallel} x pipelineParallel {plan.pipeline_parallel}; "
+        "memory in GB of 10^9 bytes)",
         f"  node memory {plan.node_memory_gb:g} GB unified; memFractionStatic "
         f"{plan.mem_fraction_static:g} x {plan.usable_memory_gb:g} GB = "
         f"{plan.ranks[0].static_budget_gb:.2f} GB static budget (weights + KV pool) per rank",

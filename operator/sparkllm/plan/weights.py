@@ -18,6 +18,20 @@ a layer, an embedding nor the head is placed on rank 0 and counted as unclassifi
 that it is never silently dropped. With tied embeddings the last rank also needs the
 embedding matrix; checkpoints that tie store it once, and the plan does not add it.
 
+Tensor parallelism (``tensorParallel`` > 1): each node of a stage loads its 1/TP share
+of what SGLang splits and a whole copy of what it replicates. In SGLang 0.5.23's
+DeepSeek V4 model (``srt/models/deepseek_v4.py``) the split layers are the attention's
+up- and output projections (``wq_b``, ``wo_a``, ``wo_b``: Column/RowParallelLinear), the
+MoE experts (their intermediate dimension is divided by TP, ``moe_tp_size``), the
+vocabulary-parallel embeddings (``VocabParallelEmbedding``, unless DP attention is on)
+and the ``ParallelLMHead``; replicated are the attention's down-projections
+(``wq_a``, ``wkv``, ``wqkv_a``: ``ReplicatedLinear``; DeepSeek V2/V3's ``q_a_proj`` and
+``kv_a_proj_with_mqa`` likewise), the MoE router (``gate``), every norm and the attention
+sinks. From safetensors headers those are recognised by name (:data:`_REPLICATED`);
+from a total, nothing is known to be replicated and everything is divided by TP, so the
+per-node figure is a lower bound by the replicated share (small: norms and down-
+projections, about a percent of a large MoE).
+
 Pure: no file is read here (the plan must be computable from what the caller hands in).
 """
 
@@ -40,7 +54,17 @@ _FIRST = re.compile(r"(?:^|\.)(?:embed_tokens|embed|wte|word_embeddings|tok_embe
 _LAST = re.compile(
     r"(?:^|\.)(?:lm_head|head|output|final_layernorm|ln_f)(?:\.|$)|^(?:model\.)?norm\."
 )
+# Tensors SGLang replicates on every tensor-parallel rank (module docstring).
+_REPLICATED = re.compile(
+    r"(?:^|\.)(?:wq_a|wkv|wqkv_a|q_a_proj|kv_a_proj_with_mqa|gate|attn_sink)(?:\.|$)"
+    r"|norm(?:\.|$)"
+)
 DOCUMENTED_TOTAL_WEIGHT_GB: Final = 168.27
+
+
+def replicated_across_tp(name: str) -> bool:
+    """Whether SGLang keeps a whole copy of this tensor on every tensor-parallel rank."""
+    return _REPLICATED.search(name) is not None
 
 
 class Placement(Enum):
@@ -81,6 +105,10 @@ class WeightInventory:
     unclassified_bytes: float = 0.0
     exact: bool = False
     """True when read from the checkpoint's headers; False for an even split of a total."""
+    replicated_layer_bytes: tuple[float, ...] = ()
+    """The part of each layer's bytes every TP rank holds whole (empty: none known)."""
+    replicated_first_bytes: float = 0.0
+    replicated_last_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
@@ -96,20 +124,41 @@ class WeightInventory:
             for rank, (start, end) in enumerate(ranges)
         )
 
+    def node_bytes(self, ranges: tuple[tuple[int, int], ...], *, tp: int) -> tuple[float, ...]:
+        """Bytes ONE node of each stage loads with ``tp`` tensor-parallel ranks per stage:
+        the split part divided by ``tp``, plus the replicated part whole."""
+        replicated_layers = self.replicated_layer_bytes or (0.0,) * len(self.layer_bytes)
+        last = len(ranges) - 1
+        replicated = tuple(
+            sum(replicated_layers[start:end])
+            + (self.replicated_first_bytes if rank == 0 else 0.0)
+            + (self.replicated_last_bytes if rank == last else 0.0)
+            for rank, (start, end) in enumerate(ranges)
+        )
+        return tuple(
+            (stage - whole) / tp + whole
+            for stage, whole in zip(self.stage_bytes(ranges), replicated, strict=True)
+        )
+
 
 def inventory_from_headers(
     shards: ShardTensorBytes, *, num_layers: int, source: str
 ) -> WeightInventory:
     """Sum every tensor's bytes (from the shards' headers) into its place; pure."""
     layers = [0.0] * num_layers
+    replicated_layers = [0.0] * num_layers
     totals = dict.fromkeys(Placement, 0.0)
+    replicated = dict.fromkeys(Placement, 0.0)
     for tensors in shards.values():
         for name, nbytes in tensors.items():
             placement, index = classify_tensor(name, num_layers=num_layers)
+            whole = replicated_across_tp(name)
             if placement is Placement.LAYER and index is not None:
                 layers[index] += nbytes
+                replicated_layers[index] += nbytes if whole else 0
             else:
                 totals[placement] += nbytes
+                replicated[placement] += nbytes if whole else 0
     return WeightInventory(
         source=source,
         layer_bytes=tuple(layers),
@@ -118,6 +167,10 @@ def inventory_from_headers(
         not_loaded_bytes=totals[Placement.NOT_LOADED],
         unclassified_bytes=totals[Placement.UNCLASSIFIED],
         exact=True,
+        replicated_layer_bytes=tuple(replicated_layers),
+        # Unclassified tensors count as replicated: the conservative guess.
+        replicated_first_bytes=replicated[Placement.FIRST] + totals[Placement.UNCLASSIFIED],
+        replicated_last_bytes=replicated[Placement.LAST],
     )
 
 

@@ -31,7 +31,7 @@ def render_replica(
         render_rank_statefulset(
             ic, plan=plan, rank=rank, engine_key=engine_key, tools_image=tools_image
         )
-        for rank in range(ic.spec.engine.pipeline_parallel)
+        for rank in range(ic.spec.engine.nodes_per_replica)
     ]
     objects.append(render_replica_service(ic, replica=plan.index))
     return objects

@@ -79,7 +79,7 @@ def discover_groups(spec: InferenceClusterSpec, nodes: Sequence[NodeFacts]) -> G
         )
     label = spec.placement.node_group_label
     assert label is not None  # the API guarantees exactly one of the two
-    pp = spec.engine.pipeline_parallel
+    size = spec.engine.nodes_per_replica  # node ranks 0..tp*pp-1
     by_group: dict[str, dict[int, list[str]]] = {}
     for node in nodes:
         group = node.labels.get(label)
@@ -92,15 +92,16 @@ def discover_groups(spec: InferenceClusterSpec, nodes: Sequence[NodeFacts]) -> G
     problems: list[str] = []
     for key in sorted(by_group):
         ranks = by_group[key]
-        wanted = set(range(pp))
+        wanted = set(range(size))
         if set(ranks) != wanted or any(len(names) != 1 for names in ranks.values()):
             have = ", ".join(f"{r}: {sorted(n)}" for r, n in sorted(ranks.items()))
             problems.append(
                 f"node group {key!r} ({label}) needs exactly one node per "
-                f"{NODE_RANK_LABEL} 0..{pp - 1}; has {{{have}}}"
+                f"{NODE_RANK_LABEL} 0..{size - 1} (tensorParallel x pipelineParallel = {size} "
+                f"nodes); has {{{have}}}"
             )
             continue
-        groups.append(NodeGroup(key=key, nodes=tuple(ranks[r][0] for r in range(pp))))
+        groups.append(NodeGroup(key=key, nodes=tuple(ranks[r][0] for r in range(size))))
     return GroupDiscovery(groups=tuple(groups), problems=tuple(problems))
 
 

@@ -82,6 +82,7 @@ class RankLaunch:
     """What besides the spec decides one rank's command line."""
 
     rank: int
+    """The node rank (``--node-rank``): pipeline stage x tensorParallel + tensor rank."""
     rank0_address: str | None
     """Rank 0's node address (for ``--dist-init-addr``); None when not known."""
 
@@ -112,6 +113,19 @@ class LaunchField:
         return (spec.name, *spec.aliases)
 
 
+def rank_position(node_rank: int, *, tp_size: int, pp_size: int) -> tuple[int, int]:
+    """(pipeline stage, tensor rank) of ``node_rank`` with one GPU per node.
+
+    SGLang 0.5.23's ``_calculate_rank_ranges`` (``srt/entrypoints/engine.py``) with
+    ``nnodes = tp_size x pp_size``: ``nnodes_per_pp_rank = nnodes // pp_size = tp_size``,
+    so the stage is ``node_rank // tp_size`` and the tensor rank ``node_rank % tp_size``.
+    ``tests/unit/test_layouts.py`` runs the wheel's own function and compares.
+    """
+    if not 0 <= node_rank < tp_size * pp_size:
+        raise ValueError(f"node rank {node_rank} outside 0..{tp_size * pp_size - 1}")
+    return node_rank // tp_size, node_rank % tp_size
+
+
 def _dist_init_addr(spec: InferenceClusterSpec, launch: RankLaunch) -> str | None:
     if launch.rank0_address is None:
         return None
@@ -124,11 +138,17 @@ def _in_the_process(_spec: InferenceClusterSpec, _launch: RankLaunch) -> None:
 
 
 # In command-line order. Every rank gets every row; only --node-rank differs between ranks.
+# One GPU per DGX Spark, so --nnodes is --tp-size x --pp-size and SGLang 0.5.23
+# (entrypoints/engine.py, _calculate_rank_ranges) gives node rank n tensor rank
+# n % tp-size and pipeline stage n // tp-size; rank 0 serves HTTP, every other node runs
+# the dummy health server. All ranks meet at rank 0's --dist-init-addr.
 LAUNCH_FIELDS: Final = (
     LaunchField("--model-path", "spec.model.path", lambda s, _: s.model.path),
     LaunchField("--served-model-name", "spec.model.servedName", lambda s, _: s.model.served_name),
     LaunchField(
-        "--nnodes", "spec.engine.pipelineParallel", lambda s, _: s.engine.pipeline_parallel
+        "--nnodes",
+        "spec.engine.tensorParallel x spec.engine.pipelineParallel",
+        lambda s, _: s.engine.nodes_per_replica,
     ),
     LaunchField("--node-rank", "operator: the node's rank", lambda _, launch: launch.rank),
     LaunchField("--dist-init-addr", "spec.network.distInitPort", _dist_init_addr),
@@ -201,4 +221,5 @@ __all__ = [
     "ReasoningParser",
     "ToolCallParser",
     "coerce",
+    "rank_position",
 ]

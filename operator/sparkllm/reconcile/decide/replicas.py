@@ -181,7 +181,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     unrecorded = live_generation - recorded if previous and live_generation > recorded else 0
     # A replica with no (or not all) rank StatefulSets is not running: it starts
     # through the same path as a restart, so two generations never mix.
-    stopped = len(live) < ic.spec.engine.pipeline_parallel or any(
+    stopped = len(live) < ic.spec.engine.nodes_per_replica or any(
         s["spec"].get("replicas", 1) == 0 for s in live
     )
     pods = observed.by_replica(observed.pods, index)
