@@ -27,6 +27,14 @@ ANNOTATION_DRAIN_REASON: Final = "sparkllm.io/drain-reason"  # a planned restart
 # Digest of the rank pod template without the restart generation, so a pod made from an
 # older spec is recognised (updateStrategy is OnDelete).
 ANNOTATION_TEMPLATE_HASH: Final = "sparkllm.io/template-hash"
+# Beside it (render/rank_stamp.py): a digest per template section (engine container, pod
+# spec, init containers, probes, labels, pull secrets), of the user's rank-shaping spec, and
+# the operator version that rendered the template, so an upgrade is told from a spec change.
+ANNOTATION_TEMPLATE_PARTS: Final = "sparkllm.io/template-parts"
+ANNOTATION_SPEC_HASH: Final = "sparkllm.io/spec-hash"
+ANNOTATION_OPERATOR_VERSION: Final = "sparkllm.io/operator-version"
+# On the CRDs the chart installs: the sparkllm version whose schema they carry (make crds).
+ANNOTATION_CRD_VERSION: Final = "sparkllm.io/crd-version"
 # On every rendered object: the hash of its desired state (a pass applies only changes).
 ANNOTATION_HASH: Final = "sparkllm.io/desired-hash"
 

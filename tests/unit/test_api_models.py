@@ -221,12 +221,13 @@ def test_condition_reason_must_be_camel_case() -> None:
         )
 
 
-def test_condition_types_are_the_documented_nine() -> None:
+def test_condition_types_are_the_documented_ten() -> None:
     # Exposed (issue 21): spec.exposure's optional APIs, reported once one was missing.
     # Monitored: spec.monitoring's PodMonitors, or why there are none.
+    # UpdatePending (issue 32): an operator update the running rank pods wait for.
     assert [c.value for c in ConditionType] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
-        "NetworkVerified", "Exposed", "Monitored",
+        "NetworkVerified", "Exposed", "Monitored", "UpdatePending",
     ]  # fmt: skip
 
 

@@ -141,13 +141,15 @@ def test_conditions_are_ordered_by_type_unknown_types_last() -> None:
         cond(ConditionType.MONITORED, False),
         cond(ConditionType.EXPOSED, False),
         cond(ConditionType.NETWORK_VERIFIED, True),
+        cond(ConditionType.UPDATE_PENDING, False),
     ]
     merged = merge_conditions(previous, updates, NOW)
     assert [c["type"] for c in merged] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
-        "NetworkVerified", "Exposed", "Monitored", "Custom.example.com/B", "Custom.example.com/A",
+        "NetworkVerified", "Exposed", "Monitored", "UpdatePending", "Custom.example.com/B",
+        "Custom.example.com/A",
     ]  # fmt: skip
-    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:9]]
+    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:10]]
 
 
 def test_a_later_update_of_the_same_type_wins() -> None:

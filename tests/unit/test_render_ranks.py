@@ -27,7 +27,14 @@ import pytest
 import yaml
 
 from sparkllm.api import InferenceCluster, validate_inference_cluster
-from sparkllm.keys import ANNOTATION_HASH, ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION
+from sparkllm.keys import (
+    ANNOTATION_HASH,
+    ANNOTATION_OPERATOR_VERSION,
+    ANNOTATION_SPEC_HASH,
+    ANNOTATION_TEMPLATE_HASH,
+    ANNOTATION_TEMPLATE_PARTS,
+    LABEL_GENERATION,
+)
 from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
@@ -404,7 +411,11 @@ def test_template_hash_ignores_the_restart_generation_and_running() -> None:
             s["metadata"]["annotations"][ANNOTATION_HASH] for s in first
         ]
     annotation = first[0]["spec"]["template"]["metadata"]["annotations"]
-    assert annotation == {ANNOTATION_TEMPLATE_HASH: hashes[0]}
+    assert annotation[ANNOTATION_TEMPLATE_HASH] == hashes[0]
+    assert set(annotation) == {
+        ANNOTATION_TEMPLATE_HASH, ANNOTATION_TEMPLATE_PARTS, ANNOTATION_SPEC_HASH,
+        ANNOTATION_OPERATOR_VERSION,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ class ConditionType(StrEnum):
     NETWORK_VERIFIED = "NetworkVerified"
     EXPOSED = "Exposed"
     MONITORED = "Monitored"
+    UPDATE_PENDING = "UpdatePending"
 
 
 class ReadyEffect(StrEnum):
@@ -158,6 +159,16 @@ CONDITIONS: Final[tuple[ConditionKind, ...]] = (
             Reason.MONITORING_DISABLED,
         ),
         "reconcile/decide/monitoring.py",
+        ReadyEffect.INFORMATIONAL,
+    ),
+    ConditionKind(
+        ConditionType.UPDATE_PENDING,
+        "a new operator version renders the rank pods otherwise (the message names what, "
+        "from which version to which); running engines keep going until their next restart, "
+        "sparkllm.io/restart=now or upgrade.applyOperatorChanges=drained (absent while none "
+        "ever was)",
+        (Reason.OPERATOR_UPDATE_PENDING, Reason.RANK_PODS_CURRENT),
+        "reconcile/decide/upgrade.py",
         ReadyEffect.INFORMATIONAL,
     ),
 )

@@ -73,3 +73,6 @@ class Reason(StrEnum):
     MONITORING_DISABLED = "MonitoringDisabled"
     API_NOT_SERVED = "APINotServed"  # Exposed=False: spec.exposure's CRDs are not installed
     API_SERVED = "APIServed"  # Exposed=True: every API spec.exposure needs is served
+    # UpdatePending=True: a new operator version renders the rank pods otherwise; it waits
+    OPERATOR_UPDATE_PENDING = "OperatorUpdatePending"
+    RANK_PODS_CURRENT = "RankPodsCurrent"  # UpdatePending=False: the pods have the rendering

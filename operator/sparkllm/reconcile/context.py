@@ -24,6 +24,7 @@ from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SpecError
 from sparkllm.kube.client import KubeAPI, load_configuration
 from sparkllm.reconcile import metrics
+from sparkllm.reconcile.decide.upgrade import DEFAULT_UPGRADE, UpgradeSettings
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
 from sparkllm.render.placement import NodeFacts
@@ -41,6 +42,7 @@ class OperatorContext:
     governance_default: RedisStoreSpec | None = None  # the chart's governance.redis
     admin_policy: AdminPolicy | None = None  # the chart's policy
     product_image: ProductImage = DEFAULT_PRODUCT_IMAGE  # the chart's image, pull secrets
+    upgrade: UpgradeSettings = DEFAULT_UPGRADE  # the chart's upgrade.applyOperatorChanges
     _runtime: dict[str, object] = field(default_factory=dict)
     _node_users: dict[str, set[Key]] = field(default_factory=dict)
     _waiting: set[Key] = field(default_factory=set)
@@ -54,6 +56,7 @@ class OperatorContext:
             gateway_image=self.product_image,
             governance_default=self.governance_default,
             admin_policy=self.admin_policy,
+            upgrade=self.upgrade,
         )
         self._runtime["api"] = api
         self._runtime["reconciler"] = reconciler

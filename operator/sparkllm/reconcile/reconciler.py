@@ -25,6 +25,7 @@ from sparkllm.kube.client import KubeAPI
 from sparkllm.kube.kinds import kind_of
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.observation import Key
+from sparkllm.reconcile.decide.upgrade import DEFAULT_UPGRADE, UpgradeSettings
 from sparkllm.reconcile.engines import ConfigProbe, Engines, RunningRequests
 from sparkllm.reconcile.execute import execute
 from sparkllm.reconcile.observe import observe
@@ -59,11 +60,13 @@ class ClusterReconciler:
         governance_default: RedisStoreSpec | None = None,
         admin_policy: AdminPolicy | None = None,
         clock: Callable[[], datetime] = utcnow,
+        upgrade: UpgradeSettings = DEFAULT_UPGRADE,
     ) -> None:
         self.api = api
         self.gateway_image = gateway_image
         self.governance_default = governance_default
         self.admin_policy = admin_policy
+        self.upgrade = upgrade
         self.clock = clock
         self.config_probe = ConfigProbe()
         self.running_requests = RunningRequests()
@@ -77,6 +80,7 @@ class ClusterReconciler:
             observation,
             gateway_image=self.gateway_image,
             governance_default=self.governance_default,
+            upgrade=self.upgrade,
         )
         try:
             await execute(self.api, plan, clock=self.clock)

@@ -18,6 +18,7 @@ from prometheus_client import start_http_server
 from sparkllm.api.admin_policy import admin_policy_from_env
 from sparkllm.reconcile import handlers  # noqa: F401  (registers the kopf handlers)
 from sparkllm.reconcile.context import OperatorContext
+from sparkllm.reconcile.decide.upgrade import upgrade_settings_from
 from sparkllm.render.governance_default import governance_default_from
 from sparkllm.render.product_image import product_image_from
 
@@ -38,6 +39,7 @@ def run_operator(
     governance_default = governance_default_from(os.environ)
     admin_policy = admin_policy_from_env(os.environ)  # the chart's policy; unset: no limits
     product_image = product_image_from(os.environ)  # the chart's image for every pod made
+    upgrade = upgrade_settings_from(os.environ)  # the chart's upgrade.applyOperatorChanges
     if kubeconfig is not None:
         os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
     logging.basicConfig(
@@ -53,6 +55,7 @@ def run_operator(
         governance_default=governance_default,
         admin_policy=admin_policy,
         product_image=product_image,
+        upgrade=upgrade,
     )
     asyncio.run(
         kopf.operator(

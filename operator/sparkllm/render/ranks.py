@@ -38,7 +38,7 @@ from sparkllm.render.names import (
     replica_service_name,
 )
 from sparkllm.render.network_preflight import network_preflight
-from sparkllm.render.objects import JSON, render_template, stamp_hash, template_hash
+from sparkllm.render.objects import JSON, render_template, stamp_hash
 from sparkllm.render.pod_security import (
     engine_container_security,
     rank_pod_security,
@@ -46,6 +46,7 @@ from sparkllm.render.pod_security import (
     uses_rdma,
 )
 from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
+from sparkllm.render.rank_stamp import stamp
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 
@@ -259,9 +260,7 @@ def render_rank_statefulset(
         init_containers=init_containers,
     )
     template = obj["spec"]["template"]
-    template["metadata"]["annotations"] = {
-        ANNOTATION_TEMPLATE_HASH: template_hash(template, ignore_label=LABEL_GENERATION)
-    }
+    template["metadata"]["annotations"] = stamp(template, spec=ic.spec, image=tools_image)
     return stamp_hash(obj)
 
 

@@ -28,6 +28,7 @@ from sparkllm.reconcile.decide.replicas import (
     plan_replica,
 )
 from sparkllm.reconcile.decide.status import ClusterReport, ReplicaReport
+from sparkllm.reconcile.decide.upgrade import PendingUpdate, UpgradeSettings
 from sparkllm.render import EngineKeyRef
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
@@ -48,6 +49,7 @@ class ReplicasDecision:
     pod_patches: list[PodPatch] = field(default_factory=list)  # rank 0s leaving routing
     nodes: set[str] = field(default_factory=set)
     retry_after: float | None = None
+    pending: list[tuple[int, PendingUpdate]] = field(default_factory=list)  # UpdatePending
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class PassFacts:
     now: datetime
     running: Mapping[int, int | None] = field(default_factory=dict)  # requests per replica
     absent_apis: frozenset[tuple[str, str]] = frozenset()  # (apiVersion, kind) not served
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)  # operator updates
 
 
 def place(
@@ -118,6 +121,7 @@ def decide_replicas(
             tools_image=facts.gateway_image,
             now=facts.now,
             drain=restart_drain(rank0, running=running, now=facts.now),
+            upgrade=facts.upgrade,
         )
         result = plan_replica(ic, observed, inputs)
         if result.drain_mark is not None and rank0 is not None:
@@ -125,6 +129,8 @@ def decide_replicas(
         elif result.serving and rank0 is not None and (back := undrain_patch(rank0)):
             out.pod_patches.append(back)  # a drain abandoned (scaled back up): routed again
         out.events.extend(result.events)
+        if result.pending is not None:
+            out.pending.append((index, result.pending))
         if result.restart_cause is not None:
             out.gang_restarts.append(cause_class(result.restart_cause))
         out.reports.append(result.report)

@@ -64,6 +64,11 @@ from sparkllm.reconcile.decide.status import (
     derive_status,
     progressing_verdict,
 )
+from sparkllm.reconcile.decide.upgrade import (
+    DEFAULT_UPGRADE,
+    UpgradeSettings,
+    update_pending_condition,
+)
 from sparkllm.render.front_door import front_door_status
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import cluster_selector
@@ -76,9 +81,11 @@ def decide(
     *,
     gateway_image: ProductImage,
     governance_default: RedisStoreSpec | None = None,
+    upgrade: UpgradeSettings = DEFAULT_UPGRADE,
 ) -> Plan:
     """Every write of this pass, and when to look again; ``governance_default`` is the
-    store acted on when the spec names none (the spec wins)."""
+    store acted on when the spec names none (the spec wins); ``upgrade`` the chart's
+    ``upgrade.applyOperatorChanges`` (decide/upgrade.py)."""
     obj, ic = observation.obj, observation.ic
     if obj is None:
         return Plan()  # gone: garbage collection removes what it owned
@@ -97,8 +104,9 @@ def decide(
                 observation, obj, message, reason=Reason.CAPACITY_EXCEEDED, extra=(capacity,)
             )
         return _act(
-            observation, obj, ic, capacity=capacity, gateway_image=gateway_image, gateway=gateway
-        )
+            observation, obj, ic, capacity=capacity, gateway_image=gateway_image,
+            gateway=gateway, upgrade=upgrade,
+        )  # fmt: skip
     except SpecError as exc:  # valid, but cannot be realised (rendered, planned)
         return _blocked(observation, obj, str(exc))
 
@@ -111,6 +119,7 @@ def _act(
     capacity: JSON,
     gateway_image: ProductImage,
     gateway: JSON,
+    upgrade: UpgradeSettings,
 ) -> Plan:
     """The pass of a valid spec whose memory plan fits (``gateway``: its status.gateway)."""
     observed, now = observation.observed, observation.now
@@ -132,6 +141,7 @@ def _act(
         now=now,
         running=observation.running_requests,
         absent_apis=observation.absent_apis,
+        upgrade=upgrade,
     )
     assignment, problems = place(ic, observed, holders=node_holders(obj, observation.others))
     replicas = decide_replicas(ic, observed, assignment, facts)
@@ -143,6 +153,9 @@ def _act(
     report = replace(report, in_use=assignment.in_use, unschedulable=stuck.messages)
     config = config_condition(_config_results(observation, ic.spec, report), generation=generation)
     exposed = exposed_condition(observation.absent_apis, previous, generation=generation)
+    pending = update_pending_condition(
+        replicas.pending, previous, generation=generation, settings=upgrade
+    )
     monitors = decide_monitors(
         ic, observed, served=observation.pod_monitors_served, previous=previous,
         generation=generation,
@@ -163,7 +176,7 @@ def _act(
     events.extend(drain.events)
     proofs = (
         capacity, model, config, *(() if network is None else (network,)), *exposed,
-        *monitors.conditions,
+        *monitors.conditions, *pending,
     )  # fmt: skip
     proven = replace(report, extra_conditions=proofs)
     return Plan(

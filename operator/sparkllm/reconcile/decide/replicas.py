@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster, Phase, Reason
-from sparkllm.keys import ANNOTATION_TEMPLATE_HASH, LABEL_GENERATION, LABEL_RANK, LABEL_REPLICA
+from sparkllm.keys import LABEL_GENERATION, LABEL_REPLICA
 from sparkllm.reconcile.decide.actions import PendingEvent
 from sparkllm.reconcile.decide.hang import unready_since
 from sparkllm.reconcile.decide.replica_state import ReplicaState, observe_replica, pods_by_rank
@@ -26,12 +26,20 @@ from sparkllm.reconcile.decide.restarts import (
     DrainFacts,
     History,
     decide,
+    is_requested,
 )
 from sparkllm.reconcile.decide.status import ReplicaReport
+from sparkllm.reconcile.decide.upgrade import (
+    PendingUpdate,
+    UpgradeSettings,
+    drained_cause,
+    drift,
+    requested_cause,
+)
 from sparkllm.render import EngineKeyRef, ReplicaPlan, render_replica
 from sparkllm.render.placement import NodeFacts
 from sparkllm.render.product_image import ProductImage
-from sparkllm.render.ranks import pod_template_hash
+from sparkllm.render.rank_stamp import Stamp
 
 JSON = dict[str, Any]
 
@@ -78,6 +86,7 @@ class ReplicaInputs:
     tools_image: ProductImage
     now: datetime
     drain: DrainFacts = field(default_factory=DrainFacts)  # the drain before a planned restart
+    upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)  # the chart's upgrade.*
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,7 @@ class ReplicaResult:
     restart_cause: str | None  # set when this pass began a gang restart
     drain_mark: str | None = None  # take rank 0 out of routing now, for this planned restart
     serving: bool = False  # RUN: neither draining nor restarting; rank 0 belongs in routing
+    pending: PendingUpdate | None = None  # an operator update the running pods wait for
 
 
 def _template_generation(sts: Mapping[str, Any]) -> int:
@@ -111,19 +121,6 @@ def history_from_status(previous: Mapping[str, Any] | None, *, reset_budget: boo
         exhausted=False if reset_budget else bool(previous.get("budgetExhausted", False)),
         node_down=bool(previous.get("nodeDown", False)),
     )
-
-
-def outdated(pods: Sequence[JSON], generation: int, want: Mapping[int, str | None]) -> bool:
-    """A rank pod of the running generation was made from an older spec."""
-    for pod in pods:
-        rank = label(pod, LABEL_RANK)
-        if rank is None or not rank.isdigit() or want.get(int(rank)) is None:
-            continue
-        annotations = pod["metadata"].get("annotations") or {}
-        have = annotations.get(ANNOTATION_TEMPLATE_HASH)
-        if label(pod, LABEL_GENERATION) == str(generation) and have != want[int(rank)]:
-            return True
-    return False
 
 
 def timestamp(moment: datetime) -> str:
@@ -192,10 +189,14 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     rank0 = observed.nodes.get(nodes[0])
     rank0_ip = rank0.internal_ip if rank0 is not None else None
     render = None if rank0_ip is None else _renderer(ic, inputs, rank0_ip, _ips(observed, nodes))
-    want: dict[int, str | None] = {}
+    want: dict[int, Stamp] = {}
     for rank, sts in enumerate(render(generation, running=True) if render else []):
         if sts["kind"] == "StatefulSet":
-            want[rank] = pod_template_hash(sts)
+            want[rank] = Stamp.of(sts["spec"]["template"]["metadata"].get("annotations"))
+    changed = drift(pods, generation, want)
+    update_cause, pending = changed.roll, changed.pending
+    if pending is not None and inputs.upgrade.apply == "drained":
+        update_cause = drained_cause(pending)
     decision = decide(
         state=state,
         generation=generation,
@@ -204,7 +205,9 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         policy=ic.spec.restart_policy,
         now=inputs.now,
         force_restart=inputs.force,
-        outdated=outdated(pods, generation, want),
+        outdated=update_cause is not None,
+        update_cause=update_cause or "",
+        force_cause=FORCE_CAUSE if pending is None else requested_cause(pending),
         others_ready=inputs.others_ready,
         blocked=inputs.blocked,
         unready_since=unready_since(rank0_pod) if current else None,
@@ -230,6 +233,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         restart_cause=decision.cause if decision.action is Action.STOP else None,
         drain_mark=decision.drain_reason if decision.drain_mark else None,
         serving=decision.action is Action.RUN,
+        pending=None if decision.action is Action.STOP else pending,
     )
 
 
@@ -270,9 +274,7 @@ def _events(
     """A gang restart's (or its drain's) Event first, then the phase transition's."""
     events = transition_events(index, previous, decision)
     if decision.drain_mark and decision.drain_reason is not None:
-        kind = (
-            Reason.GANG_RESTART if decision.drain_reason == FORCE_CAUSE else Reason.ROLLING_UPDATE
-        )
+        kind = Reason.GANG_RESTART if is_requested(decision.drain_reason) else Reason.ROLLING_UPDATE
         message = f"replica {index}: out of routing; restarts once its requests finish"
         return (PendingEvent(False, kind, f"{message} ({decision.drain_reason})"), *events)
     if decision.action is not Action.STOP:
@@ -302,6 +304,8 @@ def transition_events(
 def cause_class(cause: str) -> str:
     """A bounded metric label from a free-text restart cause."""
     for word, name in (
+        ("operator update", "operator_update"),
+        ("template changed", "update"),  # before "node": its cause names a node address
         ("pipeline hung", "pipeline_hung"),
         ("model copies", "model_mismatch"),
         ("network preflight", "network_preflight"),

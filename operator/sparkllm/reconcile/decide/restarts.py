@@ -48,6 +48,13 @@ from sparkllm.reconcile.decide.replica_state import ReplicaState
 HOUR = timedelta(hours=1)
 FORCE_CAUSE = "restart requested (annotation sparkllm.io/restart)"
 UPDATE_CAUSE = "spec changed (rolling update)"
+REQUESTED_SUFFIX = "(requested)"  # a cause the user's sparkllm.io/restart=now gave
+
+
+def is_requested(cause: str | None) -> bool:
+    """A planned restart the user asked for (it opens a fresh budget window, and goes on
+    once its annotation is consumed: the drain on rank 0 carries the cause)."""
+    return cause is not None and (cause == FORCE_CAUSE or cause.endswith(REQUESTED_SUFFIX))
 
 
 class Action(Enum):
@@ -149,8 +156,13 @@ def decide(
     blocked: str | None = None,
     unready_since: datetime | None = None,
     drain: DrainFacts = DrainFacts(),
+    update_cause: str = UPDATE_CAUSE,
+    force_cause: str = FORCE_CAUSE,
 ) -> Decision:
     """What to do with one replica this pass, the first rule that applies winning.
+
+    ``update_cause`` is why the replica is ``outdated`` (the restart cause status shows);
+    ``force_cause`` the cause ``force_restart`` gives (an operator update it applies).
 
     ``blocked`` is a reason the replica must not run (the ranks' model copies disagree):
     it is stopped and held, uncounted, until the spec changes or a restart is requested.
@@ -172,10 +184,11 @@ def decide(
         times=times,
         now=now,
     )
-    if force_restart or (drain.reason == FORCE_CAUSE and not stopped):
+    if force_restart or (is_requested(drain.reason) and not stopped):
+        cause = drain.reason if drain.reason and not force_restart else force_cause
         if stopped or crashed is not None:
-            return _stop(cause=FORCE_CAUSE, times=(), now=now)
-        return planned(FORCE_CAUSE)
+            return _stop(cause=cause, times=(), now=now)
+        return planned(cause)
     if blocked is not None:
         return _blocked(blocked, stopped=stopped, times=times, now=now)
     if stopped:
@@ -191,7 +204,7 @@ def decide(
                 members=history.members,
                 restart_times=times,
             )
-        cause = drain.reason or UPDATE_CAUSE
+        cause = drain.reason or update_cause
         return planned(cause)
     if history.exhausted:
         return _exhausted(policy, times)
@@ -244,7 +257,7 @@ def _planned(
 ) -> Decision:
     """A planned restart: drain a serving replica first; stop at once what serves nothing."""
     if drain.done or not state.serving(generation):
-        if cause == FORCE_CAUSE:  # the user's request also opens a fresh budget window
+        if is_requested(cause):  # the user's request also opens a fresh budget window
             return _stop(cause=cause, times=(), now=now)
         return _stop(cause=cause, times=times, now=now, counted=False)
     waiting = "" if drain.running is None else f", {drain.running} request(s) in flight"

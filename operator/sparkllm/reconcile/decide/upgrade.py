@@ -1,0 +1,180 @@
+"""Why a replica's pods differ from the current rendering, and what that may restart. Pure.
+
+Issue 32: an operator upgrade must restart no engine by itself. Each rank pod records its
+making (``render/rank_stamp.py``); a pod whose template hash differs from the current
+rendering is told apart here:
+
+- the user's rank-shaping spec changed (spec digest differs): a rolling update, as before,
+  cause ``spec changed (rolling update)``;
+- the same operator version rendered it from the same spec: what changed is the cluster
+  around it (a node's address, a Secret's name, the operator's image settings): a rolling
+  update, cause ``rank template changed (...)``;
+- another operator version rendered it (or one that recorded no version): an **operator
+  update**. It waits: condition ``UpdatePending`` names what changed and from which
+  version to which, the StatefulSets (``OnDelete``) carry the new template already, and
+  the replica takes it at its next restart that happens anyway (a crash, a node, a spec
+  change), at ``sparkllm.io/restart=now`` (cause ``operator update A -> B (requested)``),
+  or at once, drained and one replica at a time, when the administrator set
+  ``upgrade.applyOperatorChanges: drained`` (env :data:`APPLY_ENV`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from sparkllm.api import ConditionType, Reason
+from sparkllm.errors import SparkllmError
+from sparkllm.keys import LABEL_GENERATION, LABEL_RANK
+from sparkllm.reconcile.decide.restarts import UPDATE_CAUSE
+from sparkllm.reconcile.decide.status import condition
+from sparkllm.render.rank_stamp import ENGINE_SECTIONS, SECTIONS, Stamp
+
+JSON = dict[str, Any]
+
+Apply = Literal["onRestart", "drained"]
+APPLY_VALUES: Final[tuple[Apply, ...]] = ("onRestart", "drained")
+APPLY_ENV: Final = "SPARKLLM_APPLY_OPERATOR_CHANGES"  # the chart's upgrade.applyOperatorChanges
+TEMPLATE_CAUSE: Final = "rank template changed (node address, Secret or image settings)"
+UNKNOWN_VERSION: Final = "unrecorded"
+
+
+@dataclass(frozen=True)
+class UpgradeSettings:
+    """The administrator's choice for operator-side changes of running replicas."""
+
+    apply: Apply = "onRestart"
+
+
+DEFAULT_UPGRADE: Final = UpgradeSettings()
+
+
+def upgrade_settings_from(environ: Mapping[str, str]) -> UpgradeSettings:
+    """The operator's setting from its env (the chart's); unset: ``onRestart``."""
+    value = environ.get(APPLY_ENV, "").strip() or "onRestart"
+    for known in APPLY_VALUES:
+        if value == known:
+            return UpgradeSettings(apply=known)
+    raise SparkllmError(f"{APPLY_ENV}: {value!r} is not one of {', '.join(APPLY_VALUES)}")
+
+
+@dataclass(frozen=True)
+class PendingUpdate:
+    """An operator-side change a replica's running pods do not have yet."""
+
+    from_version: str
+    to_version: str
+    sections: tuple[str, ...]  # keys of rank_stamp.SECTIONS, in their order
+
+    @property
+    def engine(self) -> bool:
+        """Whether it changes the engine process (else only what runs before it)."""
+        return any(s in ENGINE_SECTIONS for s in self.sections)
+
+    @property
+    def cause(self) -> str:
+        return f"operator update {self.from_version} -> {self.to_version}"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the running generation's pods differ from the current rendering."""
+
+    roll: str | None = None  # restart now, replica by replica, for this cause
+    pending: PendingUpdate | None = None  # an operator update that waits
+
+
+def _label(pod: Mapping[str, Any], key: str) -> str | None:
+    value = (pod["metadata"].get("labels") or {}).get(key)
+    return None if value is None else str(value)
+
+
+def drift(pods: Sequence[JSON], generation: int, want: Mapping[int, Stamp]) -> Drift:
+    """Compare each rank pod of ``generation`` with its rank's desired stamp."""
+    roll: str | None = None
+    pending: list[PendingUpdate] = []
+    for pod in pods:
+        rank = _label(pod, LABEL_RANK)
+        if rank is None or not rank.isdigit() or int(rank) not in want:
+            continue
+        if _label(pod, LABEL_GENERATION) != str(generation):
+            continue
+        have, desired = Stamp.of(pod["metadata"].get("annotations")), want[int(rank)]
+        if have.template == desired.template:
+            continue
+        if have.spec is not None and have.spec != desired.spec:
+            roll = UPDATE_CAUSE
+        elif have.version == desired.version:
+            roll = roll or TEMPLATE_CAUSE
+        else:
+            pending.append(
+                PendingUpdate(
+                    from_version=have.version or UNKNOWN_VERSION,
+                    to_version=desired.version or UNKNOWN_VERSION,
+                    sections=have.changed(desired),
+                )
+            )
+    if roll is not None or not pending:
+        return Drift(roll=roll)
+    changed = {s for p in pending for s in p.sections}
+    first = pending[0]
+    merged = PendingUpdate(
+        from_version=first.from_version,
+        to_version=first.to_version,
+        sections=tuple(s for s in SECTIONS if s in changed),
+    )
+    return Drift(pending=merged)
+
+
+def requested_cause(update: PendingUpdate) -> str:
+    """The restart cause when ``sparkllm.io/restart=now`` applies a pending update."""
+    return f"{update.cause} (requested)"
+
+
+def drained_cause(update: PendingUpdate) -> str:
+    """The restart cause when the operator-wide setting applies it at once."""
+    return f"{update.cause} (upgrade.applyOperatorChanges=drained)"
+
+
+def update_pending_condition(
+    pending: Sequence[tuple[int, PendingUpdate]],
+    previous: Mapping[str, Any],
+    *,
+    generation: int,
+    settings: UpgradeSettings,
+) -> tuple[JSON, ...]:
+    """UpdatePending=True naming each pending operator update; False once none is left
+    (absent while none ever was, like Exposed)."""
+    kind = ConditionType.UPDATE_PENDING
+    if not pending:
+        if not any(c.get("type") == kind.value for c in previous.get("conditions") or []):
+            return ()
+        message = "every running rank pod has the current operator's rendering"
+        return (
+            condition(kind, status=False, reason=Reason.RANK_PODS_CURRENT, message=message,
+                      generation=generation),
+        )  # fmt: skip
+    parts = []
+    for cause in dict.fromkeys(p.cause for _, p in pending):
+        which = [(i, p) for i, p in pending if p.cause == cause]
+        replicas = ", ".join(str(i) for i, _ in which)
+        sections = {s for _, p in which for s in p.sections}
+        named = ", ".join(SECTIONS[s] for s in SECTIONS if s in sections)
+        effect = (
+            "a new engine process"
+            if any(p.engine for _, p in which)
+            else "no new engine process (only what runs before or around it)"
+        )
+        parts.append(f"{cause} changes the {named} of replica(s) {replicas}: {effect}")
+    when = (
+        "being applied now, drained, one replica at a time (upgrade.applyOperatorChanges=drained)"
+        if settings.apply == "drained"
+        else "applied at each replica's next restart, or now, drained, with the annotation "
+        "sparkllm.io/restart=now"
+    )
+    message = f"{'; '.join(parts)}; {when}"
+    return (
+        condition(kind, status=True, reason=Reason.OPERATOR_UPDATE_PENDING, message=message,
+                  generation=generation),
+    )  # fmt: skip
