@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 PIP_VERSION=25.3
 SGLANG_VERSION=0.5.23  # the engine version the flag contract and the renderer are read from
 TRANSFORMERS_VERSION=5.19.0  # the version sglang==$SGLANG_VERSION pins (its chat-template renderer)
+MSGSPEC_VERSION=0.23.0  # sglang==$SGLANG_VERSION requires msgspec (unpinned); its ServerArgs record
 python=${1:?usage: hack/install-python-deps.sh PYTHON [--editable] [--extras NAME]}
 shift
 editable=()
@@ -40,4 +41,7 @@ if [[ $target == *dev* ]]; then
   "$python" -m pip install --quiet --no-cache-dir --no-deps "${editable[@]}" ./harness
   "$python" -m pip install --quiet --no-cache-dir --no-deps "sglang==$SGLANG_VERSION"
   "$python" -m pip install --quiet --no-cache-dir --no-deps "transformers==$TRANSFORMERS_VERSION"
+  # SGLang's ServerArgs is a msgspec Struct: the dev cluster's launch check and its unit
+  # test run SGLang's own argument parser from the wheel (sparkllm_dev.sim.launch_check).
+  "$python" -m pip install --quiet --no-cache-dir "msgspec==$MSGSPEC_VERSION"
 fi

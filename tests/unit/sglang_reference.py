@@ -38,171 +38,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-_STUBBED_PACKAGES = frozenset(
-    {
-        *("torch", "numpy", "transformers", "openai", "msgspec", "fastapi", "jsonschema"),
-        *("xgrammar", "mistral_common", "partial_json_parser", "PIL", "triton", "zmq"),
-        *("uvloop", "aiohttp", "requests", "psutil", "setproctitle", "sentencepiece"),
-        *("einops", "safetensors", "huggingface_hub", "pybase64", "soundfile", "decord"),
-        *("outlines", "llguidance", "starlette", "IPython", "tqdm", "filelock", "blobfile"),
-        *("tiktoken", "interegular", "compressed_tensors", "gguf", "scipy", "cv2", "av"),
-        *("sgl_kernel", "flashinfer", "pynvml", "vllm", "torchvision", "torchaudio"),
-        *("msgpack", "datasets", "modelscope", "pandas", "ray", "accelerate", "peft"),
-        *("timm", "librosa", "openai_harmony", "anthropic", "nvidia", "amdsmi"),
-    }
-)
-_STUBBED_SGLANG = (
-    "sglang.srt.managers.schedule_batch",
-    "sglang.kernels",
-    "sglang.srt.distributed",
-    "sglang.srt.layers",
-    "sglang.srt.model_executor",
-    "sglang.srt.mem_cache",
-    "sglang.srt.configs",
-    "sglang.srt.disaggregation",
-    "sglang.srt.observability",
-    "sglang.srt.function_call",
-)
-# Attribute names a stub must not pretend to have (Python and pydantic probe them).
-_REAL_DUNDERS = frozenset(
-    {
-        "__wrapped__", "__signature__", "__origin__", "__args__", "__parameters__",
-        "__get_pydantic_json_schema__", "__supertype__", "__annotations__",
-        "__dataclass_fields__", "__name__", "__qualname__", "__module__", "__dict__",
-        "__orig_bases__", "__deepcopy__", "__copy__", "__reduce_ex__", "__getstate__",
-        "__set_name__", "__get__", "__fspath__", "__path__", "__file__", "__spec__",
-        "__loader__", "__all__", "__set__", "__delete__", "__self__", "__func__",
-        "__code__", "__isabstractmethod__", "__slots__", "__bases__", "__mro__",
-        "__class__", "__abstractmethods__", "__type_params__", "__pydantic_fields__",
-        "__pydantic_decorators__", "__pydantic_generic_metadata__", "__pydantic_complete__",
-        "__pydantic_validator__", "__pydantic_serializer__", "__private_attributes__",
-        "__get_validators__", "__modify_schema__", "__version__", "__pydantic_core_schema__",
-        "__pydantic_root_model__", "__pydantic_custom_init__", "__pydantic_post_init__",
-        "__pydantic_parent_namespace__", "__class_vars__", "__pydantic_extra__",
-    }
-)  # fmt: skip
-
-
-class _StubType(type):
-    """The class of stand-in classes: any attribute, subscript or union is a stand-in."""
-
-    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **_: Any):
-        return super().__new__(mcs, name, bases, namespace)
-
-    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **_: Any):
-        super().__init__(name, bases, namespace)
-
-    def __getattr__(cls, name: str) -> Any:
-        if name in _REAL_DUNDERS:
-            raise AttributeError(name)
-        return Stub()
-
-    def __getitem__(cls, item: object) -> Any:
-        return cls
-
-    def __or__(cls, other: object) -> Any:
-        return cls
-
-    def __ror__(cls, other: object) -> Any:
-        return cls
-
-    def __bool__(cls) -> bool:
-        return False
-
-    def __iter__(cls) -> Any:
-        return iter(())
-
-    def __contains__(cls, item: object) -> bool:
-        return False
-
-
-class Stub(metaclass=_StubType):
-    """A stand-in value: callable, subscriptable, falsy, empty; pydantic takes any value."""
-
-    def __init_subclass__(cls, **_: Any) -> None:
-        pass
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-        from pydantic_core import core_schema
-
-        return core_schema.any_schema()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return Stub()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return args[0] if len(args) == 1 and callable(args[0]) and not kwargs else Stub()
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __contains__(self, item: object) -> bool:
-        return False
-
-    def __iter__(self) -> Any:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-    def __index__(self) -> int:
-        return 0
-
-    def __getitem__(self, item: object) -> Any:
-        return Stub()
-
-    def __setitem__(self, item: object, value: object) -> None:
-        pass
-
-    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
-        return (Stub,)
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        stand_in = _StubType(name, (Stub,), {})
-        setattr(self, name, stand_in)
-        return stand_in
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self) -> None:
-        self.absent: set[str] = set()
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        top = fullname.split(".", maxsplit=1)[0]
-        if top in self.absent:
-            return None
-        stubbed = top in _STUBBED_PACKAGES or any(
-            fullname == name or fullname.startswith(name + ".") for name in _STUBBED_SGLANG
-        )
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=True) if stubbed else None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _StubModule(spec.name)
-        module.__path__ = []
-        module.__version__ = "2.9.0"  # type: ignore[attr-defined]
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass
-
-
-def _orjson() -> types.ModuleType:
-    module = types.ModuleType("orjson")
-    module.loads = json.loads  # type: ignore[attr-defined]
-    module.dumps = lambda value, **_: json.dumps(value).encode()  # type: ignore[attr-defined]
-    module.JSONDecodeError = json.JSONDecodeError  # type: ignore[attr-defined]
-    return module
-
+from sparkllm_dev.sglang_stubs import StubFinder, stand_in_orjson
 
 _LOADED: list[types.ModuleType] = []
 
@@ -217,10 +53,10 @@ def load() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
     if _LOADED:
         return _LOADED[0], _LOADED[1], _LOADED[2]
     before = set(sys.modules)
-    finder = _StubFinder()
+    finder = StubFinder()
     finder.absent.add("xgrammar")  # protocol.py tries it and falls back to Any
     sys.modules.setdefault("regex", re)
-    sys.modules.setdefault("orjson", _orjson())
+    sys.modules.setdefault("orjson", stand_in_orjson())
     sys.meta_path.insert(0, finder)
     try:
         importlib.import_module("sglang.srt.entrypoints.openai.protocol")

@@ -18,6 +18,7 @@ from sparkllm.render.network_preflight import (
     RANK_ADDRESSES_ENV,
 )
 from sparkllm.render.ranks import VERIFY_CONTAINER, pod_template_hash
+from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CONTAINER
 from tests.unit.test_render_ranks import NODES, RANK0_IP, pod_spec, sample, statefulsets
 
 JSON = dict[str, Any]
@@ -45,7 +46,10 @@ def _env(container: JSON) -> dict[str, Any]:
 
 def test_off_adds_nothing() -> None:
     for pod in _pods("off"):
-        assert [c["name"] for c in pod["initContainers"]] == [VERIFY_CONTAINER]
+        assert [c["name"] for c in pod["initContainers"]] == [
+            VERIFY_CONTAINER,
+            LAUNCH_CHECK_CONTAINER,
+        ]
         assert HOST_IP not in pod["containers"][0]["env"]
         assert not [v for v in pod["volumes"] if v["name"].startswith("host-")]
 
@@ -53,7 +57,7 @@ def test_off_adds_nothing() -> None:
 @pytest.mark.parametrize("mode", ["warn", "gate"])
 def test_on_checks_the_network_first(mode: str) -> None:
     for pod in _pods(mode, socketMTU=1500):
-        check, measure, verify = pod["initContainers"]
+        check, measure, verify, _launch = pod["initContainers"]
         names = (check["name"], measure["name"], verify["name"])
         assert names == (NETWORK_CONTAINER, BANDWIDTH_CONTAINER, VERIFY_CONTAINER)
         args = check["args"]
@@ -110,7 +114,9 @@ def test_the_collective_runs_in_the_engine_image_at_rank_0(mode: str) -> None:
 
 def test_threshold_zero_runs_no_collective() -> None:
     for pod in _pods("warn", preflight={"minBusBandwidthGbps": 0}):
-        assert [c["name"] for c in pod["initContainers"]] == [NETWORK_CONTAINER, VERIFY_CONTAINER]
+        assert [c["name"] for c in pod["initContainers"]] == [
+                NETWORK_CONTAINER, VERIFY_CONTAINER, LAUNCH_CHECK_CONTAINER,
+            ]  # fmt: skip
         assert "--copy-bandwidth-module" not in pod["initContainers"][0]["args"]
         assert not [v for v in pod["volumes"] if v["name"] == "preflight-code"]
 

@@ -52,6 +52,7 @@ from sparkllm.render.ranks import (
     render_replica_service,
 )
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
+from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CONTAINER
 
 JSON = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def engine_container(sts: JSON) -> JSON:
 
 def verify_container(sts: JSON) -> JSON:
     init: list[JSON] = pod_spec(sts)["initContainers"]
-    assert [c["name"] for c in init] == [VERIFY_CONTAINER]
+    assert [c["name"] for c in init] == [VERIFY_CONTAINER, LAUNCH_CHECK_CONTAINER]
     return init[0]
 
 

@@ -49,6 +49,7 @@ from sparkllm.render.product_image import DEFAULT_PRODUCT_IMAGE, ProductImage
 from sparkllm.render.rank_stamp import stamp
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, engine_args
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
+from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_COMMAND, LAUNCH_CHECK_CONTAINER
 
 # A NotReady/unreachable node must not hold a pipeline rank for the default 300 s: the
 # replica is already broken and the operator restarts it as a whole when the node is back.
@@ -77,6 +78,9 @@ class ReplicaPlan:
     generation: int
     running: bool = True
     node_ips: tuple[str, ...] = ()  # every rank's node address, in rank order
+    # The engine image pinned to one digest (``repo@sha256:...``) after the ranks pulled
+    # different ones (reconcile/decide/versions.py); None: spec.engine.image as written.
+    engine_image: str | None = None
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -180,6 +184,28 @@ def _verify_init_container(
     }
 
 
+def launch_check_container(ic: InferenceCluster, *, image: str, args: list[str]) -> JSON:
+    """The last init container: the engine image's own SGLang checks the engine's exact
+    arguments (``sglang_contract/launch_check.py``) and reports its version.
+
+    The engine's image, arguments and environment, without the engine key (SGLang reads
+    it as one ``--api-key=`` word that only has to be a string; the check never needs the
+    Secret); no volumes, no capabilities: it reads nothing but its own image.
+    """
+    security = engine_container_security(ic)
+    security["capabilities"] = {"drop": ["ALL"]}  # not even the engine's IPC_LOCK
+    return {
+        "name": LAUNCH_CHECK_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(LAUNCH_CHECK_COMMAND),
+        "args": list(args),
+        "env": engine_env(ic.spec),
+        "terminationMessagePolicy": "File",
+        "securityContext": security,
+    }
+
+
 # A failed node's pods are evicted soon (a gang restart follows); Spark nodes may carry
 # the GPU taint, and a rank must run on its Spark.
 RANK_TOLERATIONS: Final[list[JSON]] = [
@@ -224,6 +250,9 @@ def render_rank_statefulset(
         ic, rank=rank, addresses=plan.addresses, image=tools_image, env=env, volumes=volumes
     )
     init_containers.append(_verify_init_container(ic, image=tools_image, mounts=mounts))
+    args = engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip)
+    engine_image = plan.engine_image or ic.spec.engine.image
+    init_containers.append(launch_check_container(ic, image=engine_image, args=args))
     if ic.spec.model.checksums is not None:
         volumes.append(
             {
@@ -248,10 +277,10 @@ def render_rank_statefulset(
         tolerations=RANK_TOLERATIONS,
         pod_security=rank_pod_security(),
         engine_security=engine_container_security(ic),
-        image=ic.spec.engine.image,
+        image=engine_image,
         pull_secrets=tools_image.pod_pull_secrets(),
         command=list(ENGINE_COMMAND),
-        args=engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip),
+        args=args,
         env=env,
         port=ENGINE_HTTP_PORT,
         probes=_probes(ic) if serves_api else None,

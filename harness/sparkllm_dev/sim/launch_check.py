@@ -1,0 +1,106 @@
+"""The launch check as the dev cluster runs it: the operator's program, the pinned wheel's SGLang.
+
+``python -m sparkllm_dev.sim.launch_check ARGS`` runs the operator's own
+``LAUNCH_CHECK_CODE`` (the very string the init container runs in the engine image) with
+``sys.argv[1:] = ARGS``, against the SGLang 0.5.23 wheel the dev virtualenv holds. Why a
+runner: the dev venv installs that wheel without its dependencies (torch, CUDA and the
+like), and ``sglang.srt.server_args`` imports a few of them at module level for code paths
+the parser never takes: they are the tests' stand-ins (``sparkllm_dev.sglang_stubs``, the
+same the request-handling reference uses); everything SGLang's parser and its
+``ServerArgs`` record do runs for real (``msgspec`` is installed for it). Measured on the
+2-core machine: importing ``sglang.srt.server_args`` this way takes about 0.6 s, so each
+rank runs it afresh (no cache needed).
+
+What the simulated node's image is (the fault injector's ``skew_image`` writes it):
+``image_facts`` reads ``<node root>/var/lib/sparkllm-sim/engine-image.json``
+(``{"version": ..., "digest": ...}``); a ``version`` there is what this image's SGLang
+reports instead of the wheel's (``SPARKLLM_SIM_SGLANG_VERSION``), a ``digest`` the image
+ID the kubelet shows for the pod's containers (``kubelet.image_id``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from sparkllm.sglang_contract.launch_check import TERMINATION_LOG_ENV
+from sparkllm_dev.sglang_stubs import StubFinder, stand_in_orjson
+
+SIM_VERSION_ENV: Final = "SPARKLLM_SIM_SGLANG_VERSION"
+JSON = dict[str, Any]
+IMAGE_FACTS_PATH: Final = "var/lib/sparkllm-sim/engine-image.json"
+# Kept real under the stand-ins: ServerArgs is a msgspec Struct; the --tool-call-parser
+# choices come from parser_names (a namespace package: its parent must be real too).
+REAL_MODULES: Final = frozenset(
+    {"msgspec", "sglang.srt.function_call", "sglang.srt.function_call.parser_names"}
+)
+
+
+def image_facts(node_root: Path) -> dict[str, str]:
+    """The simulated node's image (version/digest overrides); empty when none is set."""
+    try:
+        data = json.loads((node_root / IMAGE_FACTS_PATH).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: str(v) for k, v in data.items() if k in {"version", "digest"} and v}
+
+
+def _versioned(real: Callable[[str], str], sim: str) -> Callable[[str], str]:
+    def version(name: str) -> str:
+        return sim if name.lower() == "sglang" else real(name)
+
+    return version
+
+
+def _install(environ: Mapping[str, str]) -> None:
+    """The stand-ins, and the simulated image's version when one is set."""
+    sys.meta_path.insert(0, StubFinder(exclude=REAL_MODULES))
+    sys.modules.setdefault("orjson", stand_in_orjson())
+    sim_version = environ.get(SIM_VERSION_ENV)
+    if sim_version:
+        importlib.metadata.version = _versioned(importlib.metadata.version, sim_version)  # type: ignore[assignment]
+
+
+def _exec(argv: Sequence[str]) -> int:
+    """Run the operator's program once on ``argv``; its exit code."""
+    from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CODE
+
+    sys.argv = ["-c", *argv]
+    try:
+        exec(compile(LAUNCH_CHECK_CODE, "<launch-check>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """Run the operator's launch-check program on ``argv`` as the init container would."""
+    _install(environ)
+    return _exec(argv)
+
+
+def check_many(argvs: Sequence[Sequence[str]], *, scratch: Path) -> list[tuple[int, JSON]]:
+    """(exit code, JSON result) of the program for each command line, in one process
+    (SGLang imported once): for tests. Call it in a process of its own (stand-ins stay)."""
+    _install(os.environ)
+    results = []
+    for index, argv in enumerate(argvs):
+        log = scratch / f"termination-{index}"
+        os.environ[TERMINATION_LOG_ENV] = str(log)
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = _exec(argv)
+        results.append((code, json.loads(log.read_text())))
+    return results
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(sys.argv[1:], os.environ))
