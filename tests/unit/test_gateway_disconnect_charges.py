@@ -149,7 +149,7 @@ def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made
         f"{after['num_requests_total'] - before['num_requests_total']:.0f} requests finished\n"
         f"  ledger charged:  {row['output_tokens']} output tokens, {row['input_tokens']} "
         f"input tokens, outcomes {row['outcomes']}\n"
-        f"  (the rule before issue 25, 'no byte sent' = prompt only, charged no output)"
+        f"  (the earlier rule, 'no byte sent' = prompt only, charged no output)"
     )
     assert after["num_requests_total"] - before["num_requests_total"] == REQUESTS
     assert made_output == REQUESTS * MAX_TOKENS  # every answer ran to max_tokens
