@@ -34,7 +34,7 @@ SAMPLES = ROOT / "manifests" / "samples"
 KEY = EngineKeyRef(secret="k", key="token")
 
 
-def _wheel_rank_ranges() -> Any:
+def wheel_rank_ranges() -> Any:
     """The pinned wheel's ``_calculate_rank_ranges``, its own source, run standalone."""
     spec = importlib.util.find_spec("sglang")
     assert spec is not None
@@ -50,8 +50,11 @@ def _wheel_rank_ranges() -> Any:
     namespace["get_parallel"] = lambda: namespace["parallel"]
     exec(compile(ast.Module(body=[function], type_ignores=[]), str(source), "exec"), namespace)
 
-    def ranges(node_rank: int, *, tp: int, pp: int) -> tuple[range, range]:
-        namespace["parallel"] = SimpleNamespace(nnodes=tp * pp, tp_size=tp, pp_size=pp)
+    def ranges(
+        node_rank: int, *, tp: int, pp: int, nnodes: int | None = None
+    ) -> tuple[range, range]:
+        nodes = tp * pp if nnodes is None else nnodes
+        namespace["parallel"] = SimpleNamespace(nnodes=nodes, tp_size=tp, pp_size=pp)
         pp_range, tp_range, _, _ = namespace["_calculate_rank_ranges"](node_rank)
         return pp_range, tp_range
 
@@ -63,7 +66,7 @@ LAYOUTS = [(1, 3), (2, 1), (2, 2), (4, 2), (1, 8), (8, 1)]
 
 @pytest.mark.parametrize(("tp", "pp"), LAYOUTS)
 def test_node_rank_to_stage_and_tensor_rank_is_the_wheels(tp: int, pp: int) -> None:
-    wheel = _wheel_rank_ranges()
+    wheel = wheel_rank_ranges()
     for node_rank in range(tp * pp):
         pp_range, tp_range = wheel(node_rank, tp=tp, pp=pp)
         assert len(pp_range) == len(tp_range) == 1  # one GPU per Spark: one rank per node

@@ -79,7 +79,8 @@ class EngineApp:
         self.launch_command = launch_command
         self.metrics = EngineMetrics(
             model_name=config.served_model_name,
-            pp_rank=config.node_rank,
+            pp_rank=config.pp_rank,
+            tp_rank=config.tp_rank,
             max_total_num_tokens=config.max_total_num_tokens,
         )
         self.progress = Progress()

@@ -15,6 +15,13 @@ SGLang behaviour mirrored here (0.5.23):
   ``pp_size == 1`` the variable is ignored.
 - ``served_model_name`` defaults to the model path (``arg_groups/serving_hook.py``) and
   must not contain ``:`` (``arg_groups/validation_hook.py``).
+- Multi-node TP x PP (``arg_groups/validation_hook.py``, ``check_server_args``):
+  ``(tp_size * pp_size) % nnodes != 0`` fails with ``AssertionError: tp_size must be
+  divisible by number of nodes``. Which pipeline stage and tensor rank a node runs is
+  ``_calculate_rank_ranges`` in ``srt/entrypoints/engine.py`` (:attr:`EngineConfig.pp_rank`,
+  :attr:`EngineConfig.tp_rank`; with several per node, the node's first); the stage
+  picks the layers. ``harness/tests/unit/test_sim_config.py`` runs the wheel's function
+  and compares.
 
 KV pool size: the product's one KV model (:mod:`sparkllm.plan.kv`) — the documents'
 1,579,520 tokens per rank at mem_fraction_static 0.57, scaled in proportion to the
@@ -68,18 +75,34 @@ class EngineConfig:
     def is_worker(self) -> bool:
         return self.node_rank > 0
 
+    @property
+    def _nnodes_per_pp_rank(self) -> int:
+        return max(self.nnodes // self.pp_size, 1)
+
+    @property
+    def pp_rank(self) -> int:
+        """This node's (first) pipeline stage, as SGLang's _calculate_rank_ranges."""
+        return max(self.pp_size // self.nnodes, 1) * (self.node_rank // self._nnodes_per_pp_rank)
+
+    @property
+    def tp_rank(self) -> int:
+        """This node's (first) tensor-parallel rank, as SGLang's _calculate_rank_ranges."""
+        per_node = self.tp_size // self._nnodes_per_pp_rank
+        return per_node * (self.node_rank % self._nnodes_per_pp_rank)
+
     def layers_of_this_rank(self) -> tuple[int, int] | None:
         """[start, end) layers this rank holds, computed like SGLang's get_pp_indices."""
         if self.num_hidden_layers is None:
             return None
+        stage = self.pp_rank
         if self.layer_partition is not None:
-            start = sum(self.layer_partition[: self.node_rank])
-            return start, start + self.layer_partition[self.node_rank]
+            start = sum(self.layer_partition[:stage])
+            return start, start + self.layer_partition[stage]
         base, remainder = divmod(self.num_hidden_layers, self.pp_size)
-        if self.node_rank >= self.pp_size - remainder:
-            start = self.node_rank * (base + 1) - (self.pp_size - remainder)
+        if stage >= self.pp_size - remainder:
+            start = stage * (base + 1) - (self.pp_size - remainder)
             return start, start + base + 1
-        return self.node_rank * base, (self.node_rank + 1) * base
+        return stage * base, (stage + 1) * base
 
 
 def parse_layer_partition(
@@ -143,6 +166,9 @@ def build_engine_config(
         )
     pp_size = int(args["pp_size"])
     node_rank = int(args["node_rank"])
+    nnodes, tp_size = int(args["nnodes"]), int(args["tp_size"])
+    if (tp_size * pp_size) % nnodes != 0:
+        raise EngineStartupError("AssertionError: tp_size must be divisible by number of nodes")
     layers = model_config.get("num_hidden_layers")
     num_hidden_layers = layers if isinstance(layers, int) else None
     partition = parse_layer_partition(
@@ -156,9 +182,9 @@ def build_engine_config(
     return EngineConfig(
         server_info_args=args,
         node_rank=node_rank,
-        nnodes=int(args["nnodes"]),
+        nnodes=nnodes,
         pp_size=pp_size,
-        tp_size=int(args["tp_size"]),
+        tp_size=tp_size,
         host=sim.host or str(args["host"]),
         port=sim.port if sim.port is not None else int(args["port"]),
         model_path=model_path,

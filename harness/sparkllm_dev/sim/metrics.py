@@ -87,11 +87,17 @@ class EngineMetrics:
     """
 
     def __init__(
-        self, *, model_name: str, pp_rank: int, max_total_num_tokens: int, serves_api: bool = True
+        self,
+        *,
+        model_name: str,
+        pp_rank: int,
+        max_total_num_tokens: int,
+        serves_api: bool = True,
+        tp_rank: int = 0,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._base = {"model_name": model_name, "engine_type": ENGINE_TYPE}
-        self._scheduler = {**self._base, "tp_rank": "0", "pp_rank": str(pp_rank)}
+        self._scheduler = {**self._base, "tp_rank": str(tp_rank), "pp_rank": str(pp_rank)}
         self._scheduler["moe_ep_rank"] = "0"
         self.max_total_num_tokens = max_total_num_tokens
         self._tokenizer = (

@@ -92,6 +92,7 @@ def describe(rank: SimulatedRank) -> str:
         f"node_rank={config.node_rank} nnodes={config.nnodes} pp_size={config.pp_size} "
         f"tp_size={config.tp_size} layers={'unknown' if layers is None else list(layers)} "
         f"layer_partition={list(config.layer_partition or []) or 'even'} "
+        f"pp_rank={config.pp_rank} tp_rank={config.tp_rank} "
         f"role={'worker dummy health server' if config.is_worker else 'rank 0 HTTP API'} "
         f"listen={config.host}:{config.port} context_length={config.context_length} "
         f"max_running_requests={config.max_running_requests} "

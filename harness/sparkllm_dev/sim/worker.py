@@ -1,4 +1,4 @@
-"""Ranks > 0 of a SIMULATED SGLang engine: the dummy health server and nothing else.
+"""Node ranks > 0 of a SIMULATED SGLang engine: the dummy health server and nothing else.
 
 Why it matters to the operator: in SGLang 0.5.23 a node with ``--node-rank`` > 0 runs no
 API. It starts ``launch_dummy_health_check_server`` (``sglang/srt/utils/common.py``) on
@@ -25,7 +25,8 @@ class WorkerApp:
         self.config = config
         self.metrics = EngineMetrics(
             model_name=config.served_model_name,
-            pp_rank=config.node_rank,
+            pp_rank=config.pp_rank,
+            tp_rank=config.tp_rank,
             max_total_num_tokens=config.max_total_num_tokens,
             serves_api=False,
         )

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.unit.test_layouts import wheel_rank_ranges
 
 from sparkllm.errors import SpecError
 from sparkllm.plan.kv import proportional_pool_tokens as kv_pool_tokens
+from sparkllm.plan.partition import sglang_default_partition, stage_ranges
 from sparkllm.sglang_contract.command import ENGINE_COMMAND, ENGINE_LAUNCHER_CODE
 from sparkllm.sglang_contract.fields import ENGINE_API_KEY_ENV
 from sparkllm.sglang_contract.flags import parse_sglang_argv
@@ -165,6 +167,42 @@ def test_even_split_matches_sglang_get_pp_indices() -> None:
         _config([*ARGS, "--node-rank", str(k)], model={"num_hidden_layers": 43}) for k in range(3)
     ]
     assert [r.layers_of_this_rank() for r in ranks] == [(0, 14), (14, 28), (28, 43)]
+
+
+@pytest.mark.parametrize(
+    ("tp", "pp", "nnodes"), [(2, 1, 2), (2, 2, 4), (4, 2, 8), (1, 3, 3), (2, 1, 1), (4, 2, 2)]
+)
+def test_multi_node_ranks_are_the_wheels(tp: int, pp: int, nnodes: int) -> None:
+    """Stage and tensor rank per node as SGLang's _calculate_rank_ranges (the wheel's own
+    function), also with several GPUs per node; the stage picks the layers."""
+    wheel = wheel_rank_ranges()
+    args = ["--model-path", "/m", "--tp-size", str(tp), "--pp-size", str(pp)]
+    for node_rank in range(nnodes):
+        config = _config(
+            [*args, "--nnodes", str(nnodes), "--node-rank", str(node_rank)],
+            model={"num_hidden_layers": 43},
+        )
+        pp_range, tp_range = wheel(node_rank, tp=tp, pp=pp, nnodes=nnodes)
+        assert (config.pp_rank, config.tp_rank) == (pp_range[0], tp_range[0])
+        even = stage_ranges(sglang_default_partition(num_layers=43, stages=pp))
+        assert config.layers_of_this_rank() == even[pp_range[0]]
+
+
+def test_tp2_ranks_hold_every_layer_and_only_rank0_serves() -> None:
+    ranks = [
+        _config(["--model-path", "/m", "--tp-size", "2", "--nnodes", "2", "--node-rank",
+                 str(k)], model={"num_hidden_layers": 43})
+        for k in range(2)
+    ]  # fmt: skip
+    assert [r.layers_of_this_rank() for r in ranks] == [(0, 43), (0, 43)]
+    assert [(r.pp_rank, r.tp_rank, r.is_worker) for r in ranks] == [(0, 0, False), (0, 1, True)]
+    assert ranks[1].server_info_args["tp_size"] == 2
+    assert ranks[1].server_info_args["nnodes"] == 2
+
+
+def test_startup_refuses_a_node_count_sglang_refuses() -> None:
+    with pytest.raises(EngineStartupError, match="tp_size must be divisible by number of nodes"):
+        _config(["--model-path", "/m", "--tp-size", "2", "--pp-size", "1", "--nnodes", "3"])
 
 
 def test_ignored_flag_reports_sglang_default() -> None:
