@@ -414,4 +414,5 @@ def payload_draft(
         allowlist=Allowlist(policy.extensions),
     )
     draft.payload = dict(payload or {})
+    draft.chat = draft.payload  # as_chat's for a chat (the payload rules' order)
     return draft

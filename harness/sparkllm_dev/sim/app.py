@@ -3,7 +3,9 @@
 Why this surface: rank 0 is the only rank that serves users, the router and the operator.
 The operator reads ``/health`` (readiness) and ``/get_server_info`` (ConfigApplied); the
 router probes ``/server_info`` / ``/model_info`` / ``/get_model_info`` and ``/v1/models``;
-users reach ``/v1/chat/completions`` and ``/v1/completions``; Prometheus scrapes
+users reach ``/v1/chat/completions`` and ``/v1/completions``, and ``/v1/messages``
+(+ ``/count_tokens``) and ``/v1/responses`` as chats (protocols.py; a stored response's
+retrieve and cancel answer as SGLang does without ``--enable-response-store``); Prometheus scrapes
 ``/metrics``. Behaviour mirrored from ``sglang/srt/entrypoints/http_server.py`` and
 ``sglang/srt/utils/auth.py`` (0.5.23):
 
@@ -26,6 +28,7 @@ users reach ``/v1/chat/completions`` and ``/v1/completions``; Prometheus scrapes
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
@@ -33,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sparkllm.sglang_contract.flags import SGLANG_VERSION
-from sparkllm_dev.sim import asgi
+from sparkllm_dev.sim import asgi, protocols
 from sparkllm_dev.sim.engine_config import EngineConfig
 from sparkllm_dev.sim.generate import GenerationService
 from sparkllm_dev.sim.health import (
@@ -49,6 +52,11 @@ from sparkllm_dev.sim.openai_api import error_body
 
 logger = logging.getLogger("sparkllm_dev.sim")
 AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+_CONVERTED: dict[str, protocols.Protocol] = {
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "messages",
+    "/v1/responses": "responses",
+}
 
 
 def is_authorized(
@@ -160,6 +168,16 @@ class EngineApp:
             await self._one_model(path.removeprefix("/v1/models/"), send)
         elif path in posts and method == "POST":
             await self._generate(posts[path], scope, receive, send)
+        elif path in _CONVERTED and method == "POST":
+            await self._converted(path, receive, send)
+        elif path.startswith("/v1/responses/") and method in ("GET", "POST"):
+            message = (
+                "Response store is disabled. Stateful Responses require "
+                "--enable-response-store on a standalone server; response storage "
+                "is unavailable in PD mode."
+            )
+            payload = {**error_body(message), "param": "response_id"}
+            await asgi.send_json(send, status=400, payload=payload)
         elif path == "/metrics" and self.config.enable_metrics and method == "GET":
             body = self.metrics.render()
             await asgi.send_response(send, status=200, body=body, content_type=CONTENT_TYPE)
@@ -167,6 +185,43 @@ class EngineApp:
             await asgi.send_json(send, status=405, payload={"detail": "Method Not Allowed"})
         else:
             await asgi.send_json(send, status=404, payload={"detail": "Not Found"})
+
+    async def _converted(self, path: str, receive: asgi.Receive, send: asgi.Send) -> None:
+        """Messages / Responses: the chat SGLang makes of the body, its answer converted."""
+        try:
+            body = json.loads(await asgi.read_body(receive) or b"null")
+        except ValueError:
+            body = None
+        protocol = _CONVERTED[path]
+        if not isinstance(body, dict) or body.get("stream"):
+            why = "a JSON object" if not isinstance(body, dict) else "not streamed (simulator)"
+            payload = error_body(f"the request body must be {why}", err_type="Bad Request")
+            await asgi.send_json(send, status=400, payload=payload)
+            return
+        chat = protocols.to_chat(protocol, body)
+        if path.endswith("/count_tokens"):
+            texts = [m["content"] for m in chat["messages"] if isinstance(m["content"], str)]
+            count = sum(map(self.generation.tokens.count, texts))
+            await asgi.send_json(send, status=200, payload={"input_tokens": count})
+            return
+        captured: list[bytes] = []
+        status = [200]
+
+        async def capture(message: asgi.Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            else:
+                captured.append(message.get("body", b""))
+
+        await asyncio.sleep(max(0.0, self.ready_at - time.monotonic()))  # wait out startup
+        await self.generation.serve("chat", json.dumps(chat).encode(), capture)
+        answer = json.loads(b"".join(captured))
+        if status[0] != 200:
+            await asgi.send_json(send, status=status[0], payload=answer)
+        elif protocol == "messages":
+            await asgi.send_json(send, status=200, payload=protocols.anthropic_message(answer))
+        else:
+            await asgi.send_json(send, status=200, payload=protocols.responses_object(answer, body))
 
     async def _health(self, path: str) -> int:
         if self.shutting_down or self.starting:

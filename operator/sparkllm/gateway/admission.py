@@ -72,7 +72,7 @@ class Admission:
             body=_serialise(draft.payload) if draft.changed else body,
             input_tokens=work.input_tokens,
             input_tokens_exact=work.largest.exact,
-            max_output_tokens=next(iter(draft.granted.values())),
+            max_output_tokens=next(iter(draft.granted.values()), 0),  # 0: a token count
             stream=draft.stream,
             sequences=work.sequences,
         )

@@ -8,18 +8,23 @@ user's budget (429 naming the limit) and a fair slot (429) — and is relayed up
 nothing. This module is the shell around them: it answers a refusal, gives back what the
 rules took (the reservation, the slot) whatever happens, relays, and counts.
 
-Routes: POST /v1/chat/completions and /v1/completions (admitted), GET /v1/models
-(authenticated pass-through), GET /v1/usage (the ledger), GET /health (the gateway
-itself is alive), GET /ready (the upstream answers its readiness probe). /health and
-/ready need no key: the kubelet calls them. There is no /metrics here: its series carry
-user ids with their tokens and refusals, so they are served only on the separate
-``metrics_port`` (server.py), which no Service port and no exposure object routes.
+Routes: POST /v1/chat/completions, /v1/completions, /v1/messages and /v1/responses
+(admitted), POST /v1/messages/count_tokens (decided, then answered here with the exact
+count: it generates nothing), GET /v1/models and /v1/models/{id} (authenticated; an alias
+is looked up as the served name, another id is a 404), GET /v1/responses/{id} and POST
+/v1/responses/{id}/cancel (authenticated pass-through), GET /v1/usage (the ledger), GET
+/health (the gateway itself is alive), GET /ready (the upstream answers its readiness
+probe). /health and /ready need no key: the kubelet calls them. There is no /metrics
+here: its series carry user ids with their tokens and refusals, so they are served only
+on the separate ``metrics_port`` (server.py), which no Service port and no exposure object routes.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import re
 import time
 
 from sparkllm.gateway import deepseek_prompt, replies
@@ -54,6 +59,9 @@ logger = logging.getLogger(__name__)
 
 _GENERATION_ROUTES = {route.value: route for route in Route}
 _GET_ROUTES = frozenset({"/v1/models", "/v1/usage", "/health", "/ready"})
+_MODEL_PATH = "/v1/models/"
+# SGLang's retrieve and cancel of a stored response (an id of the form resp_...).
+_STORED_RESPONSE = re.compile(r"/v1/responses/(?P<id>[^/]+)(?P<cancel>/cancel)?")
 _FORWARDED_HEADERS = (b"accept", b"x-request-id")
 
 
@@ -103,6 +111,9 @@ class GatewayApp:
         self.rules = front_door(
             keys=keys, governor=governor, admission=admission, max_body_bytes=config.max_body_bytes
         )
+        # A token count takes no budget and no slot: it is answered here, costing the
+        # engine nothing (the rules up to the admission decision).
+        self.counting_rules = self.rules[:4]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -132,13 +143,22 @@ class GatewayApp:
             response_started = True
             await send(message)
 
+        stored = _STORED_RESPONSE.fullmatch(path)
         try:
             if route is not None and method == "POST":
                 await self._serve_generation(route, scope, receive, tracking_send)
             elif path in _GET_ROUTES and method == "GET":
                 await self._serve_get(path, scope, receive, tracking_send)
-            elif route is not None or path in _GET_ROUTES:
+            elif path.startswith(_MODEL_PATH) and method == "GET":
+                model = path.removeprefix(_MODEL_PATH)
+                await self._serve_model(model, scope, receive, tracking_send)
+            elif stored is not None and method == ("POST" if stored["cancel"] else "GET"):
+                await self._pass_through(method, path, scope, receive, tracking_send)
+            elif route is not None or path in _GET_ROUTES or path.startswith(_MODEL_PATH):
                 allow = "POST" if route is not None else "GET"
+                await send_reply(send, replies.method_not_allowed(method, path, allow=allow))
+            elif stored is not None:
+                allow = "POST" if stored["cancel"] else "GET"
                 await send_reply(send, replies.method_not_allowed(method, path, allow=allow))
             else:
                 await send_reply(send, replies.unknown_url(method, path))
@@ -166,35 +186,71 @@ class GatewayApp:
                 logger.warning("not ready: upstream probe failed problem=%s", problem)
             await send_bytes(send, status=status, body=body, headers=JSON_HEADERS)
         else:  # /v1/models: authenticated pass-through; /v1/usage: the ledger
-            user = self.keys.authenticate(header(scope, b"authorization"))
-            if isinstance(user, ErrorReply):
-                await send_reply(send, user)
-                self.metrics.count_request(path, Outcome.UNAUTHORIZED)
+            user = await self._authenticated(path, scope, send)
+            if user is None:
                 return
             if path == "/v1/usage":
                 await self._serve_usage(scope, send, user=user)
                 return
-            result = await self.upstream.relay(
-                method="GET",
-                path=path,
-                body=b"",
-                headers=self._forwarded(scope),
-                send=send,
-                receive=receive,
-            )
-            outcome = Outcome.OK if 200 <= result.status < 400 else Outcome.UPSTREAM_ERROR
-            self.metrics.count_request(
-                path, Outcome.CLIENT_CLOSED if result.client_closed else outcome
-            )
+            await self._relay_plain("GET", path, scope, receive, send)
+
+    async def _relay_plain(
+        self, method: str, path: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Relay a request that generates nothing (an authenticated caller's), and count it."""
+        result = await self.upstream.relay(
+            method=method,
+            path=path,
+            body=b"",
+            headers=self._forwarded(scope),
+            send=send,
+            receive=receive,
+        )
+        outcome = _relay_outcome(result)
+        self.metrics.count_request(path, outcome)
+
+    async def _authenticated(self, path: str, scope: Scope, send: Send) -> str | None:
+        """The caller's user id, or None once the 401 is sent."""
+        user = self.keys.authenticate(header(scope, b"authorization"))
+        if isinstance(user, ErrorReply):
+            await send_reply(send, user)
+            self.metrics.count_request(path, Outcome.UNAUTHORIZED)
+            return None
+        return user
+
+    async def _serve_model(self, model: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """GET /v1/models/{id}: the served model's card (an alias names it too), else 404.
+
+        Answered from the router's card of the served name (smg answers it itself)."""
+        path = _MODEL_PATH + model
+        if await self._authenticated(path, scope, send) is None:
+            return
+        served = self.config.served_model_name
+        if model != served and model not in self.config.model_aliases:
+            await send_reply(send, replies.model_not_found(model))
+            self.metrics.count_request("/v1/models", Outcome.BAD_REQUEST)
+            return
+        await self._relay_plain("GET", _MODEL_PATH + served, scope, receive, send)
+
+    async def _pass_through(
+        self, method: str, path: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A stored response's retrieve or cancel: authenticated, relayed without a body."""
+        if await self._authenticated(path, scope, send) is None:
+            return
+        await self._relay_plain(method, path, scope, receive, send)
 
     async def _serve_generation(
         self, route: Route, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """The front door's rules in order, then the relay; what they took is given back."""
         request = Request(route, scope, receive, arrived=time.perf_counter())
+        counting = route is Route.COUNT_TOKENS
         try:
-            verdict = await walk(self.rules, request)
-            if verdict is None:
+            verdict = await walk(self.counting_rules if counting else self.rules, request)
+            if verdict is None and counting:
+                await self._answer_count(request, send)
+            elif verdict is None:
                 await self._relay(request, send)
             elif verdict is Stop.CLIENT_LEFT:
                 self.metrics.count_request(route.value, Outcome.CLIENT_CLOSED)
@@ -214,6 +270,13 @@ class GatewayApp:
                 self.metrics.observe_input_tokens(
                     request.decision.input_tokens, exact=request.decision.input_tokens_exact
                 )
+
+    async def _answer_count(self, request: Request, send: Send) -> None:
+        """POST /v1/messages/count_tokens: the exact count, as SGLang answers it."""
+        assert request.decision is not None
+        body = json.dumps({"input_tokens": request.decision.input_tokens}).encode()
+        await send_bytes(send, status=200, body=body, headers=JSON_HEADERS)
+        self.metrics.count_request(request.route.value, Outcome.OK)
 
     async def _relay(self, request: Request, send: Send) -> None:
         """Relay an admitted request holding a slot; charge what its answer used."""

@@ -28,8 +28,8 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 PREFIX = "sparkllm_gateway_"
-ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "other")
-GENERATION_ROUTES = ROUTES[:2]
+GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses")
+ROUTES = (*GENERATION_ROUTES, "/v1/messages/count_tokens", "/v1/models", "other")
 
 _TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192, 12288, 16384, 32768, 65536)
 _ADMISSION_BUCKETS = (

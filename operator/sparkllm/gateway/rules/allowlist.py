@@ -41,15 +41,45 @@ _COMMON: Final = frozenset(
         *("top_p", "user"),
     }
 )
-# OpenAI's fields the engine supports, per route (legacy completions: no best_of, which
-# multiplies work unseen, and no suffix, which SGLang does not implement).
+# Fields that change no work: the OpenAI SDK sends them, SGLang's request model takes
+# them and nothing it computes reads them — on chat it ignores them (undeclared: pydantic
+# drops them), on Responses and Messages they are declared labels (user, metadata,
+# store, ...). tests/unit/test_gateway_client_fields.py derives chat's from the pinned
+# wheel's model and the SDK's parameters, and checks each is taken by the wheel's model.
+_CACHE_HINTS = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options")
+NO_WORK: Final = {
+    "/v1/chat/completions": frozenset(
+        {"metadata", "store", "service_tier", "safety_identifier", "verbosity", *_CACHE_HINTS}
+    ),
+    "/v1/completions": frozenset[str](),
+    "/v1/messages": frozenset({"metadata", "betas"}),
+    "/v1/messages/count_tokens": frozenset({"betas"}),
+    "/v1/responses": frozenset(
+        {"store", "metadata", "service_tier", "user", "parallel_tool_calls", "stream_options"}
+        | {"safety_identifier", *_CACHE_HINTS}
+    ),
+}
+_ANTHROPIC: Final = frozenset({"model", "messages", "system", "tools", "tool_choice"})
+# OpenAI's (and Anthropic's) fields the engine supports, per route (legacy completions: no
+# best_of, which multiplies work unseen, and no suffix, which SGLang does not implement;
+# Messages and Responses: what protocols.py converts as SGLang does).
 STANDARD: Final = {
-    "/v1/chat/completions": _COMMON
-    | {
-        *("messages", "max_completion_tokens", "top_logprobs", "response_format"),
-        *("tools", "tool_choice", "parallel_tool_calls", "reasoning_effort"),
-    },
-    "/v1/completions": _COMMON | {"prompt", "echo"},
+    route: fields | NO_WORK[route]
+    for route, fields in {
+        "/v1/chat/completions": _COMMON
+        | {
+            *("messages", "max_completion_tokens", "top_logprobs", "response_format"),
+            *("tools", "tool_choice", "parallel_tool_calls", "reasoning_effort"),
+        },
+        "/v1/completions": _COMMON | {"prompt", "echo"},
+        "/v1/messages": _ANTHROPIC
+        | {"max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences"},
+        "/v1/messages/count_tokens": _ANTHROPIC,
+        "/v1/responses": frozenset(
+            {"model", "input", "instructions", "max_output_tokens", "stream", "temperature"}
+            | {"top_p"}
+        ),
+    }.items()
 }
 # SGLang extensions admission reads and counts as the engine does (always allowed).
 COUNTED_EXTENSIONS: Final = {
@@ -57,6 +87,9 @@ COUNTED_EXTENSIONS: Final = {
         {"chat_template_kwargs", "continue_final_message", "reasoning", "task"}
     ),
     "/v1/completions": frozenset[str](),
+    "/v1/messages": frozenset[str](),
+    "/v1/messages/count_tokens": frozenset[str](),
+    "/v1/responses": frozenset[str](),
 }
 # SGLang sampling extensions a deployment may enable (spec.admission.extensions).
 OPTIONAL_EXTENSIONS: Final = frozenset(gateway_settings.OPTIONAL_EXTENSIONS)
@@ -117,9 +150,10 @@ _WHY = "is not supported by this deployment (spec.admission.toolCalling)"
 
 
 def tool_features(draft: Draft) -> ErrorReply | None:
-    """Refuse (chat) a tool-calling feature ``spec.admission.toolCalling`` does not enable."""
-    if draft.route is Route.CHAT:
-        check_tool_features(draft.payload, enabled=draft.policy.tool_features)
+    """Refuse (a chat, or what the engine makes one of) a tool-calling feature
+    ``spec.admission.toolCalling`` does not enable."""
+    if draft.route is not Route.COMPLETIONS:
+        check_tool_features(draft.chat, enabled=draft.policy.tool_features)
     return None
 
 

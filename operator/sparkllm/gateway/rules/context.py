@@ -47,10 +47,28 @@ Verdict = ErrorReply | Stop | None
 
 
 class Route(enum.StrEnum):
-    """The generation endpoints admission guards."""
+    """The generation endpoints admission guards.
+
+    Messages (Anthropic's protocol), its token count and Responses are chats to the
+    engine: SGLang turns each body into a chat-completions request before it renders and
+    counts the prompt (protocols.py does the same for admission).
+    """
 
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"
+    MESSAGES = "/v1/messages"
+    COUNT_TOKENS = "/v1/messages/count_tokens"
+    RESPONSES = "/v1/responses"
+
+
+# The field an input-size refusal names, per route.
+_PROMPT_PARAM = {
+    Route.CHAT: "messages",
+    Route.COMPLETIONS: "prompt",
+    Route.MESSAGES: "messages",
+    Route.COUNT_TOKENS: "messages",
+    Route.RESPONSES: "input",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +175,7 @@ class Draft:
         "allowlist",
         "body",
         "changed",
+        "chat",
         "choices",
         "counter",
         "exact",
@@ -195,6 +214,9 @@ class Draft:
         # Written by the rules (each replaces, never mutates, the shared empty default).
         self.payload: dict[str, Any] = {}  # json_body: the parsed body (rules edit it)
         self.changed = False  # the payload differs from the body: re-serialise it
+        # as_chat: the chat-completions request the engine derives from the payload (the
+        # payload itself for a chat); what the prompt is rendered and counted from.
+        self.chat: dict[str, Any] = self.payload
         self.stream = False  # stream_flag
         self.choices = 1  # choices: n
         self.requested: Mapping[str, int] = _NONE  # output_limits: the output fields sent
@@ -205,7 +227,7 @@ class Draft:
     @property
     def prompt_param(self) -> str:
         """The field an input-size refusal names."""
-        return "messages" if self.route is Route.CHAT else "prompt"
+        return _PROMPT_PARAM[self.route]
 
 
 @dataclass(slots=True, eq=False)

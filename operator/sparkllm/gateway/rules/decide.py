@@ -10,11 +10,12 @@ than the thread hop. The time it took is kept for the admission-duration histogr
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import TYPE_CHECKING, Final
 
 from sparkllm.gateway.replies import ErrorReply
-from sparkllm.gateway.rules.context import Request, Verdict
+from sparkllm.gateway.rules.context import Request, Route, Verdict
 
 if TYPE_CHECKING:
     from sparkllm.gateway.admission import Admission
@@ -31,10 +32,11 @@ class Decide:
     async def __call__(self, request: Request) -> Verdict:
         body, route, user = request.body, request.route, request.user
         started = time.perf_counter()
-        if len(body) > OFFLOAD_BODY_BYTES:
-            decision = await asyncio.to_thread(self.admission.decide, route, body, user=user)
-        else:
-            decision = self.admission.decide(route, body, user=user)
+        # A token count's answer is the count: exact, never the byte bound.
+        decide = functools.partial(
+            self.admission.decide, route, body, user=user, exact=route is Route.COUNT_TOKENS
+        )
+        decision = await asyncio.to_thread(decide) if len(body) > OFFLOAD_BODY_BYTES else decide()
         request.deciding = time.perf_counter() - started
         if isinstance(decision, ErrorReply):
             return decision

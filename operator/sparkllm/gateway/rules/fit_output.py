@@ -12,20 +12,19 @@ bound already left room for every requested limit (prompt_size.py).
 
 from __future__ import annotations
 
-from typing import Final
-
 from sparkllm.gateway import replies
 from sparkllm.gateway.config import MaxTokensPolicy
 from sparkllm.gateway.replies import ErrorReply
-from sparkllm.gateway.rules.context import Draft
-
-INJECTED_FIELD: Final = "max_tokens"
+from sparkllm.gateway.rules.context import Draft, Route
+from sparkllm.gateway.rules.request_fields import OUTPUT_FIELDS
 
 
 def fit_output(draft: Draft) -> ErrorReply | None:
     """The output limits to forward (``draft.granted``), written into the payload when
     they change."""
     policy, work, requested = draft.policy, draft.work, draft.requested
+    if draft.route is Route.COUNT_TOKENS:  # nothing is generated
+        return None
     window, input_tokens = policy.context_length, work.input_tokens
     budget = policy.output_budget(input_tokens, sequences=work.sequences)
     if budget < 1:  # only when max_input_tokens is context_length - 1
@@ -37,8 +36,9 @@ def fit_output(draft: Draft) -> ErrorReply | None:
     if not requested:
         default = policy.default_max_tokens
         granted = budget if default is None else min(default, budget)
-        draft.payload[INJECTED_FIELD] = granted
-        draft.granted = {INJECTED_FIELD: granted}
+        injected = OUTPUT_FIELDS[draft.route][-1]
+        draft.payload[injected] = granted
+        draft.granted = {injected: granted}
         draft.changed = True
         return None
     fitted = dict(requested)

@@ -21,6 +21,7 @@ from sparkllm.gateway.governance.gate import Governor
 from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
 from sparkllm.gateway.rules.allowlist import allowed_fields, tool_features
 from sparkllm.gateway.rules.api_key import Authenticate
+from sparkllm.gateway.rules.as_chat import as_chat
 from sparkllm.gateway.rules.body_size import BodySize
 from sparkllm.gateway.rules.context import Draft, Request, Verdict
 from sparkllm.gateway.rules.decide import Decide
@@ -51,7 +52,8 @@ PAYLOAD_RULES: Final[tuple[PayloadRule, ...]] = (
     model_name,  # 404 model_not_found; an alias rewritten to the served name
     stream_flag,  # 400: stream is a boolean
     choices,  # 400: n <= maxChoices
-    output_limits,  # 400: max_completion_tokens / max_tokens are positive integers
+    output_limits,  # 400: the route's output limits are positive integers
+    as_chat,  # the chat the engine makes of a Messages / Responses body (400 if it cannot)
     tool_features,  # 400 unsupported_parameter: spec.admission.toolCalling
     prompts_per_request,  # 400: completion prompts well-formed, <= maxPromptsPerRequest
     prompt_size,  # 400 when the prompt cannot be built; else its tokens

@@ -30,7 +30,7 @@ from sparkllm.gateway.tokens import PromptSize
 def prompt_size(draft: Draft) -> ErrorReply | None:
     """Measure the prompt(s) into ``draft.work``."""
     exact_above = _exact_above(draft)
-    if draft.route is Route.CHAT:
+    if draft.route is not Route.COMPLETIONS:  # a chat, or a body the engine makes one of
         large = len(draft.body) > draft.policy.max_input_tokens  # may be grossly over the cap
         size = _measure_chat(draft, exact_above=exact_above, large=large)
         draft.work = Work(size, 1, draft.choices)
@@ -49,7 +49,7 @@ def _exact_above(draft: Draft) -> int:
 
 
 def _measure_chat(draft: Draft, *, exact_above: int, large: bool) -> PromptSize:
-    payload = draft.payload
+    payload = draft.chat
     messages = validation.chat_messages(payload)
     continue_final = validation.optional_bool(payload, "continue_final_message")
     template = draft.template
@@ -90,7 +90,7 @@ def _encode_v4(
     (for a ``large`` body, which alone can be) grossly oversized ones."""
     try:
         return prompt.measure(
-            draft.payload,
+            draft.chat,
             exact_above=exact_above,
             byte_level=draft.counter.byte_level,
             refuse_above=draft.policy.max_input_tokens if large else -1,

@@ -21,10 +21,14 @@ from sparkllm.gateway import replies, validation
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.rules.context import Draft, Route
 
-# Output-limit fields per route; SGLang reads max_completion_tokens first for chat.
+# Output-limit fields per route; SGLang reads max_completion_tokens first for chat. The
+# last is the one written when the request sets none (a token count generates nothing).
 OUTPUT_FIELDS: Final = {
     Route.CHAT: ("max_completion_tokens", "max_tokens"),
     Route.COMPLETIONS: ("max_tokens",),
+    Route.MESSAGES: ("max_tokens",),
+    Route.COUNT_TOKENS: (),
+    Route.RESPONSES: ("max_output_tokens",),
 }
 
 
