@@ -154,7 +154,9 @@ def test_install_md_permission_tables_are_the_charts_cluster_roles_exactly() -> 
 
 # --- references ---------------------------------------------------------------------------
 
-INTERNAL = re.compile(r"\bissues? \d+|(?<![\w&/])#\d+\b|\bwave \d+|\bDESIGN\.md\b", re.I)
+# An upstream pull request ("sgl-project/sglang PR #37479") is a public reference, not ours.
+INTERNAL = re.compile(r"\bissues? \d+|(?<![\w&/])(?<!PR )#\d+\b|\bwave \d+|\bDESIGN\.md\b", re.I)
+TEMPLATE_COMMENT = re.compile(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", re.S)  # kept out of the render
 LINK = re.compile(r"\]\(([^)#\s\[\]*]+)(?:#[^)]*)?\)")
 
 
@@ -172,6 +174,21 @@ def test_docs_cite_no_internal_issue_and_link_only_to_files_that_exist() -> None
     assert not problems, "\n".join(problems)
 
 
+def test_what_users_copy_or_render_cites_no_internal_issue() -> None:
+    """The chart (its YAML comments are rendered; a template comment is not), the CRDs
+    (``kubectl explain``) and the manifests and samples users copy."""
+    problems = []
+    for top in ("charts", "crds", "manifests"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if not path.is_file() or path.suffix not in (".yaml", ".yml", ".tpl", ".txt", ".json"):
+                continue
+            text = TEMPLATE_COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), path.read_text())
+            for number, line in enumerate(text.split("\n"), 1):
+                where = f"{path.relative_to(ROOT)}:{number}"
+                problems += [f"{where}: cites {m.group(0)!r}" for m in INTERNAL.finditer(line)]
+    assert not problems, "\n".join(problems)
+
+
 def test_the_reference_check_sees_what_it_must() -> None:
     assert INTERNAL.search("as before issue 25 (six chats")
     assert INTERNAL.search("see #30 for the fix")
@@ -179,6 +196,7 @@ def test_the_reference_check_sees_what_it_must() -> None:
     assert INTERNAL.search("DESIGN.md section 4")
     assert not INTERNAL.search("`sparkllm.io/acceptance=demo` on port 30080, 1,579,520 tokens")
     assert not INTERNAL.search("[x](exposure.md#tls)")
+    assert not INTERNAL.search("the cookbook, sgl-project/sglang PR #37479")
     assert LINK.findall("see [exposure](exposure.md#tls) and [d](../DESIGN.md)") == [
         "exposure.md",
         "../DESIGN.md",
