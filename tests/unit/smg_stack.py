@@ -65,7 +65,9 @@ def smg_stack(
         ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
         rendered = router_command(key=KEY)  # smg's words as the router container runs it
         assert rendered[:2] == ["smg", "launch"]
-        args = localize_router_args(with_worker_url(rendered[2:], url=engine_server.url), ports=ports)
+        args = localize_router_args(
+            with_worker_url(rendered[2:], url=engine_server.url), ports=ports
+        )
         with (root / "smg.log").open("wb") as sink:
             router = subprocess.Popen([str(SMG), "launch", *args], stdout=sink, stderr=sink)
         try:

@@ -8,13 +8,17 @@ charged like a chat.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import anthropic
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from sparkllm.gateway import router_errors
+from sparkllm.gateway.admission import Admitted, Route
 from tests.unit.accept_sim import MODEL
 from tests.unit.smg_stack import Stack, smg_stack
 
@@ -33,8 +37,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture
-def client(stack: Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0)
+def client(stack: Stack) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{stack.url}/v1", api_key=KEY, max_retries=0) as sdk:
+        yield sdk
 
 
 def test_openai_sdk_retrieves_the_model_and_an_alias(client: openai.OpenAI) -> None:
@@ -67,25 +72,32 @@ def test_openai_sdk_no_work_fields_pass_on_chat(client: openai.OpenAI) -> None:
 
 
 def test_anthropic_sdk_messages_and_count_tokens(stack: Stack) -> None:
-    # The Anthropic SDK sends x-api-key; the front door takes Bearer keys, as the SDK's
-    # auth_token option sends them.
-    client = anthropic.Anthropic(base_url=stack.url, auth_token=KEY, max_retries=0)
-    message = client.messages.create(
-        model=MODEL, max_tokens=8, system="Be brief.",
-        messages=[{"role": "user", "content": "Say hello."}], metadata={"user_id": "u-1"},
-    )  # fmt: skip
-    assert message.content[0].type == "text"
-    assert 0 < message.usage.output_tokens <= 8
-    counted = client.messages.count_tokens(
-        model=MODEL, system="Be brief.", messages=[{"role": "user", "content": "Say hello."}]
-    )
-    assert counted.input_tokens > 0
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        client.messages.create(
-            model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}],
-            extra_body={"ignore_eos": True},
+    # The front door takes Bearer keys: the SDK's auth_token sends one (api_key would send
+    # x-api-key).
+    with anthropic.Anthropic(base_url=stack.url, auth_token=KEY, max_retries=0) as client:
+        message = client.messages.create(
+            model=MODEL, max_tokens=8, system="Be brief.",
+            messages=[{"role": "user", "content": "Say hello."}], metadata={"user_id": "u-1"},
         )  # fmt: skip
-    assert "ignore_eos" in str(refused.value)
+        assert message.content[0].type == "text"
+        assert 0 < message.usage.output_tokens <= 8
+        counted = client.messages.count_tokens(
+            model=MODEL, system="Be brief.", messages=[{"role": "user", "content": "Say hello."}]
+        )
+        # The exact count admission makes of the same request (the chat template's prompt,
+        # as SGLang renders it: test_gateway_sglang_differential.py; the simulator counts
+        # its own plain rendering, so its usage differs).
+        body = {"model": MODEL, "max_tokens": 8, "system": "Be brief.",
+                "messages": [{"role": "user", "content": "Say hello."}]}  # fmt: skip
+        decided = stack.app.admission.decide(Route.MESSAGES, json.dumps(body).encode(), exact=True)
+        assert isinstance(decided, Admitted)
+        assert counted.input_tokens == decided.input_tokens > 0
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.create(
+                model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}],
+                extra_body={"ignore_eos": True},
+            )  # fmt: skip
+        assert "ignore_eos" in str(refused.value)
 
 
 def test_stored_response_routes_are_served(stack: Stack) -> None:
@@ -95,6 +107,66 @@ def test_stored_response_routes_are_served(stack: Stack) -> None:
     assert retrieved.status_code != 404 or retrieved.json()["error"]["code"] != "unknown_url"
     assert cancelled.json().get("error", {}).get("code") != "unknown_url"
     assert httpx.get(f"{stack.url}/v1/responses/resp_abc", timeout=10).status_code == 401
+
+
+# smg 1.13.0's own refusals, recorded from the stack above (before the rewrite).
+SMG_RANGE = (
+    'temperature: Validation error: range [{"max": Number(2.0), "value": Number(5.0), '
+    '"min": Number(0.0)}]'
+)
+SMG_TYPE = (
+    "Invalid JSON data: Failed to deserialize the JSON body into the target type: "
+    'max_tokens: invalid type: string "x", expected u32 at line 1 column 32'
+)
+
+
+@pytest.mark.parametrize(
+    ("message", "readable"),
+    [
+        (SMG_RANGE, "'temperature' must be from 0.0 to 2.0, got 5.0."),
+        (SMG_TYPE, "'max_tokens' is not valid: invalid type: string \"x\", expected a "
+         "non-negative integer."),
+        ("top_p: Invalid 'top_p': decimal above maximum value.", None),  # already readable
+    ],
+)  # fmt: skip
+def test_router_debug_text_is_rewritten(message: str, readable: str | None) -> None:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                 "param": "p", "code": "c"}}).encode()  # fmt: skip
+    reply = router_errors.readable(400, body)
+    assert (reply and reply.message) == readable
+    if reply is not None:
+        assert (reply.status, reply.param, reply.code) == (400, "p", "c")
+
+
+def test_router_refusal_reaches_the_sdk_readable_and_counts_as_a_client_error(
+    client: openai.OpenAI, stack: Stack
+) -> None:
+    before = _outcomes(stack)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], temperature=5
+        )
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["message"] == "'temperature' must be from 0.0 to 2.0, got 5.0."
+    assert refused.value.param == "temperature"
+    after = _outcomes(stack)
+    assert after[("/v1/chat/completions", "bad_request")] == (
+        before[("/v1/chat/completions", "bad_request")] + 1
+    )
+    assert (
+        after[("/v1/chat/completions", "upstream_error")]
+        == (before[("/v1/chat/completions", "upstream_error")])
+    )
+
+
+def _outcomes(stack: Stack) -> dict[tuple[str, str], float]:
+    text = stack.app.metrics.exposition()[0].decode()
+    return {
+        (sample.labels["route"], sample.labels["outcome"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "sparkllm_gateway_requests_total"
+    }
 
 
 def _usage(stack: Stack) -> dict[str, object]:

@@ -30,6 +30,7 @@ from tests.unit.gateway_fixtures import (
     read_request_body,
     running,
     train_tokenizer,
+    wait_until,
     write_keys,
     write_model_dir,
 )
@@ -239,6 +240,19 @@ def test_the_client_gets_503_with_retry_after_never_the_routers_404(
         other = {"model": MODEL, "prompt": "other", "max_tokens": 4}
         passed = client.post("/v1/completions", json=other, headers=ALICE)
         assert (passed.status_code, passed.json()) == (404, {})
+    # Counted as no_replica (why: no_replica_replies), never upstream_error: an operator is
+    # not paged for a model scaled to zero; the router's other 404 is the client's.
+    series = 'sparkllm_gateway_requests_total{outcome="%s",route="%s"} %s'
+    wanted = [
+        series % ("no_replica", "/v1/chat/completions", "2.0"),
+        series % ("no_replica", "/v1/completions", "2.0"),
+        series % ("bad_request", "/v1/completions", "1.0"),
+        series % ("upstream_error", "/v1/completions", "0.0"),
+    ]
+    wait_until(
+        lambda: all(line in app.metrics.exposition()[0].decode() for line in wanted),
+        what="the outcomes counted",
+    )
 
 
 def test_without_a_cluster_to_read_the_503_still_says_no_replica_is_ready(

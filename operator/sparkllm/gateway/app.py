@@ -76,10 +76,19 @@ def _outcome_of(reply: ErrorReply) -> Outcome:
 
 
 def _relay_outcome(result: RelayResult) -> Outcome:
+    """How a relayed request ended. A 4xx the router or engine answered is the client's
+    mistake (a field out of range, a prompt over the window), counted as such so that it
+    never pages an operator; 401/403 there are the gateway's own key being refused, a
+    deployment fault. No replica serving is its own outcome (no_replica_replies says why)."""
     if result.client_closed:
         return Outcome.CLIENT_CLOSED
-    if result.upstream_answered and result.status < 400 and result.complete:
+    if result.no_replica:
+        return Outcome.NO_REPLICA
+    status = result.status
+    if result.upstream_answered and status < 400 and result.complete:
         return Outcome.OK
+    if result.upstream_answered and 400 <= status < 500 and status not in (401, 403):
+        return Outcome.RATE_LIMITED if status == 429 else Outcome.BAD_REQUEST
     return Outcome.UPSTREAM_ERROR
 
 

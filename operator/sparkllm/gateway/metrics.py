@@ -77,6 +77,7 @@ class Outcome(enum.StrEnum):
     RATE_LIMITED = "rate_limited"
     BAD_REQUEST = "bad_request"
     UPSTREAM_ERROR = "upstream_error"
+    NO_REPLICA = "no_replica"  # 503: no replica serves (scaled to 0, starting, budget spent)
     CLIENT_CLOSED = "client_closed"
 
 

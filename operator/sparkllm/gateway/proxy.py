@@ -21,7 +21,10 @@ Why this way:
   502, no response in time 504 — in OpenAI's error format (replies.py);
 * the router's answers that it has no replica to take a generation (404
   ``model_not_found``, 503 ``no_available_workers``) never pass: they become the 503
-  that says why (serving.py).
+  that says why (serving.py);
+* the router's own 400s (its type checks, before any engine sees the request) pass with
+  their status, ``param`` and ``code`` but a readable message instead of Rust's debug
+  text (router_errors.py).
 
 The upstream module's errors are translated here and do not leave this module.
 """
@@ -35,7 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from sparkllm.gateway import replies
+from sparkllm.gateway import replies, router_errors
 from sparkllm.gateway.asgi import Receive, Send, send_reply, wait_for_disconnect
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.serving import ROUTER_NO_WORKER_STATUSES, is_no_worker
@@ -89,6 +92,7 @@ class RelayResult:
     client_closed: bool
     first_byte_at: float | None
     worker: str | None = None  # the engine the router chose (its WORKER_HEADER), if said
+    no_replica: bool = False  # the router had no replica: the 503 that says why was sent
 
 
 class UpstreamClient:
@@ -175,15 +179,19 @@ class UpstreamClient:
         try:
             async with self._pool.exchange(request, on_wait=on_wait, on_sent=on_sent) as response:
                 first_byte_at = time.perf_counter()
-                status, body = response.status, None
-                if no_worker is not None and status in ROUTER_NO_WORKER_STATUSES:  # small
-                    body = b"".join([chunk async for chunk in response.chunks()])
+                status, body, no_replica = response.status, None, False
                 worker = next((v for n, v in response.headers if n == WORKER_HEADER), None)
-                if body is not None and is_no_worker(status, response.headers, body):
-                    assert no_worker is not None
+                own = worker is None and status == 400  # the router's refusal, not the engine's
+                if own or (no_worker is not None and status in ROUTER_NO_WORKER_STATUSES):
+                    body = b"".join([chunk async for chunk in response.chunks()])  # small
+                readable = router_errors.readable(status, body) if own and body else None
+                if body is not None and no_worker and is_no_worker(status, response.headers, body):
                     reply = await no_worker()
                     await send_reply(send, reply)
-                    status, complete = reply.status, True
+                    status, complete, no_replica = reply.status, True, True
+                elif readable is not None:
+                    await send_reply(send, readable)
+                    complete = True
                 else:
                     complete = await self._stream(response, send, body=body)  # reports breaks
                 return RelayResult(
@@ -193,6 +201,7 @@ class UpstreamClient:
                     client_closed=False,
                     first_byte_at=first_byte_at,
                     worker=None if worker is None else worker.decode("latin-1"),
+                    no_replica=no_replica,
                 )
         except UpstreamError as exc:  # no answer: could not connect, no head in time, broken
             reply = _reply_for(exc)
