@@ -467,6 +467,74 @@ def check_helm(block: Block) -> None:
     assert rendered, f"{block.where}: no helm install in the block"
 
 
+def icl_header(*, wide: bool) -> str:
+    """``kubectl get icl`` 's header: NAME and the CRD's printer columns (``-o wide``: all)."""
+    from sparkllm.api.crd import build_crd
+
+    columns = build_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    names = [c["name"].upper() for c in columns if wide or not c.get("priority")]
+    return " ".join(["NAME", *names])
+
+
+def check_icl_tables(lines: list[str], where: str) -> int:
+    """Each ``kubectl get icl`` table in ``lines``: the header the CRD's printer columns
+    make, a row per object with one value per column (the sample's name, replicas, model
+    and pipeline stages); returns how many tables."""
+    sample = _sample()["spec"]
+    tables = 0
+    for index, line in enumerate(lines):
+        if not line.startswith("NAME "):
+            continue
+        header = _squash(line)
+        wide = "ENDPOINT" in header
+        assert header == icl_header(wide=wide), f"{where}: {header!r} != {icl_header(wide=wide)!r}"
+        row = dict(zip(header.split(), lines[index + 1].split(), strict=True))
+        assert row["NAME"] == "deepseek-v4-flash", f"{where}: {row}"
+        assert row["MODEL"] == sample["model"]["servedName"], f"{where}: {row}"
+        assert row["PP"] == str(sample["engine"].get("pipelineParallel", 3)), f"{where}: {row}"
+        assert row["REPLICAS"] == str(sample.get("replicas", 1)), f"{where}: {row}"
+        tables += 1
+    return tables
+
+
+def check_icl_table(block: Block) -> None:
+    """The ``kubectl get icl`` tables of a console block match the CRD's printer columns."""
+    assert check_icl_tables(block.text.split("\n"), block.where), f"{block.where}: no table"
+
+
+def check_demo_output(block: Block) -> None:
+    """README's ``make demo`` excerpt is what the demo prints: its progress lines' formats,
+    the icl table, and the closing lines (``access_lines`` with the demo profile's paths,
+    the front door's port and key as ``PORT``/``KEY``, the stop line)."""
+    from sparkllm_dev.demo import DemoAccess, access_lines
+    from sparkllm_dev.devcluster.paths import DEMO, DevPaths
+
+    paths = DevPaths(root=Path("~/.cache/sparkllm"), profile=DEMO)
+    access = DemoAccess(
+        kubeconfig=paths.kubeconfig,
+        kubectl=paths.binary("kubectl"),
+        front_door="http://127.0.0.1:PORT",
+        key="KEY",
+    )
+    printed = [*access_lines(access), f"{'make demo-down':<51} # stop everything"]
+    phases = _crd_schema()["properties"]["status"]["properties"]["phase"]["enum"]
+    lines = block.text.split("\n")
+    assert check_icl_tables(lines, block.where) == 1, f"{block.where}: expected one icl table"
+    for index, line in enumerate(lines):
+        if line.startswith("[demo] phase: "):
+            phase = line.removeprefix("[demo] phase: ")
+            assert phase in phases, f"{block.where}: no phase {phase!r}"
+        elif line.startswith("[demo] Ready in "):
+            assert re.fullmatch(r"\[demo\] Ready in \d+\.\d s", line), line
+        elif line.startswith(("export ", "# ", "curl ", "make ")):
+            assert any(output_matches(line, real) for real in printed), (
+                f"{block.where}: the demo prints no line like {line!r}; it prints:\n"
+                + "\n".join(printed)
+            )
+        elif line.strip() and line != "..." and not lines[index - 1].startswith("NAME "):
+            assert line.startswith("NAME "), f"{block.where}: unchecked line {line!r}"
+
+
 def check_kustomize(block: Block) -> None:
     """Each ``kubectl apply -k DIR`` builds (``kubectl kustomize DIR``, offline); applying
     it is tests/integration/test_kustomize.py's."""
@@ -493,6 +561,8 @@ def check_kustomize(block: Block) -> None:
 
 
 CHECKS: dict[str, Callable[[Block], None]] = {
+    "demo-output": check_demo_output,
+    "icl-table": check_icl_table,
     "kustomize": check_kustomize,
     "spec-fragment": check_spec_fragment,
     "status-keys": check_status_keys,
@@ -578,6 +648,16 @@ def _fake(text: str, lang: str = "") -> Block:
     return Block(ROOT / "README.md", 1, lang, text, "check", "")
 
 
+ICL_WIDE = (  # README's table, which check_demo_output passes
+    "NAME REPLICAS READY PHASE MODEL PP AGE ENDPOINT REASON RESTARTS\n"
+    "deepseek-v4-flash 1 1 Ready deepseek-v4-flash 3 15s http://x.llm.svc:8000 AllReplicasReady 0"
+)
+
+
+def test_check_demo_output_passes_the_readme_table() -> None:
+    check_demo_output(_fake(ICL_WIDE))
+
+
 @pytest.mark.parametrize(
     ("check", "text"),
     [
@@ -587,6 +667,11 @@ def _fake(text: str, lang: str = "") -> Block:
         (check_layout, "operator/sparkllm/   api/ nowhere/"),
         (check_engine_launcher_code, "import os"),
         (check_crd_messages, "spec.engine.env: Forbidden: env must not be pretty: X"),
+        (check_icl_table, "NAME REPLICAS READY PHASE MODEL PP AGE\nx 1 1 Ready m 3 2d"),
+        (check_icl_table, "NAME READY PHASE MODEL PP AGE\ndeepseek-v4-flash 1 Ready m 3 2d"),
+        (check_demo_output, f"{ICL_WIDE}\nexport KUBECONFIG=~/.kube/config"),
+        (check_demo_output, f"{ICL_WIDE}\n[demo] phase: Serving"),
+        (check_demo_output, f"{ICL_WIDE}\nmake demo down   # stop everything"),
     ],
 )
 def test_the_checks_refuse_a_drifted_block(check: Callable[[Block], None], text: str) -> None:
