@@ -14,6 +14,12 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 CLUSTER ?= demo
 
+# Bytecode is written (an environment may say PYTHONDONTWRITEBYTECODE=1): the tests start
+# many Python processes (the operator, simulators, gateways, the CLI) and pytest rewrites
+# every test module's asserts; without the cache each does it again on every run (make unit's
+# collection: about 12 s of CPU without it, 4 s with it, on the 2-core machine).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo control-plane demo-down test lint unit bench binaries tools image devcluster-up devcluster-down crds clean venv
 
 # The same install script the Dockerfile's builder stage runs: the image cannot drift
