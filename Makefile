@@ -88,6 +88,7 @@ demo-down: $(STAMP)
 
 crds: $(STAMP)
 	bash hack/gen-crd.sh
+	bash hack/sync-chart-crds.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -38,6 +38,11 @@ class Release:
 
     def helm(self, *args: str, values: dict[str, Any] | None = None, check: bool = True) -> Any:
         flags = ["--kubeconfig", str(self.cluster.paths.kubeconfig), "-n", self.namespace]
+        if args[0] in ("install", "upgrade"):
+            # The suite's cluster has the CRD from crds/ (kubectl apply), and one release
+            # per cluster may own it: these releases leave it alone (test_upgrade.py has
+            # the chart applying it, kept through upgrade, rollback and uninstall).
+            flags += ["--set", "crds.install=false"]
         if values is not None:
             path = self.tmp / f"values-{len(list(self.tmp.iterdir()))}.yaml"
             path.write_text(yaml.safe_dump(values))

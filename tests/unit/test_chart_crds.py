@@ -1,6 +1,7 @@
 """The CRDs ship in three places and must not drift from the generated ``crds/``.
 
-``crds/`` is generated from the pydantic models (hack/gen-crd.sh); the Helm chart and the
+``crds/`` is generated from the pydantic models (hack/gen-crd.sh); the Helm chart (in
+``files/crds/``, applied by ``templates/crds.yaml`` so ``helm upgrade`` updates them) and the
 kustomize base carry byte-identical copies (hack/sync-chart-crds.sh). kopf's peering CRDs
 live in the chart (and, copied, in the kustomize HA overlay) and must name the group and
 plurals kopf 1.45 looks for, or HA operators would pause forever.
@@ -16,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "crds"
-COPIES = (ROOT / "charts" / "sparkllm" / "crds", ROOT / "manifests" / "base" / "crds")
+COPIES = (ROOT / "charts" / "sparkllm" / "files" / "crds", ROOT / "manifests" / "base" / "crds")
 PEERING = ROOT / "charts" / "sparkllm" / "crds" / "kopf.dev_peerings.yaml"
 SOURCE_NAMES = sorted(p.name for p in SOURCE.glob("*.yaml"))
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from sparkllm import __version__
 from sparkllm.api.meta import (
     CATEGORIES,
     CRD_NAME,
@@ -29,6 +30,14 @@ from sparkllm.api.meta import (
 from sparkllm.api.schema import JsonSchema, structural_schema
 from sparkllm.api.spec import InferenceClusterSpec, ObjectMeta
 from sparkllm.api.status import InferenceClusterStatus
+from sparkllm.keys import ANNOTATION_CRD_VERSION
+
+# The chart ships the CRD as a template (charts/sparkllm/templates/crds.yaml), so `helm
+# upgrade` updates it; Helm must never delete it (deleting a CRD deletes every
+# InferenceCluster, i.e. every model): not on uninstall, not on a rollback to a chart
+# without it. The version says which sparkllm release's schema it carries (the operator
+# names it when the installed CRD lacks fields it knows: reconcile/crd_check.py).
+CRD_ANNOTATIONS = {"helm.sh/resource-policy": "keep", ANNOTATION_CRD_VERSION: __version__}
 
 GENERATED_HEADER = (
     "# Generated from the pydantic models in sparkllm.api by `python -m sparkllm.api.crd`\n"
@@ -108,6 +117,7 @@ def build_crd() -> dict[str, Any]:
         "metadata": {
             "name": CRD_NAME,
             "labels": {"app.kubernetes.io/part-of": "sparkllm"},
+            "annotations": dict(CRD_ANNOTATIONS),
         },
         "spec": {
             "group": GROUP,

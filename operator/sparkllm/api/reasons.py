@@ -75,4 +75,6 @@ class Reason(StrEnum):
     API_SERVED = "APIServed"  # Exposed=True: every API spec.exposure needs is served
     # UpdatePending=True: a new operator version renders the rank pods otherwise; it waits
     OPERATOR_UPDATE_PENDING = "OperatorUpdatePending"
+    # Event: the installed CRD lacks fields this operator knows (reconcile/crd_check.py)
+    CRD_OUTDATED = "CRDOutdated"
     RANK_PODS_CURRENT = "RankPodsCurrent"  # UpdatePending=False: the pods have the rendering

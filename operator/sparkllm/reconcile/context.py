@@ -18,13 +18,19 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from sparkllm.api import Reason
 from sparkllm.api.admin_policy import AdminPolicy
 from sparkllm.api.governance_store import RedisStoreSpec
-from sparkllm.errors import SpecError
+from sparkllm.errors import ClusterAPIError, SpecError
 from sparkllm.kube.client import KubeAPI, load_configuration
+from sparkllm.kube.kinds import INFERENCE_CLUSTER
 from sparkllm.reconcile import metrics
+from sparkllm.reconcile.crd_check import check_installed_crd
+from sparkllm.reconcile.decide.actions import PendingEvent
 from sparkllm.reconcile.decide.upgrade import DEFAULT_UPGRADE, UpgradeSettings
+from sparkllm.reconcile.events import event_manifest
 from sparkllm.reconcile.reconciler import ClusterReconciler, Key, PassOutcome
 from sparkllm.reconcile.triggers import Coalescer
 from sparkllm.render.placement import NodeFacts
@@ -48,9 +54,15 @@ class OperatorContext:
     _waiting: set[Key] = field(default_factory=set)
     _node_facts: dict[str, NodeFacts] = field(default_factory=dict)
     known: set[Key] = field(default_factory=set)
+    crd_problem: str | None = None  # the installed CRD is older than this operator
+    _crd_warned: set[Key] = field(default_factory=set)  # objects told so (an Event each)
 
     async def start(self) -> None:
         api = KubeAPI(load_configuration(self.kubeconfig))
+        try:
+            self.crd_problem = await check_installed_crd(api)
+        except ClusterAPIError as exc:  # not fatal: the CRD is checked, not needed, here
+            logger.warning("could not read the installed CRD to compare its schema: %s", exc)
         reconciler = ClusterReconciler(
             api,
             gateway_image=self.product_image,
@@ -105,12 +117,25 @@ class OperatorContext:
         metrics.RECONCILE_SECONDS.labels(result="ok").observe(elapsed)
         logger.info("reconciled %s/%s in %.3f s", *key, elapsed)
         self._record_nodes(key, outcome.nodes)
+        if self.crd_problem is not None and key not in self._crd_warned:
+            await self._warn_crd(key)
         if outcome.waiting_for_nodes:
             self._waiting.add(key)
         else:
             self._waiting.discard(key)
         if outcome.retry_after is not None:
             self.coalescer.trigger_later(key, max(outcome.retry_after, 0.05))
+
+    async def _warn_crd(self, key: Key) -> None:
+        """The CRDOutdated Warning on ``key``, once per operator start."""
+        api = self._runtime["api"]
+        assert isinstance(api, KubeAPI)
+        obj = await api.get(INFERENCE_CLUSTER, key[1], key[0])
+        if obj is None or self.crd_problem is None:
+            return
+        event = PendingEvent(True, Reason.CRD_OUTDATED, self.crd_problem)
+        await api.create(event_manifest(obj, event, now=datetime.now(UTC)))
+        self._crd_warned.add(key)
 
     def _record_nodes(self, key: Key, nodes: set[str]) -> None:
         """Remember the nodes ``key`` uses; nodes it released may place a waiting object."""

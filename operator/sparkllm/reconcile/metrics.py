@@ -29,6 +29,10 @@ REPLICAS: Final = Gauge(
     "Replicas of an InferenceCluster by phase.",
     ["namespace", "cluster", "phase"],
 )
+CRD_FIELDS_MISSING: Final = Gauge(
+    "sparkllm_crd_fields_missing",
+    "Fields of this operator's InferenceCluster schema the installed CRD lacks (0: current).",
+)
 GANG_RESTARTS: Final = Counter(
     "sparkllm_gang_restarts_total",
     "Whole-replica restarts, by cause.",
