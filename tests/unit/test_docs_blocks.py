@@ -448,6 +448,37 @@ def check_worked_rule_test(block: Block) -> None:
         del sys.modules[WORKED_RULE]
 
 
+def check_worked_rule_pipeline(block: Block) -> None:
+    """The worked example's place in PAYLOAD_RULES: without its one new line, the lines
+    shown are consecutive lines of rules/pipeline.py."""
+    pipeline = ROOT / "operator" / "sparkllm" / "gateway" / "rules" / "pipeline.py"
+    shown = [line for line in block.text.split("\n") if "stop_sequences" not in line]
+    assert len(shown) == len(block.text.split("\n")) - 1, f"{block.where}: one new line"
+    text = "\n" + pipeline.read_text() + "\n"
+    assert "\n" + "\n".join(shown) + "\n" in text, f"{block.where}: not in {pipeline.name}"
+
+
+def check_integrity_summary(block: Block) -> None:
+    """The termination message shown (values elided: ``<...>``, ``, ...``) has the keys and
+    constants of a real one: ``verify-model`` of the harness's toy model (46 shards)."""
+    import tempfile
+
+    from sparkllm.integrity.verify import VerifyRequest, verify_model
+    from sparkllm_dev.devcluster.toymodel import write_toy_model
+
+    shown = json.loads(re.sub(r",\s*\.\.\.\s*}", "}", block.text))
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_toy_model(Path(tmp) / "m", layers=43, shards=46)
+        summary = verify_model(VerifyRequest(model_dir=model, expected_shards=46))
+    real = json.loads(summary.to_message())
+    assert shown.keys() == real.keys(), f"{block.where}: {sorted(shown)} != {sorted(real)}"
+    same = ("v", "ok", "shards")
+    assert {k: shown[k] for k in same} == {k: real[k] for k in same}, f"{block.where}: {real}"
+    # sampled for large shards; the toy model's small files are hashed whole (sha256)
+    assert shown["mode"] in ("sampled", "sha256", "mixed"), f"{block.where}: {shown['mode']}"
+    assert set(shown["fp"]) <= set(real["fp"]), f"{block.where}: fp names {set(shown['fp'])}"
+
+
 def check_helm(block: Block) -> None:
     """Each ``helm install``/``upgrade --install`` renders (as ``helm template``) with its
     flags; the block's other lines are kubectl against a cluster (tests/integration)."""
@@ -574,6 +605,8 @@ CHECKS: dict[str, Callable[[Block], None]] = {
     "engine-launcher-code": check_engine_launcher_code,
     "worked-rule": check_worked_rule,
     "worked-rule-test": check_worked_rule_test,
+    "worked-rule-pipeline": check_worked_rule_pipeline,
+    "integrity-summary": check_integrity_summary,
     "helm": check_helm,
 }
 
