@@ -57,7 +57,9 @@ def test_a_row_names_its_producer_and_distinct_reasons(kind: ConditionKind) -> N
 
 def test_exactly_the_proofs_that_hold_the_replicas_block_ready() -> None:
     blocks = {row.type for row in CONDITIONS if row.ready is ReadyEffect.BLOCKS}
-    assert blocks == {ConditionType.MODEL_VERIFIED, ConditionType.CAPACITY_PLANNED}
+    assert blocks == {
+        ConditionType.MODEL_VERIFIED, ConditionType.CAPACITY_PLANNED, ConditionType.LAUNCH_CHECKED,
+    }  # fmt: skip
     assert BY_TYPE["Ready"].ready is ReadyEffect.DERIVED
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sparkllm.errors import ClusterAPIError
-from sparkllm_dev.devcluster import engine_io, hostpaths, init_containers, kubelet
+from sparkllm_dev.devcluster import engine_io, hostpaths, init_containers, kubelet, launch_step
 from sparkllm_dev.devcluster.cluster import DevCluster
 from sparkllm_dev.devcluster.init_containers import InitRun, InitSequence, InitView
 from sparkllm_dev.devcluster.kubelet import JSON, ContainerView
@@ -219,6 +219,10 @@ class EngineHarness(PodSupervisor[_Engine]):
             restart_count=restarts,
             last_terminated=last,
             waiting_reason="PodInitializing",
+            image_id=kubelet.image_id(
+                str(container.get("image") or ""),
+                node_digest=launch_step.node_image(pod, hosts_root=self.hosts_root).get("digest"),
+            ),
         )
         env |= hostpaths.model_dir_env(pod, container, command, hosts_root=self.hosts_root)
         as_written = [*(container.get("command") or []), *(container.get("args") or [])]

@@ -14,13 +14,16 @@ The simulator has no real link between ranks, so the stall is injected where it 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from enum import Enum
+from pathlib import Path
 
 from sparkllm_dev.devcluster.cluster import DevCluster
 from sparkllm_dev.devcluster.engines import EngineInfo
 from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.sim.launch_check import IMAGE_FACTS_PATH
 
 NODE_NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 POD_FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -85,6 +88,26 @@ class FaultInjector:
     def delete_node(self, node: str) -> None:
         """Remove the Node object, as when a machine is decommissioned or lost."""
         self.cluster.kubectl("delete", f"node/{node}", "--wait=false")
+
+    def skew_image(
+        self, node: str, *, version: str | None = None, digest: str | None = None
+    ) -> None:
+        """Give ``node``'s image store another build of the engine image: its SGLang
+        reports ``version``, its pulls of a tag resolve to ``digest`` (``sha256:...``), as
+        when a tag is re-pushed between two nodes' pulls. Read by the engine harness when
+        a pod starts there (``devcluster/launch_step.py``); a reference pinned by digest
+        pulls that digest anyway."""
+        path = self._image_file(node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        facts = {"version": version, "digest": digest}
+        path.write_text(json.dumps({k: v for k, v in facts.items() if v}))
+
+    def restore_image(self, node: str) -> None:
+        """Give ``node`` the same build as every other node again."""
+        self._image_file(node).unlink(missing_ok=True)
+
+    def _image_file(self, node: str) -> Path:
+        return self.cluster.paths.state_dir / "hosts" / node / IMAGE_FACTS_PATH
 
     def restore_nodes(self) -> None:
         """Re-register every simulated Spark (after delete_node) and clear NotReady labels."""

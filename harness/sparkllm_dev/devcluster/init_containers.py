@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from sparkllm_dev.devcluster import engine_io, hostpaths, kubelet
+from sparkllm_dev.devcluster import engine_io, hostpaths, kubelet, launch_step
 from sparkllm_dev.devcluster.bandwidth_step import is_bandwidth, plan_init_step
 from sparkllm_dev.devcluster.kubelet import JSON
 from sparkllm_dev.errors import DevClusterError
@@ -84,6 +84,7 @@ class InitView:
     state: JSON
     restart_count: int = 0
     last_terminated: JSON | None = None
+    image_id: str = ""
 
     @property
     def passed(self) -> bool:
@@ -136,6 +137,7 @@ def status_entry(view: InitView) -> JSON:
     return {
         "name": view.name,
         "image": view.image,
+        **({"imageID": view.image_id} if view.image_id else {}),
         "ready": view.passed,
         "started": "running" in view.state,
         "restartCount": view.restart_count,
@@ -337,8 +339,15 @@ def build_sequence(
     try:
         for container in containers:
             as_written = [*(container.get("command") or []), *(container.get("args") or [])]
-            step, why = None, "its command is not the sparkllm CLI nor the bandwidth module"
-            if hostpaths.sparkllm_cli_args(as_written) is not None or is_bandwidth(as_written):
+            step, why = (
+                None,
+                "its command is not the sparkllm CLI, the bandwidth module nor the launch check",
+            )
+            if (
+                hostpaths.sparkllm_cli_args(as_written) is not None
+                or is_bandwidth(as_written)
+                or launch_step.is_launch_check(as_written)
+            ):
                 log_path = log_dir / f"{prefix}.{container['name']}.log"
                 step, why = _plan(pod, container, kube=kube, hosts_root=hosts_root,
                                   scratch=scratch, python=python, base_env=base_env,
@@ -351,6 +360,10 @@ def build_sequence(
                 views.append(completed_as_observed(pod, container, now))
             else:
                 views.append(waiting_view(container, restart_count=_restarts(pod, step.name)))
+            digest = launch_step.node_image(pod, hosts_root=hosts_root).get("digest")
+            views[-1] = replace(
+                views[-1], image_id=kubelet.image_id(views[-1].image, node_digest=digest)
+            )
             steps.append(step)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -389,6 +402,12 @@ def _plan(
         hostpaths.materialize(mounts)
     except hostpaths.VolumeUnavailableError as exc:
         return None, str(exc)
+    launch = launch_step.plan_step(
+        pod, container, env={**base_env, **env}, scratch=scratch, python=python,
+        log_path=log_path, hosts_root=hosts_root,
+    )  # fmt: skip
+    if launch is not None:
+        return launch, ""
     return plan_init_step(  # our CLI, or the bandwidth module (bandwidth_step)
         pod, container, env={**base_env, **env}, mounts=mounts, scratch=scratch,
         python=python, log_path=log_path,

@@ -27,6 +27,7 @@ Kubelet behaviour mirrored (and nothing more):
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
@@ -266,6 +267,23 @@ class ContainerView:
     last_terminated: JSON | None = None
     waiting_message: str = ""
     waiting_reason: str = "CrashLoopBackOff"  # PodInitializing while init containers run
+    image_id: str = ""  # status imageID: the digest the node pulled (``image_id``)
+
+
+def image_id(image: str, *, node_digest: str | None = None) -> str:
+    """The ``imageID`` a node shows for ``image`` (containerd's ``repo@sha256:...``).
+
+    A reference pinned by digest pulls that digest everywhere; a tag resolves to the
+    digest its registry serves — here a stable function of the reference, unless the
+    node's image store holds another build (``node_digest``: the fault injector's).
+    """
+    repository, _, digest = image.partition("@")
+    if digest:
+        return image
+    if not node_digest:
+        node_digest = "sha256:" + hashlib.sha256(image.encode()).hexdigest()
+    name, colon, tag = repository.rpartition(":")
+    return f"{name if colon and '/' not in tag else repository}@{node_digest}"
 
 
 def observed_restarts(pod: Mapping[str, Any], container_name: str) -> tuple[int, JSON | None]:
@@ -345,6 +363,8 @@ def status_patch(
         state=state,
         lastState={"terminated": view.last_terminated} if view.last_terminated else {},
     )
+    if view.image_id:
+        entry["imageID"] = view.image_id
     all_ready = view.ready and others_ready
     unready = " ".join(sorted(str(s["name"]) for s in live if not s.get("ready")))
     conditions = []

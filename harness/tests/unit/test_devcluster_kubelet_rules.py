@@ -387,7 +387,7 @@ def _rendered_rank_pod(*, checksums: bool) -> dict[str, Any]:
 
 def test_the_rendered_verify_container_runs_our_cli_on_the_nodes_files() -> None:
     pod = _rendered_rank_pod(checksums=True)
-    [container] = pod["spec"]["initContainers"]
+    container, _launch_check = pod["spec"]["initContainers"]
     mounts = hp.plan_mounts(
         pod, container, hosts_root=HOSTS, scratch=Path("/s"), config_maps={"sums": {"data": {}}}
     )

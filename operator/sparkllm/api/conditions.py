@@ -36,6 +36,8 @@ class ConditionType(StrEnum):
     EXPOSED = "Exposed"
     MONITORED = "Monitored"
     UPDATE_PENDING = "UpdatePending"
+    LAUNCH_CHECKED = "LaunchChecked"
+    IMAGES_CONSISTENT = "ImagesConsistent"
 
 
 class ReadyEffect(StrEnum):
@@ -169,6 +171,27 @@ CONDITIONS: Final[tuple[ConditionKind, ...]] = (
         "ever was)",
         (Reason.OPERATOR_UPDATE_PENDING, Reason.RANK_PODS_CURRENT),
         "reconcile/decide/upgrade.py",
+        ReadyEffect.INFORMATIONAL,
+    ),
+    ConditionKind(
+        ConditionType.LAUNCH_CHECKED,
+        "every rank's own SGLang (the engine image's) accepts the rank's exact command line; "
+        "False stops the replicas until the spec changes",
+        (Reason.LAUNCH_ACCEPTED, Reason.VERIFICATION_PENDING, Reason.LAUNCH_REFUSED),
+        "reconcile/decide/versions.py",
+        ReadyEffect.BLOCKS,
+    ),
+    ConditionKind(
+        ConditionType.IMAGES_CONSISTENT,
+        "every rank of each replica runs one image digest and one SGLang version, and the "
+        "replicas agree (status.engines); a split replica is restarted pinned to one digest",
+        (
+            Reason.IMAGES_MATCH,
+            Reason.VERIFICATION_PENDING,
+            Reason.DIGEST_SPLIT,
+            Reason.REPLICAS_DIFFER,
+        ),
+        "reconcile/decide/versions.py",
         ReadyEffect.INFORMATIONAL,
     ),
 )

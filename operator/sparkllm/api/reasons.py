@@ -57,6 +57,11 @@ class Reason(StrEnum):
     NETWORK_CHECKS_PASSED = "NetworkChecksPassed"  # NetworkVerified=True
     NETWORK_CHECK_FAILED = "NetworkCheckFailed"  # a node failed a network preflight check
     CONFIG_MISMATCH = "ConfigMismatch"  # rank 0 runs with settings the spec did not ask for
+    LAUNCH_ACCEPTED = "LaunchAccepted"  # LaunchChecked=True: each rank's SGLang accepts its args
+    LAUNCH_REFUSED = "LaunchRefused"  # LaunchChecked=False: the image's SGLang refuses a flag
+    IMAGES_MATCH = "ImagesMatch"  # ImagesConsistent=True: one digest and version per replica
+    DIGEST_SPLIT = "DigestSplit"  # a replica's ranks pulled different digests (or versions)
+    REPLICAS_DIFFER = "ReplicasDiffer"  # replicas run different digests (no rolling update)
     BENCHMARK_COMPLETED = "BenchmarkCompleted"  # Event: results written to status.benchmark
     BENCHMARK_FAILED = "BenchmarkFailed"  # Event: the benchmark job failed
     ACCEPTANCE_PASSED = "AcceptancePassed"  # Event: no checklist row failed (status.acceptance)

@@ -27,6 +27,7 @@ from pydantic import (
 
 from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
 from sparkllm.api.conditions import ORDER, type_description
+from sparkllm.api.engine_status import MAX_REPLICAS, ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
@@ -241,6 +242,13 @@ class InferenceClusterStatus(ApiModel):
         default=None,
         description="network is what the network preflight found (spec.network.preflight "
         "not off): every node's findings and each replica's measured bus bandwidth.",
+    )
+    engines: tuple[ReplicaEngineStatus, ...] | None = Field(
+        default=None,
+        max_length=MAX_REPLICAS,
+        description="engines is, per replica, each rank's image digest, SGLang version and "
+        "model digest, and the image the replica is pinned to after a digest split "
+        "(condition ImagesConsistent).",
     )
     front_door: FrontDoorStatus | None = Field(
         default=None,

@@ -65,6 +65,7 @@ class PassFacts:
     now: datetime
     running: Mapping[int, int | None] = field(default_factory=dict)  # requests per replica
     absent_apis: frozenset[tuple[str, str]] = frozenset()  # (apiVersion, kind) not served
+    pins: Mapping[int, str] = field(default_factory=dict)  # replica -> image@digest (versions.py)
     upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)  # operator updates
 
 
@@ -122,6 +123,7 @@ def decide_replicas(
             now=facts.now,
             drain=restart_drain(rank0, running=running, now=facts.now),
             upgrade=facts.upgrade,
+            engine_image=facts.pins.get(index),
         )
         result = plan_replica(ic, observed, inputs)
         if result.drain_mark is not None and rank0 is not None:

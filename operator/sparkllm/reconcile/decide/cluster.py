@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from sparkllm.api import ConditionType, InferenceCluster, InferenceClusterSpec, Phase, Reason
+from sparkllm.api.engine_status import ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus, RedisStoreSpec, gateway_status
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.status import FrontDoorStatus
@@ -69,6 +70,7 @@ from sparkllm.reconcile.decide.upgrade import (
     UpgradeSettings,
     update_pending_condition,
 )
+from sparkllm.reconcile.decide.versions import decide_versions
 from sparkllm.render.front_door import front_door_status
 from sparkllm.render.governance_default import with_governance_default
 from sparkllm.render.names import cluster_selector
@@ -131,17 +133,22 @@ def _act(
     model = model_verdict(observed, previous, generation=generation, force=force)
     network = network_verdict(ic, observed, previous, generation=generation, force=force)
     net_status = None if network is None else network_report(ic, observed, previous, network)
+    phases = {int(r["index"]): str(r.get("phase")) for r in previous.get("replicaStatuses") or []}
+    versions = decide_versions(
+        ic, observed, previous, generation=generation, force=force, phases=phases
+    )
     facts = PassFacts(
         previous_status=previous,
         generation=generation,
         force=force,
-        blocked=_blocking(ic, model=model, network=network),
+        blocked=_blocking(ic, model=model, network=network, launch=versions.launch),
         engine_key=key_seen.ref,
         gateway_image=gateway_image,
         now=now,
         running=observation.running_requests,
         absent_apis=observation.absent_apis,
         upgrade=upgrade,
+        pins=versions.pins,
     )
     assignment, problems = place(ic, observed, holders=node_holders(obj, observation.others))
     replicas = decide_replicas(ic, observed, assignment, facts)
@@ -161,7 +168,12 @@ def _act(
         generation=generation,
     )  # fmt: skip
     desired = [*replicas.desired, *monitors.objects]  # the PodMonitors last
-    events.extend(_proof_events(previous, model, config, *_stuck(report, generation), *exposed))
+    events.extend(
+        _proof_events(
+            previous, model, config, versions.launch, versions.images,
+            *_stuck(report, generation), *exposed,
+        )
+    )  # fmt: skip
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
     benchmark = decide_benchmark(
         ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
@@ -176,7 +188,7 @@ def _act(
     events.extend(drain.events)
     proofs = (
         capacity, model, config, *(() if network is None else (network,)), *exposed,
-        *monitors.conditions, *pending,
+        *monitors.conditions, *pending, versions.launch, versions.images,
     )  # fmt: skip
     proven = replace(report, extra_conditions=proofs)
     return Plan(
@@ -196,6 +208,7 @@ def _act(
             gateway=gateway,
             runs=runs,
             front_door=front_door_status(ic),
+            engines=versions.engines,
         ),
         events=tuple(events),
         annotations=_consumed(obj, runs),
@@ -252,10 +265,15 @@ def exposed_condition(
     )  # fmt: skip
 
 
-def _blocking(ic: InferenceCluster, *, model: JSON, network: JSON | None) -> str | None:
-    """Why the replicas must not run: model copies disagree, or a gate-mode preflight failed."""
+def _blocking(
+    ic: InferenceCluster, *, model: JSON, network: JSON | None, launch: JSON | None = None
+) -> str | None:
+    """Why the replicas must not run: model copies disagree, the image's SGLang refuses the
+    command line (decide/versions.py), or a gate-mode preflight failed."""
     if model["status"] == "False":
         return f"model copies disagree: {model['message']}"
+    if launch is not None and launch["status"] == "False":
+        return f"launch refused: {launch['message']}"
     gate = ic.spec.network.preflight.mode == "gate"
     if gate and network is not None and network["status"] == "False":
         return f"network preflight failed: {network['message']}"
@@ -318,6 +336,7 @@ def _status(
     gateway: JSON | None = None,
     runs: tuple[BenchmarkOutcome, ...],
     front_door: JSON | None = None,
+    engines: tuple[ReplicaEngineStatus, ...] = (),
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write). The other
     steps' JSON becomes the typed status here, the one place it is assembled."""
@@ -330,6 +349,7 @@ def _status(
         gateway=None if gateway is None else GatewayStatus.model_validate(gateway),
         benchmark=kept.get("benchmark"),
         acceptance=kept.get(ACCEPTANCE_FIELD),
+        engines=engines,
     )
     status = derive_status(report, previous, now, parts)
     return None if all(previous.get(k) == v for k, v in status.items()) else status

@@ -87,6 +87,7 @@ class ReplicaInputs:
     now: datetime
     drain: DrainFacts = field(default_factory=DrainFacts)  # the drain before a planned restart
     upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)  # the chart's upgrade.*
+    engine_image: str | None = None  # pinned to one digest after a split (versions.py)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ def _renderer(
             generation=generation,
             running=running,
             node_ips=node_ips,
+            engine_image=inputs.engine_image,
         )
         return render_replica(
             ic, plan=plan, engine_key=inputs.engine_key, tools_image=inputs.tools_image

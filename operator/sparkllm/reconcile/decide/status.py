@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from sparkllm.api import Condition, ConditionType, Phase, Reason
 from sparkllm.api.conditions import ORDER, ready_blockers
+from sparkllm.api.engine_status import ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
@@ -296,6 +297,7 @@ class StatusParts:
     gateway: GatewayStatus | None = None
     benchmark: JSON | None = None
     acceptance: JSON | None = None
+    engines: tuple[ReplicaEngineStatus, ...] = ()
 
 
 def derive_status(
@@ -321,6 +323,7 @@ def derive_status(
         restarts=sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
         front_door=given.front_door,
         network=given.network,
+        engines=given.engines or None,
         gateway=given.gateway,
         benchmark=given.benchmark,
         acceptance=given.acceptance,

@@ -1,0 +1,73 @@
+"""The rank pods' ``launch-check`` init container, run for real on the dev cluster.
+
+Why: on the nodes it is ``python3 -c LAUNCH_CHECK_CODE <the engine's args>`` in the
+engine image, whose SGLang judges the command line (``sparkllm.sglang_contract.
+launch_check``). The dev cluster has no images; the harness runs the same program with
+the pinned SGLang 0.5.23 wheel of the dev venv (``sparkllm_dev.sim.launch_check``), the
+JSON in the termination file the kubelet would read.
+
+What the simulated node's image is: ``sim.launch_check.image_facts`` of the node's root
+(the fault injector's ``skew_image``). Its ``version`` is what the check reports; its
+``digest`` is the image ID the node's containers show (``kubelet.image_id``) — for a
+reference by tag only: a reference pinned by digest pulls that digest on every node,
+which is how the operator's pinning repairs a split.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CODE, TERMINATION_LOG_ENV
+from sparkllm_dev.devcluster import hostpaths, kubelet
+from sparkllm_dev.sim.launch_check import SIM_VERSION_ENV, image_facts
+
+
+def is_launch_check(words: Sequence[str]) -> bool:
+    """Whether the container runs the operator's launch-check program."""
+    return (
+        len(words) >= 3
+        and words[0].rsplit("/", 1)[-1].startswith("python")
+        and words[1] == "-c"
+        and words[2] == LAUNCH_CHECK_CODE
+    )
+
+
+def node_image(pod: Mapping[str, Any], *, hosts_root: Path) -> dict[str, str]:
+    """The simulated image facts of the pod's node (empty: the wheel's, the tag's digest)."""
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    return image_facts(hosts_root / node) if node else {}
+
+
+def plan_step(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    env: Mapping[str, str],
+    scratch: Path,
+    python: str,
+    log_path: Path,
+    hosts_root: Path,
+) -> hostpaths.InitStep | None:
+    """The local command of a launch-check container; None when it is not one."""
+    words = kubelet.command_line(container, env)
+    if not is_launch_check(words):
+        return None
+    name = str(container["name"])
+    termination_file = scratch / "termination" / name
+    local_env = {**env, TERMINATION_LOG_ENV: str(termination_file), "PYTHONWARNINGS": "ignore"}
+    version = node_image(pod, hosts_root=hosts_root).get("version")
+    if version:
+        local_env[SIM_VERSION_ENV] = version
+    written = [*(container.get("command") or [])[:2], "LAUNCH_CHECK_CODE", *words[3:]]
+    return hostpaths.InitStep(
+        name=name,
+        argv=(python, "-m", "sparkllm_dev.sim.launch_check", *words[3:]),
+        env=local_env,
+        termination_file=termination_file,
+        log_path=log_path,
+        policy=str(container.get("terminationMessagePolicy") or "File"),
+        as_written=shlex.join(written),
+    )
