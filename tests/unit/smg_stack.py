@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from sparkllm.gateway.app import GatewayApp, build_gateway_app
+from sparkllm.gateway.config import GatewayConfig
 from sparkllm_dev.devcluster.gateway_io import (
     ROUTER_PORT_FLAGS,
     free_port,
@@ -45,6 +46,7 @@ class Stack:
     router_url: str
     app: GatewayApp
     url: str  # the gateway's
+    config: GatewayConfig  # the gateway's: another may be built on the same router
 
 
 def _ready(url: str) -> bool:
@@ -80,7 +82,7 @@ def smg_stack(
             )  # fmt: skip
             app = build_gateway_app(config)
             with running(app) as gateway_server:
-                yield Stack(engine_server.url, router_url, app, gateway_server.url)
+                yield Stack(engine_server.url, router_url, app, gateway_server.url, config)
         finally:
             router.kill()  # ours; a graceful stop waits out smg's drain window
             router.wait(timeout=30)

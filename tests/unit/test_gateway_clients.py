@@ -8,8 +8,12 @@ charged like a chat.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import math
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import httpx
@@ -19,7 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.gateway import router_errors
 from sparkllm.gateway.admission import Admitted, Route
+from sparkllm.gateway.app import build_gateway_app
 from tests.unit.accept_sim import MODEL
+from tests.unit.gateway_fixtures import running, wait_until
 from tests.unit.smg_stack import Stack, smg_stack
 
 KEY = "key-alice"
@@ -157,6 +163,47 @@ def test_router_refusal_reaches_the_sdk_readable_and_counts_as_a_client_error(
         after[("/v1/chat/completions", "upstream_error")]
         == (before[("/v1/chat/completions", "upstream_error")])
     )
+
+
+def test_a_full_queue_says_the_real_wait_and_the_sdk_retries_after_it(stack: Stack) -> None:
+    """One slot, no queue: while a long answer holds the slot, the SDK's request is
+    refused 429 with the wait the service rate predicts (not the 30 s queue timeout), and
+    the SDK's default retry gets through after about that long."""
+    config = stack.config.model_copy(
+        update={"max_concurrent_requests": 1, "queue_size": 0, "queue_timeout_seconds": 30}
+    )
+    refusals: list[httpx.Headers] = []
+
+    def seen(response: httpx.Response) -> None:
+        if response.status_code == 429:
+            refusals.append(response.headers)
+
+    app = build_gateway_app(config)
+    with (
+        running(app) as gateway,
+        httpx.Client(event_hooks={"response": [seen]}) as http,
+        openai.OpenAI(
+            base_url=f"{gateway.url}/v1", api_key=KEY, http_client=http, max_retries=20
+        ) as sdk,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        chat: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+        for _ in range(5):  # the service rate: five short answers, one after another
+            sdk.chat.completions.create(**chat, max_tokens=4)
+        long = pool.submit(sdk.chat.completions.create, **chat, max_tokens=400)
+        wait_until(lambda: app.limiter.in_flight == 1, what="the long answer to hold the slot")
+        started = time.monotonic()
+        answer = sdk.chat.completions.create(**chat, max_tokens=4)  # retried by the SDK
+        elapsed = time.monotonic() - started
+        long.result()
+    assert answer.choices[0].message.content is not None
+    assert refusals, "no 429 while the long answer held the slot"
+    first = refusals[0]
+    print(f"\nqueue_full 429: retry-after {first['retry-after']}, "
+          f"retry-after-ms {first['retry-after-ms']}; answered after {elapsed:.2f} s")  # fmt: skip
+    assert int(first["retry-after-ms"]) < 5000  # the service rate's wait, not the 30 s timeout
+    assert int(first["retry-after"]) == math.ceil(int(first["retry-after-ms"]) / 1000)
+    assert elapsed < 10
 
 
 def _outcomes(stack: Stack) -> dict[tuple[str, str], float]:

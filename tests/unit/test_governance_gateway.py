@@ -25,6 +25,7 @@ from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import build_gateway_app
 from sparkllm.gateway.governance.gate import Pass
 from sparkllm.gateway.governance.meter import UsageMeter
+from sparkllm.gateway.governance.replies import duration
 from sparkllm.gateway.metrics import GatewayMetrics
 from sparkllm.gateway.tokens import TokenCounter
 from tests.unit.gateway_fixtures import (
@@ -143,12 +144,23 @@ def test_budget_lowers_max_tokens_charges_usage_and_refuses_naming_the_limit(
         assert "tokens_per_hour" in message
         assert refused.json()["error"]["code"] == "rate_limit_exceeded"
         assert 1 <= int(refused.headers["retry-after"]) <= 3600
+        # What OpenAI clients read: the window's end to the millisecond and x-ratelimit-*.
+        to_hour_end = 3600 - app.governor._clock() % 3600
+        assert refused.headers["retry-after-ms"] == str(round(to_hour_end * 1000))
+        assert refused.headers["x-ratelimit-limit-tokens"] == "200"
+        assert 0 <= int(refused.headers["x-ratelimit-remaining-tokens"]) < 11 + 8
+        assert refused.headers["x-ratelimit-reset-tokens"] == duration(to_hour_end)
+        assert "x-ratelimit-limit-requests" not in refused.headers  # alice has no such limit
         # bob: one request a minute
         assert client.post(CHAT, json=_chat(), headers=BOB).status_code == 200
         limited = client.post(CHAT, json=_chat(), headers=BOB)
         assert limited.status_code == 429
         assert "requests_per_minute" in limited.json()["error"]["message"]
         assert 1 <= int(limited.headers["retry-after"]) <= 60
+        assert limited.headers["retry-after-ms"] == "30000"  # mid-minute: the minute's end
+        assert limited.headers["x-ratelimit-limit-requests"] == "1"
+        assert limited.headers["x-ratelimit-remaining-requests"] == "0"
+        assert limited.headers["x-ratelimit-reset-requests"] == "30s"
         own = client.get("/v1/usage", headers=ALICE).json()
         everyone = client.get("/v1/usage", headers=OPS).json()
         metrics = app.metrics.exposition()[0].decode()  # what the metrics port serves

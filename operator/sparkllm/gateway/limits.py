@@ -24,6 +24,14 @@ Bounds: ``queue_size`` waiters in all (as before), ``max_queued`` per user (the 
 whose user has fewer waiters than the user with the most pushes that user's newest
 waiter out (it gets 429 queue_full): a full queue never locks a light user out.
 
+How long a refused client should wait (``expected_wait``): slots are given back at the
+rate the engine finishes requests, so the ``position``-th in line gets one after about
+``position / rate`` seconds, the rate observed over the last ``SERVICE_SAMPLES`` slots
+given back (at most ``SERVICE_WINDOW_SECONDS`` old). A 429 says that, not the queue
+timeout: an SDK retries after Retry-After, and the timeout (tens of seconds) made every
+client sleep that long while slots freed in a fraction of a second. With nothing given
+back lately the rate is unknown and the timeout, the queue's own bound, is said.
+
 One user's requests are served in arrival order. A freed slot is handed directly to the
 chosen waiter (no thundering herd); a waiter cancelled at the moment it is handed a slot
 passes it on, so slots are never lost. Timeouts are timer callbacks on the waiter's
@@ -37,7 +45,13 @@ import asyncio
 import collections
 import enum
 import itertools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
+
+SERVICE_SAMPLES: Final = 32  # slots given back that the service rate is measured over
+SERVICE_WINDOW_SECONDS: Final = 60.0  # older ones say nothing of the rate now
 
 
 class SlotResult(enum.Enum):
@@ -60,7 +74,14 @@ class _Waiter:
 class ConcurrencyLimiter:
     """At most ``max_in_flight`` holders; waiters served by weighted fair queuing."""
 
-    def __init__(self, *, max_in_flight: int, queue_size: int, timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        max_in_flight: int,
+        queue_size: int,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_in_flight < 1 or queue_size < 0 or timeout <= 0:
             raise ValueError("max_in_flight >= 1, queue_size >= 0 and timeout > 0 required")
         self._max_in_flight = max_in_flight
@@ -72,6 +93,8 @@ class ConcurrencyLimiter:
         self._finish: dict[str, float] = {}
         self._vtime = 0.0
         self._seq = itertools.count()
+        self._clock = clock
+        self._given_back: collections.deque[float] = collections.deque(maxlen=SERVICE_SAMPLES)
 
     @property
     def in_flight(self) -> int:
@@ -118,8 +141,20 @@ class ConcurrencyLimiter:
         finally:
             timer.cancel()
 
+    def expected_wait(self, position: int) -> float:
+        """Seconds until the ``position``-th in line (1: next) would get a slot, at the
+        rate slots were given back lately; the queue timeout when no rate is known."""
+        now = self._clock()
+        recent = [at for at in self._given_back if now - at <= SERVICE_WINDOW_SECONDS]
+        if len(recent) < 2:
+            return self._timeout
+        # The slots given back after the oldest sample, over the time since it (to now: a
+        # pause since the last one lowers the rate).
+        return position * max(now - recent[0], 1e-3) / (len(recent) - 1)
+
     def release(self) -> None:
         """Give a slot back: to the fairest waiter if any, else to the pool."""
+        self._given_back.append(self._clock())
         while self._queued:
             waiter = self._next()
             self._remove(waiter)

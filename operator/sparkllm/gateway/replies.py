@@ -53,6 +53,10 @@ class ErrorReply:
     param: str | None = None
     retry_after_seconds: int | None = None
     allow: str | None = None
+    # The wait to the millisecond (retry-after-ms, which OpenAI's SDKs read first), and
+    # headers the reply carries besides (x-ratelimit-*).
+    retry_after_ms: int | None = None
+    extra_headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def body(self) -> bytes:
         """The JSON body, exactly as OpenAI shapes it."""
@@ -64,6 +68,9 @@ class ErrorReply:
         headers = [JSON_CONTENT_TYPE]
         if self.retry_after_seconds is not None:
             headers.append((b"retry-after", str(self.retry_after_seconds).encode("ascii")))
+        if self.retry_after_ms is not None:
+            headers.append((b"retry-after-ms", str(self.retry_after_ms).encode("ascii")))
+        headers.extend(self.extra_headers)
         if self.allow is not None:
             headers.append((b"allow", self.allow.encode("ascii")))
         if self.status == 401:

@@ -225,7 +225,9 @@ class Governor:
             return admitted
         if isinstance(admitted, Refusal):
             self.metrics.refused(user, reason=replies.reason(admitted))
-            return replies.refused(admitted, min_output_tokens=policy.min_output_tokens)
+            return replies.refused(
+                admitted, min_output_tokens=policy.min_output_tokens, limits=governed.limits
+            )
         return admitted, holder, decision
 
     async def _reserve(

@@ -3,15 +3,22 @@
 Why its own module: a client told only "429, retry in 20 s" cannot tell its own budget
 from the deployment's congestion, and retries at the wrong moment. Each refusal here
 says which limit (``requests_per_minute``, ``tokens per day``, the user's queue, ...),
-its Retry-After comes from that limit (the end of the window, the queue timeout), and
-the body keeps OpenAI's shape and ``rate_limit_exceeded`` code so SDKs back off as usual.
+its Retry-After comes from that limit (the end of the window; for the queue, the wait
+the queue's observed service rate predicts: limits.py), and the body keeps OpenAI's
+shape and ``rate_limit_exceeded`` code so SDKs back off as usual.
+
+The wait is also sent to the millisecond as ``retry-after-ms``, which OpenAI's SDKs read
+before ``retry-after`` and honour up to two minutes: a default client retries after the
+real wait, not a rounded-up second. A budget refusal carries the ``x-ratelimit-*``
+headers OpenAI sends (``-limit-``, ``-remaining-``, ``-reset-requests`` for requests per
+minute, ``-tokens`` for the token window that refused) for what the refusal knows.
 """
 
 from __future__ import annotations
 
 import math
 
-from sparkllm.gateway.governance.store import Limit, Refusal
+from sparkllm.gateway.governance.store import Limit, Refusal, UserLimits
 from sparkllm.gateway.replies import CODE_RATE_LIMITED, RATE_LIMIT, SERVER_ERROR, ErrorReply
 
 CODE_POLICY_UNAVAILABLE = "governance_policy_unavailable"
@@ -24,6 +31,40 @@ def whole_seconds(value: float) -> int:
     return max(1, math.ceil(value))
 
 
+def retry_after_ms(seconds: float) -> int:
+    """The wait in whole milliseconds, rounded up, at least one."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+def duration(seconds: float) -> str:
+    """A reset time as OpenAI writes it: ``20ms``, ``1.5s``, ``6m0s``, ``1h2m3s``."""
+    if seconds < 1:
+        return f"{retry_after_ms(seconds)}ms"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{text}"
+    return f"{int(minutes)}m{text}" if minutes else text
+
+
+def rate_limit_headers(refusal: Refusal, limits: UserLimits) -> tuple[tuple[bytes, bytes], ...]:
+    """OpenAI's ``x-ratelimit-*`` headers for what ``refusal`` knows of the user's limits."""
+    values: list[tuple[str, object]] = []
+    reset = duration(refusal.retry_after)
+    if limits.requests_per_minute is not None:
+        values.append(("limit-requests", limits.requests_per_minute))
+        if refusal.limit is Limit.REQUESTS_PER_MINUTE:
+            values += [("remaining-requests", 0), ("reset-requests", reset)]
+    if refusal.limit in (Limit.TOKENS, Limit.MIN_OUTPUT):
+        window = next((w for w in limits.token_windows if w.name == refusal.window), None)
+        if window is not None:
+            remaining = refusal.remaining_tokens or 0
+            values += [("limit-tokens", window.limit), ("remaining-tokens", remaining)]
+            values.append(("reset-tokens", reset))
+    return tuple((f"x-ratelimit-{name}".encode(), str(value).encode()) for name, value in values)
+
+
 def reason(refusal: Refusal) -> str:
     """The limit's name: in the 429's message and the refusals metric's ``reason``."""
     if refusal.limit in (Limit.TOKENS, Limit.MIN_OUTPUT):
@@ -31,7 +72,9 @@ def reason(refusal: Refusal) -> str:
     return refusal.limit.value
 
 
-def refused(refusal: Refusal, *, min_output_tokens: int) -> ErrorReply:
+def refused(
+    refusal: Refusal, *, min_output_tokens: int, limits: UserLimits | None = None
+) -> ErrorReply:
     """429 for a refusal by the store (the user's rate, concurrency or token budget)."""
     wait = whole_seconds(refusal.retry_after)
     window = refusal.window or ""
@@ -47,11 +90,21 @@ def refused(refusal: Refusal, *, min_output_tokens: int) -> ErrorReply:
     else:
         why = f"your tokens per {window} are used up (or too few for this request's input)"
     message = f"Rate limit {reason(refusal)} reached: {why}. Retry after {wait} s."
-    return ErrorReply(429, message, RATE_LIMIT, CODE_RATE_LIMITED, retry_after_seconds=wait)
+    return ErrorReply(
+        429,
+        message,
+        RATE_LIMIT,
+        CODE_RATE_LIMITED,
+        retry_after_seconds=wait,
+        retry_after_ms=retry_after_ms(refusal.retry_after),
+        extra_headers=() if limits is None else rate_limit_headers(refusal, limits),
+    )
 
 
-def queue_refused(limit: Limit, *, retry_after_seconds: int) -> ErrorReply:
-    """429 from the fair queue: the user's bound, the gateway's bound, or the wait."""
+def queue_refused(limit: Limit, *, retry_after: float) -> ErrorReply:
+    """429 from the fair queue: the user's bound, the gateway's bound, or the wait;
+    ``retry_after``: the seconds until a slot is expected (limits.py)."""
+    retry_after_seconds = whole_seconds(retry_after)
     why = {
         Limit.USER_QUEUE: "you have as many requests waiting as your policy allows",
         Limit.QUEUE_FULL: "the request queue is full",
@@ -62,7 +115,12 @@ def queue_refused(limit: Limit, *, retry_after_seconds: int) -> ErrorReply:
         f"Retry after {retry_after_seconds} s."
     )
     return ErrorReply(
-        429, message, RATE_LIMIT, CODE_RATE_LIMITED, retry_after_seconds=retry_after_seconds
+        429,
+        message,
+        RATE_LIMIT,
+        CODE_RATE_LIMITED,
+        retry_after_seconds=retry_after_seconds,
+        retry_after_ms=retry_after_ms(retry_after),
     )
 
 

@@ -117,7 +117,7 @@ class SlotKeeper:
         if queued is not SlotResult.ACQUIRED:
             limit = _QUEUE_LIMITS[queued]
             self.metrics.refused(user, reason=limit.value)
-            return replies.queue_refused(limit, retry_after_seconds=self._retry_after())
+            return replies.queue_refused(limit, retry_after=self._retry_after())
         return await self.claim(user, waited_from=waited_from)
 
     async def claim(self, user: str, *, waited_from: float | None = None) -> str | ErrorReply:
@@ -137,9 +137,7 @@ class SlotKeeper:
             if not acquired:
                 self.limiter.release()
                 self.metrics.refused(user, reason=Limit.QUEUE_TIMEOUT.value)
-                return replies.queue_refused(
-                    Limit.QUEUE_TIMEOUT, retry_after_seconds=self._retry_after()
-                )
+                return replies.queue_refused(Limit.QUEUE_TIMEOUT, retry_after=self._retry_after())
         self.metrics.waited(user, time.perf_counter() - started)
         return holder
 
@@ -157,8 +155,9 @@ class SlotKeeper:
             self._keep_spare(holder)
         return self._spares.pop() if self._spares else None
 
-    def _retry_after(self) -> int:
-        return replies.whole_seconds(self._queue_timeout)
+    def _retry_after(self) -> float:
+        """When a newcomer would get a slot: behind everyone queued now (limits.py)."""
+        return self.limiter.expected_wait(self.limiter.queued + 1)
 
     def _new_holder(self) -> str:
         return f"{self._replica}:{next(self._holders)}"
