@@ -479,6 +479,56 @@ def check_integrity_summary(block: Block) -> None:
     assert set(shown["fp"]) <= set(real["fp"]), f"{block.where}: fp names {set(shown['fp'])}"
 
 
+def _same_words(shown: str, real: str) -> bool:
+    return shown.split() == real.split()
+
+
+def check_exposed_condition(block: Block) -> None:
+    """The Exposed condition quoted is what the operator writes when the cluster lacks the
+    HTTPRoute API (decide/cluster.py ``exposed_condition``, pure)."""
+    from sparkllm.reconcile.decide.cluster import exposed_condition
+
+    absent = frozenset({("gateway.networking.k8s.io/v1", "HTTPRoute")})
+    (cond,) = exposed_condition(absent, {}, generation=1)
+    real = f"{cond['type']}={cond['status']} reason {cond['reason']}\nmessage: {cond['message']}"
+    assert _same_words(block.text, real), f"{block.where}: the operator writes\n{real}"
+
+
+def check_monitored_condition(block: Block) -> None:
+    """The two Monitored conditions quoted (PodMonitor list forbidden; applied at 20s) are
+    what decide/monitoring.py writes for the sample in namespace ``<ns>``."""
+    from sparkllm.api import validate_inference_cluster
+    from sparkllm.reconcile.decide.monitoring import decide_monitors
+    from sparkllm.reconcile.decide.replicas import Observed
+
+    manifest = _merged(_sample(), {"spec": {"monitoring": {"interval": "20s"}}})
+    manifest["metadata"]["namespace"] = "ns"
+    ic = validate_inference_cluster(manifest)
+    real = []
+    for forbidden in (frozenset({"PodMonitor"}), frozenset()):
+        observed = Observed(nodes={}, pods=[], owned={}, forbidden=forbidden)
+        decision = decide_monitors(ic, observed, served=True, previous={}, generation=1)
+        (cond,) = decision.conditions
+        real.append(f"{cond['type']}={cond['status']} {cond['reason']}: {cond['message']}")
+    shown = block.text.replace("namespace <ns>", "namespace ns").split("\n")
+    assert shown == real, f"{block.where}: the operator writes\n" + "\n".join(real)
+
+
+def check_epp_metrics(block: Block) -> None:
+    """The SGLang metric names the EPP is told to read are ones rank 0 serves (the
+    simulator's metrics mirror SGLang 0.5.23's names)."""
+    from prometheus_client import generate_latest
+
+    from sparkllm_dev.sim.metrics import EngineMetrics
+
+    rank0 = EngineMetrics(model_name="m", pp_rank=0, max_total_num_tokens=1000)
+    served = set(re.findall(r"^(sglang:\w+)[{ ]", generate_latest(rank0.registry).decode(), re.M))
+    names = re.findall(r"sglang:\w+", block.text)
+    assert names, f"{block.where}: no metric named"
+    missing = [name for name in names if name not in served]
+    assert not missing, f"{block.where}: rank 0 serves no {missing}"
+
+
 def check_helm(block: Block) -> None:
     """Each ``helm install``/``upgrade --install`` renders (as ``helm template``) with its
     flags; the block's other lines are kubectl against a cluster (tests/integration)."""
@@ -607,6 +657,9 @@ CHECKS: dict[str, Callable[[Block], None]] = {
     "worked-rule-test": check_worked_rule_test,
     "worked-rule-pipeline": check_worked_rule_pipeline,
     "integrity-summary": check_integrity_summary,
+    "exposed-condition": check_exposed_condition,
+    "monitored-condition": check_monitored_condition,
+    "epp-metrics": check_epp_metrics,
     "helm": check_helm,
 }
 
