@@ -6,9 +6,11 @@ and node deletion); the operator and the engine harness run as real processes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm_dev.testing import OperatorProcess, quick_resync
@@ -17,6 +19,7 @@ from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, 
 pytestmark = pytest.mark.cluster
 GROUP_A = ["spark-a0", "spark-a1", "spark-a2"]
 GROUP_B = ["spark-b0", "spark-b1", "spark-b2"]
+TP2_SAMPLE = Path(__file__).resolve().parents[2] / "manifests/samples/deepseek-v4-flash-tp2.yaml"
 
 
 def replica_status(obj: dict[str, Any], index: int = 0) -> dict[str, Any]:
@@ -26,7 +29,9 @@ def replica_status(obj: dict[str, Any], index: int = 0) -> dict[str, Any]:
     return {}
 
 
-def ready_at(cluster: DevCluster, namespace: str, generation: int, replicas: int = 1):  # type: ignore[no-untyped-def]
+def ready_at(  # type: ignore[no-untyped-def]
+    cluster: DevCluster, namespace: str, generation: int, replicas: int = 1, ranks: int = 3
+):
     """Predicate: Ready, every replica at ``generation`` with exactly its ranks' pods."""
 
     def check() -> dict[str, Any] | None:
@@ -38,7 +43,7 @@ def ready_at(cluster: DevCluster, namespace: str, generation: int, replicas: int
         if len(statuses) != replicas or any(r["generation"] != generation for r in statuses):
             return None
         current = pods(cluster, namespace)
-        if len(current) != 3 * replicas:
+        if len(current) != ranks * replicas:
             return None
         gens = {p["metadata"]["labels"]["sparkllm.io/restart-generation"] for p in current}
         return obj if gens == {str(generation)} else None
@@ -88,6 +93,59 @@ def test_rank_container_exit_restarts_the_whole_replica(
     assert any(
         f"rank {rank} container exited" in m for m in gang_restart_events(devcluster, namespace)
     )
+
+
+def test_cookbook_tp2_sample_runs_three_replicas_and_a_rank_fault_restarts_only_its_own(
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    """SGLang's DGX Spark recipe (TP=2 across two Sparks) on the six Sparks: three replicas
+    of two ranks each, SGLang's multi-node arguments per rank, rank 0's server_info agreeing
+    (ConfigApplied); node rank 1 of replica 1 exits and only replica 1 restarts."""
+    doc = yaml.safe_load(TP2_SAMPLE.read_text())
+    doc["metadata"]["name"] = NAME  # this module's helpers name the object
+    groups = doc["spec"]["placement"]["nodeGroups"]
+    user_keys(devcluster, namespace)
+    apply(devcluster, namespace, doc)
+    ready = ready_at(devcluster, namespace, 1, replicas=3, ranks=2)
+    obj = wait_until(ready, timeout=120, what="three TP=2 replicas Ready")
+    assert [replica_status(obj, i)["nodes"] for i in range(3)] == groups
+    applied = condition(obj, "ConfigApplied")
+    assert applied is not None
+    assert applied["status"] == "True", applied
+    before = {p["metadata"]["name"]: p for p in pods(devcluster, namespace)}
+    for replica, group in enumerate(groups):
+        for node_rank, node in enumerate(group):
+            pod = before[rank_pod(devcluster, namespace, node_rank, replica)]
+            assert pod["spec"]["nodeName"] == node
+            args = pod["spec"]["containers"][0]["args"]
+            names = ("--tp-size", "--pp-size", "--nnodes", "--node-rank", "--dist-init-addr")
+            flags = [args[args.index(flag) + 1] for flag in names]
+            rank0_ip = before[rank_pod(devcluster, namespace, 0, replica)]["status"]["hostIP"]
+            assert flags == ["2", "1", "2", str(node_rank), f"{rank0_ip}:5000"]
+    print("TP=2 replicas:", {i: replica_status(obj, i)["nodes"] for i in range(3)})
+    print("ConfigApplied:", applied["reason"], "-", applied["message"])
+    faults.fail_container(
+        namespace=namespace, pod=rank_pod(devcluster, namespace, 1, 1), exit_code=1, reason="Error"
+    )
+
+    def only_replica_1_restarted() -> dict[str, Any] | None:
+        current = icl(devcluster, namespace)
+        generations = [replica_status(current, i).get("generation") for i in range(3)]
+        cond = condition(current, "Ready")
+        if generations != [1, 2, 1] or not cond or cond["status"] != "True":
+            return None
+        now = pods(devcluster, namespace)
+        return current if len(now) == 6 and all(p["status"].get("podIP") for p in now) else None
+
+    obj = wait_until(only_replica_1_restarted, timeout=120, what="replica 1 at generation 2")
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(devcluster, namespace)}
+    for name, pod in before.items():
+        same = after[name] == pod["metadata"]["uid"]
+        assert same == ("-r1-" not in name), f"{name}: replaced={not same}"
+    assert [replica_status(obj, i)["restarts"] for i in range(3)] == [0, 1, 0]
+    reason = replica_status(obj, 1)["lastRestart"]["reason"]
+    assert reason == "rank 1 container exited (code 1, Error)", reason
+    print("after the fault:", [(i, replica_status(obj, i)["generation"]) for i in range(3)])
 
 
 def test_rank_pod_deleted_restarts_the_whole_replica(
