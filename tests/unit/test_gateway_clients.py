@@ -8,6 +8,7 @@ charged like a chat.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import math
@@ -24,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkllm.gateway import router_errors
 from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import build_gateway_app
+from sparkllm.gateway.governance.meter import UsageMeter
 from tests.unit.accept_sim import MODEL
 from tests.unit.gateway_fixtures import running, wait_until
 from tests.unit.smg_stack import Stack, smg_stack
@@ -58,14 +60,15 @@ def test_openai_sdk_retrieves_the_model_and_an_alias(client: openai.OpenAI) -> N
 
 
 def test_openai_sdk_creates_a_response(client: openai.OpenAI, stack: Stack) -> None:
+    before = _usage(stack)
     response = client.responses.create(
         model="gpt-4o", input="Say hello.", instructions="Be brief.", max_output_tokens=8,
         store=False, metadata={"team": "a"}, service_tier="auto", user="u-1",
     )  # fmt: skip
     assert response.output_text
     assert 0 < response.usage.output_tokens <= 8
-    row = _usage(stack)
-    assert row["input_tokens"] >= response.usage.input_tokens > 0
+    charged = _charged(before, _usage(stack))  # the answer's usage, read by the meter
+    assert charged == (response.usage.input_tokens, response.usage.output_tokens)
 
 
 def test_openai_sdk_no_work_fields_pass_on_chat(client: openai.OpenAI) -> None:
@@ -81,12 +84,15 @@ def test_anthropic_sdk_messages_and_count_tokens(stack: Stack) -> None:
     # The front door takes Bearer keys: the SDK's auth_token sends one (api_key would send
     # x-api-key).
     with anthropic.Anthropic(base_url=stack.url, auth_token=KEY, max_retries=0) as client:
+        before = _usage(stack)
         message = client.messages.create(
             model=MODEL, max_tokens=8, system="Be brief.",
             messages=[{"role": "user", "content": "Say hello."}], metadata={"user_id": "u-1"},
         )  # fmt: skip
         assert message.content[0].type == "text"
         assert 0 < message.usage.output_tokens <= 8
+        charged = _charged(before, _usage(stack))
+        assert charged == (message.usage.input_tokens, message.usage.output_tokens)
         counted = client.messages.count_tokens(
             model=MODEL, system="Be brief.", messages=[{"role": "user", "content": "Say hello."}]
         )
@@ -216,9 +222,49 @@ def _outcomes(stack: Stack) -> dict[tuple[str, str], float]:
     }
 
 
-def _usage(stack: Stack) -> dict[str, object]:
+def _usage(stack: Stack) -> dict[str, Any]:
     usage = httpx.get(
         f"{stack.url}/v1/usage", headers={"authorization": f"Bearer {KEY}"}, timeout=10
     ).json()
-    (row,) = usage["data"]
-    return row
+    rows = usage["data"]
+    return rows[0] if rows else {"input_tokens": 0, "output_tokens": 0}
+
+
+def _charged(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
+    return (
+        after["input_tokens"] - before["input_tokens"],
+        after["output_tokens"] - before["output_tokens"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("content_type", "answer", "charged"),
+    [
+        ("application/json", {"usage": {"input_tokens": 7, "output_tokens": 3}}, (7, 3)),
+        ("text/event-stream",  # Messages: message_start, then message_delta's count
+         'event: message_start\ndata: {"type": "message_start", "message": {"usage": '
+         '{"input_tokens": 7, "output_tokens": 1}}}\n\nevent: message_delta\ndata: '
+         '{"type": "message_delta", "usage": {"output_tokens": 4}}\n\n', (5, 4)),
+        ("text/event-stream",  # Responses: the completed response's usage
+         'data: {"type": "response.completed", "response": {"usage": {"input_tokens": 6, '
+         '"output_tokens": 2}}}\n\n', (6, 2)),
+    ],
+)  # fmt: skip
+def test_the_meter_reads_messages_and_responses_usage(
+    content_type: str, answer: Any, charged: tuple[int, int]
+) -> None:
+    async def exchange() -> UsageMeter:
+        async def send(_message: Any) -> None:
+            return None
+
+        meter = UsageMeter(send)
+        headers = [(b"content-type", content_type.encode())]
+        await meter.send({"type": "http.response.start", "status": 200, "headers": headers})
+        body = answer if isinstance(answer, str) else json.dumps(answer)
+        await meter.send({"type": "http.response.body", "body": body.encode()})
+        return meter
+
+    used = asyncio.run(exchange()).used(
+        input_tokens=5, reserved_output=9, answered=True, count=None
+    )
+    assert (used.input_tokens, used.output_tokens, used.measured) == (*charged, True)

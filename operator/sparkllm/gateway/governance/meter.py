@@ -5,7 +5,10 @@ at admission and must then be charged what the engine really produced, so the re
 back to the user. The relay keeps the answer's bytes as they pass (a list append per
 chunk, nothing parsed while tokens flow); when the exchange is over the meter reads them:
 
-* a JSON answer's ``usage`` (``prompt_tokens``, ``completion_tokens``) — also when the
+* a JSON answer's ``usage`` (``prompt_tokens``, ``completion_tokens``; Messages and
+  Responses say ``input_tokens``, ``output_tokens``, a Responses stream inside its
+  ``response``, a Messages stream in ``message_start``'s ``message`` and then
+  ``message_delta``) — also when the
   client left before it came: a non-streamed generation is made whole before its first
   byte, so the relay keeps reading it for a client that left (proxy.py, ``drain``) and
   the engine's own count is charged, not "no byte sent, no output made";
@@ -116,10 +119,16 @@ class UsageMeter:
 
 
 def _usage_of(event: Any) -> tuple[int, int] | None:
-    usage = event.get("usage") if isinstance(event, dict) else None
+    if not isinstance(event, dict):
+        return None
+    usage = event.get("usage")
+    for outer in ("response", "message"):  # a Responses / Messages stream event's object
+        if usage is None and isinstance(event.get(outer), dict):
+            usage = event[outer].get("usage")
     if not isinstance(usage, dict):
         return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
     if not isinstance(completion, int):
         return None
     return (prompt if isinstance(prompt, int) else 0), completion
