@@ -6,7 +6,7 @@ directly above a block's opening fence says what it is (docs/devcluster.md, "Doc
 tests"):
 
 * ``<!-- run -->`` — shell, run here with bash in a scratch directory (the checkout's
-  ``manifests``, ``charts``, ``crds`` and ``.venv`` linked in, ``icl.yaml``/``ic.yaml``
+  ``manifests``, ``charts``, ``crds``, ``tests`` and ``.venv`` linked in, ``icl.yaml``/``ic.yaml``
   copies of the sample, ``.venv/bin`` and the built kube binaries first on ``PATH``). It
   must exit 0; when the next block is marked ``output-of-previous`` its stdout must
   match that block.
@@ -165,7 +165,7 @@ def test_output_matching_honours_the_placeholders_and_nothing_else() -> None:
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A working directory shaped like the checkout a reader types in."""
     directory = tmp_path_factory.mktemp("doc-blocks")
-    for name in ("manifests", "charts", "crds", ".venv"):
+    for name in ("manifests", "charts", "crds", ".venv", "tests"):
         (directory / name).symlink_to(ROOT / name)
     for name in ("icl.yaml", "ic.yaml"):
         (directory / name).write_text(SAMPLE.read_text())
