@@ -514,6 +514,15 @@ def check_monitored_condition(block: Block) -> None:
     assert shown == real, f"{block.where}: the operator writes\n" + "\n".join(real)
 
 
+def check_secret_lane(block: Block) -> None:
+    """The refusal quoted for an unmarked engine-key Secret is ``lane_problem``'s words."""
+    from sparkllm.api.secret_refs import SecretReference, SecretUse, lane_problem
+
+    ref = SecretReference("spec.engine.apiKeySecretRef", "billing-db", SecretUse.ENGINE_API_KEY)
+    real = lane_problem(ref, {})
+    assert block.text == real, f"{block.where}: the operator says\n{real}"
+
+
 def check_epp_metrics(block: Block) -> None:
     """The SGLang metric names the EPP is told to read are ones rank 0 serves (the
     simulator's metrics mirror SGLang 0.5.23's names)."""
@@ -660,6 +669,7 @@ CHECKS: dict[str, Callable[[Block], None]] = {
     "exposed-condition": check_exposed_condition,
     "monitored-condition": check_monitored_condition,
     "epp-metrics": check_epp_metrics,
+    "secret-lane": check_secret_lane,
     "helm": check_helm,
 }
 
