@@ -152,8 +152,18 @@ def test_minimal_spec_is_defaulted_by_the_schema(crd_installed: DevCluster, name
             "spec.engine.pipelineParallel",
             "pipelineParallel is immutable",
         ),
+        (
+            {
+                "spec.engine.tensorParallel": 2,
+                "spec.placement.nodeGroups": [
+                    ["spark-a0", "spark-a1", "spark-a2", "s3", "s4", "s5"]
+                ],
+            },
+            "spec.engine.tensorParallel",
+            "tensorParallel is immutable",
+        ),
     ],
-    ids=["pipeline-parallel"],
+    ids=["pipeline-parallel", "tensor-parallel"],
 )
 def test_immutable_field_cannot_change(
     crd_installed: DevCluster, namespace: str, change: dict[str, Any], field: str, message: str
