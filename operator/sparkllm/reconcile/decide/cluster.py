@@ -60,6 +60,7 @@ from sparkllm.reconcile.decide.secrets import (
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
     StatusParts,
+    all_clear,
     cluster_phase,
     condition,
     derive_status,
@@ -242,12 +243,10 @@ def exposed_condition(
     Exposed=True once they are served again (no condition when none was ever missing)."""
     kind = ConditionType.EXPOSED
     if not absent:
-        if not any(c.get("type") == kind.value for c in previous.get("conditions") or []):
-            return ()
         message = "the cluster serves every API spec.exposure needs"
-        return (
-            condition(kind, status=True, reason=Reason.API_SERVED, message=message,
-                      generation=generation),
+        return all_clear(
+            kind, previous, status=True, reason=Reason.API_SERVED, message=message,
+            generation=generation,
         )  # fmt: skip
     missing = sorted(absent)
     named = ", ".join(f"{kind_name} ({api_version})" for api_version, kind_name in missing)

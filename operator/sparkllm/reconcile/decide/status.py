@@ -109,6 +109,22 @@ def condition(
     }
 
 
+def all_clear(
+    kind: ConditionType,
+    previous: Mapping[str, Any],
+    *,
+    status: bool,
+    reason: Reason,
+    message: str,
+    generation: int,
+) -> tuple[JSON, ...]:
+    """A condition reported only once it had something to say (Exposed, UpdatePending):
+    its all-clear once it was ever written; nothing while it never was."""
+    if not any(c.get("type") == kind.value for c in previous.get("conditions") or []):
+        return ()
+    return (condition(kind, status=status, reason=reason, message=message, generation=generation),)
+
+
 def merge_conditions(
     previous: Sequence[Mapping[str, Any]], updates: Sequence[JSON], now: datetime
 ) -> list[JSON]:

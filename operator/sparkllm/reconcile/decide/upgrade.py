@@ -28,7 +28,7 @@ from sparkllm.api import ConditionType, Reason
 from sparkllm.errors import SparkllmError
 from sparkllm.keys import LABEL_GENERATION, LABEL_RANK
 from sparkllm.reconcile.decide.restarts import UPDATE_CAUSE
-from sparkllm.reconcile.decide.status import condition
+from sparkllm.reconcile.decide.status import all_clear, condition
 from sparkllm.render.rank_stamp import ENGINE_SECTIONS, SECTIONS, Stamp
 
 JSON = dict[str, Any]
@@ -148,12 +148,10 @@ def update_pending_condition(
     (absent while none ever was, like Exposed)."""
     kind = ConditionType.UPDATE_PENDING
     if not pending:
-        if not any(c.get("type") == kind.value for c in previous.get("conditions") or []):
-            return ()
         message = "every running rank pod has the current operator's rendering"
-        return (
-            condition(kind, status=False, reason=Reason.RANK_PODS_CURRENT, message=message,
-                      generation=generation),
+        return all_clear(
+            kind, previous, status=False, reason=Reason.RANK_PODS_CURRENT, message=message,
+            generation=generation,
         )  # fmt: skip
     parts = []
     for cause in dict.fromkeys(p.cause for _, p in pending):
