@@ -44,6 +44,7 @@ from tests.unit.reconcile_fixtures import (
     with_status,
 )
 from tests.unit.reconcile_world import pod_name
+from tests.unit.test_reconcile_decide import restart_draining
 
 JSON = dict[str, Any]
 NEW = ProductImage("registry.example/sparkllm:test2")  # the upgraded operator's image
@@ -259,3 +260,14 @@ def test_a_spec_change_after_the_upgrade_still_rolls() -> None:
     plan = _upgraded(replace(with_obj(obs, obj)))
     (patch,) = plan.pod_patches
     assert patch.patch["metadata"]["annotations"][ANNOTATION_DRAIN_REASON] == UPDATE_CAUSE
+
+
+def test_a_requested_update_stops_once_drained_with_its_cause() -> None:
+    """The annotation is consumed at once; the drain on rank 0 carries the cause to the stop."""
+    cause = "operator update test -> test2 (requested)"
+    drained = restart_draining(lambda: serving(replicas=1), reason=cause, seconds=10, running=0)
+    plan = _upgraded(drained())
+    assert plan.gang_restarts == ("operator_update",)
+    assert _stopped(plan) == {f"llm-r0-rank{r}" for r in range(3)}
+    (replica,) = plan.status["replicaStatuses"]  # type: ignore[index]
+    assert replica["lastRestart"]["reason"] == cause
