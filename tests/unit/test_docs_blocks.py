@@ -793,6 +793,77 @@ def test_parse_refuses_a_flag_the_program_does_not_have(command: str) -> None:
         parse_command(synopsis_words(command))
 
 
+def _parser_of(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The parser of the (sub)command ``words`` names, and the words after the command."""
+    from sparkllm.cli import build_parser
+    from sparkllm_dev.cli import build_parser as dev_parser
+
+    parser = build_parser() if words[0] == "sparkllm" else dev_parser()
+    rest = words[1:]
+    while True:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        takes_value = {o for a in parser._actions if a.nargs != 0 for o in a.option_strings}
+        position = 0  # the first word that is neither an option nor an option's value
+        while position < len(rest) and rest[position].startswith("-"):
+            position += 2 if rest[position] in takes_value else 1
+        command = rest[position] if position < len(rest) else None
+        if not subparsers or command is None or command not in subparsers[0].choices:
+            return parser, rest
+        parser = subparsers[0].choices[command]
+        rest = rest[position + 1 :]
+
+
+def readme_command_rows() -> list[str]:
+    """The commands of README's command tables (first cell, inline code)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Commands") : text.index("## Layout")]
+    return [
+        m.group(1).replace("\\|", "|")
+        for m in re.finditer(r"^\| `((?:[^`]|\\\|)+)` \|", section, re.M)
+    ]
+
+
+def command_row_problems(rows: list[str]) -> list[str]:
+    """What is wrong with command synopses: a subcommand or a flag the parser has not."""
+    problems = []
+    for row in rows:
+        words = row.replace("[", " ").replace("]", " ").split()
+        parser, rest = _parser_of(words)
+        if parser.prog in ("sparkllm", "sparkllm-dev") and not row.startswith(
+            ("sparkllm --version", "sparkllm-dev [--cluster")
+        ):
+            problems.append(f"{row}: no such subcommand")
+        known = {o for a in parser._actions for o in a.option_strings}
+        if parser.prog == "sparkllm-dev":  # up / status / down: the subcommands themselves
+            sub = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            missing = [w for w in rest if w.isalpha() and w not in sub[0].choices]
+            problems += [f"{row}: no subcommand {w}" for w in missing if w.islower()]
+        flags = [w.split("=")[0] for w in rest if w.startswith("-")]
+        problems += [f"{row}: {parser.prog} has no {f}" for f in flags if f not in known]
+    return problems
+
+
+def test_readme_command_tables_name_only_real_subcommands_and_flags() -> None:
+    """README's tables of ``sparkllm`` and ``sparkllm-dev`` commands: every subcommand
+    exists and every flag is one its parser has, spelled out in full."""
+    rows = readme_command_rows()
+    assert len(rows) >= 10, rows
+    problems = command_row_problems(rows)
+    assert not problems, "\n".join(problems)
+
+
+def test_command_row_problems_sees_a_wrong_subcommand_or_flag() -> None:
+    assert command_row_problems(["sparkllm plan -f x [--model-dir D]"]) == []
+    assert "sparkllm plann -f x: no such subcommand" in command_row_problems(
+        ["sparkllm plann -f x"]
+    )
+    assert command_row_problems(["sparkllm plan --modeldir D"]) == [
+        "sparkllm plan --modeldir D: sparkllm plan has no --modeldir"
+    ]
+    row = "sparkllm-dev [--cluster demo] stat / down"
+    assert command_row_problems([row]) == [f"{row}: no subcommand stat"]
+
+
 def main() -> int:
     counts = census(BLOCKS)
     executed = counts["run"] + counts["check"] + counts["tested-by"]
