@@ -148,9 +148,11 @@ def test_the_packaged_chart_carries_the_crds(installed: tuple[Path, dict[str, st
         packed = {
             Path(m.name).name: archive.extractfile(m).read()  # type: ignore[union-attr]
             for m in archive.getmembers()
-            if m.name.startswith("sparkllm/crds/")
-        }
-    repo = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+            if m.name.startswith(("sparkllm/crds/", "sparkllm/files/crds/"))
+        }  # files/crds/: the InferenceCluster CRD templates/crds.yaml applies; crds/: kopf's
+    repo = {
+        p.name: p.read_bytes() for d in ("crds", "files/crds") for p in (CHART / d).glob("*.yaml")
+    }
     assert packed == repo
     assert "sparkllm.io_inferenceclusters.yaml" in packed
 
