@@ -271,3 +271,10 @@ def test_a_requested_update_stops_once_drained_with_its_cause() -> None:
     assert _stopped(plan) == {f"llm-r0-rank{r}" for r in range(3)}
     (replica,) = plan.status["replicaStatuses"]  # type: ignore[index]
     assert replica["lastRestart"]["reason"] == cause
+
+
+def test_the_spec_digest_ignores_defaults_so_a_new_default_is_an_operator_change() -> None:
+    spelled = cluster(engine={"tensorParallel": 1}, restartPolicy={"startupGraceSeconds": 1800})
+    assert _stamps(spelled, GATEWAY_IMAGE)[0].spec == _stamps(cluster(), GATEWAY_IMAGE)[0].spec
+    other = cluster(restartPolicy={"startupGraceSeconds": 600})
+    assert _stamps(other, GATEWAY_IMAGE)[0].spec != _stamps(cluster(), GATEWAY_IMAGE)[0].spec

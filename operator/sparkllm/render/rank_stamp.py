@@ -86,10 +86,14 @@ def template_sections(template: Mapping[str, Any]) -> dict[str, Any]:
 
 def spec_digest(spec: InferenceClusterSpec) -> str:
     """The user's spec sections that shape a rank pod (not replicas, admission, gateway,
-    exposure, monitoring, placement, the restart budget: no rank pod carries them)."""
-    data = spec.model_dump(mode="json", by_alias=True)
+    exposure, monitoring, placement, the restart budget: no rank pod carries them).
+
+    Only what differs from the defaults counts: a new operator version that adds a field
+    with a default, or changes a default, changes its own rendering, not the user's spec,
+    so it waits as an operator update instead of rolling as a spec change."""
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     shaping = {k: data.get(k) for k in ("model", "engine", "network")}
-    shaping["startupGraceSeconds"] = spec.restart_policy.startup_grace_seconds
+    shaping["startupGraceSeconds"] = (data.get("restartPolicy") or {}).get("startupGraceSeconds")
     return _digest(shaping)
 
 
