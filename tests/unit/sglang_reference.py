@@ -65,14 +65,25 @@ def load() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
         finder.absent.clear()
         finder.absent.add("mistral_common")
         _LOADED.extend(
-            importlib.import_module(f"sglang.srt.entrypoints.openai.{name}")
-            for name in ("protocol", "serving_chat", "serving_deepseek_recipe")
+            importlib.import_module(f"sglang.srt.entrypoints.{name}")
+            for name in (
+                *("openai.protocol", "openai.serving_chat", "openai.serving_deepseek_recipe"),
+                # How Messages and Responses bodies become chats (converters() below).
+                *("anthropic.protocol", "anthropic.serving", "openai.serving_responses"),
+            )
         )
     finally:
         sys.meta_path.remove(finder)
         for name in set(sys.modules) - before:
             del sys.modules[name]
     return _LOADED[0], _LOADED[1], _LOADED[2]
+
+
+def converters() -> tuple[types.ModuleType, types.ModuleType, types.ModuleType]:
+    """(anthropic.protocol, anthropic.serving, openai.serving_responses) from the wheel,
+    loaded with ``load()``'s modules (one ``ChatCompletionRequest`` class for all)."""
+    load()
+    return _LOADED[3], _LOADED[4], _LOADED[5]
 
 
 def sglang_file(relative: str) -> Path:

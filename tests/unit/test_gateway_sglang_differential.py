@@ -14,10 +14,12 @@ what it does not let through at all, which is counted apart).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
 import types
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -326,3 +328,164 @@ def test_a_server_default_thinking_is_counted_as_sglang_counts(model_dir: Path) 
     assert _compare(mirrored, chat, off) == "equal"
     assert isinstance(decided := mirrored.decide(Route.CHAT, off), Admitted)
     assert decided.input_tokens == without.input_tokens
+
+
+# --- /v1/messages and /v1/responses: the chat SGLang makes of them, counted -----------
+# SGLang converts the body (anthropic/serving.py, openai/serving_responses.py, the
+# wheel's own code: sglang_reference.converters()) and renders that chat; the gateway
+# must count the same prompt, or refuse what it does not convert (unsupported_parameter).
+ANTHROPIC, ANTHROPIC_SERVING, RESPONSES = sglang_reference.converters()
+_TEXT_BLOCK = st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT})
+_BLOCK = st.one_of(
+    _TEXT_BLOCK,
+    st.fixed_dictionaries(
+        {"type": st.just("tool_use"), "id": st.just("call_1"), "name": _NAME},
+        optional={"input": st.just({"city": "Paris"}) | st.just({})},
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "tool_use_id": st.just("call_1")},
+        optional={"content": _TEXT | st.lists(_TEXT_BLOCK, max_size=3)},
+    ),
+)
+_ANTHROPIC_BODIES = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "max_tokens": st.just(16),
+        "messages": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "role": st.sampled_from(["user", "assistant"]),
+                    "content": _TEXT | st.lists(_BLOCK, max_size=3),
+                }
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+    },
+    optional={
+        "system": _TEXT | st.lists(_TEXT_BLOCK, max_size=2),
+        "tools": st.lists(
+            st.fixed_dictionaries(
+                {"name": _NAME, "input_schema": st.just({"type": "object"})},
+                optional={"description": _TEXT, "strict": st.booleans()},
+            ),
+            max_size=2,
+        ),
+        "tool_choice": st.sampled_from(
+            [{"type": "auto"}, {"type": "any"}, {"type": "none"}, {"type": "tool", "name": "clock"}]
+        ),
+        "metadata": st.just({"user_id": "u-1"}),
+    },
+).map(lambda body: json.dumps(body).encode())
+_RESPONSES_PART = st.fixed_dictionaries(
+    {"type": st.sampled_from(["input_text", "output_text", "text"]), "text": _TEXT}
+)
+_RESPONSES_BODIES = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "input": _TEXT
+        | st.lists(
+            st.fixed_dictionaries(
+                {
+                    "role": st.sampled_from(["user", "assistant"]),
+                    "content": _TEXT | st.lists(_RESPONSES_PART, max_size=2),
+                },
+                optional={"type": st.just("message")},
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+    },
+    optional={"instructions": _TEXT, "store": st.booleans(), "user": _TEXT},
+).map(lambda body: json.dumps(body).encode())
+
+
+def _anthropic_count(chat: Any, body: bytes) -> int:
+    """SGLang's prompt length for a Messages body; ValueError if it refuses it."""
+    from pydantic import ValidationError
+
+    try:
+        request = ANTHROPIC.AnthropicMessagesRequest.model_validate(json.loads(body))
+    except ValidationError as exc:
+        raise ValueError(f"request model: {exc}") from exc
+    serving = object.__new__(ANTHROPIC_SERVING.AnthropicServing)
+    serving.openai_serving_chat = chat
+    serving._merge_inline_system = True  # (no system message inside 'messages' here)
+    try:
+        converted = serving._convert_to_chat_completion_request(request)
+    except Exception as exc:  # handle_messages answers any conversion error with a 400
+        raise ValueError(f"conversion: {exc}") from exc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # SGLang reads max_tokens
+        problem = chat._validate_request(converted)
+        if problem is not None:
+            raise ValueError(problem)
+        return len(chat._process_messages(converted, is_multimodal=False).prompt_ids)
+
+
+def _responses_count(chat: Any, body: bytes) -> int:
+    """SGLang's prompt length for a Responses body (``_make_request``, its own code)."""
+
+    class Responses(RESPONSES.OpenAIServingResponses):  # type: ignore[misc,name-defined]
+        def _template_turn_grammar(self) -> bool:
+            return False
+
+        def _requires_response_template_detokenization(self, request: Any) -> bool:
+            return False
+
+    serving = object.__new__(Responses)
+    serving.__dict__.update(chat.__dict__)
+    serving.supports_inline_system = False  # instructions merged into one system message
+    request = PROTOCOL.ResponsesRequest.model_validate(json.loads(body))
+    tokenizer = chat.tokenizer_manager.tokenizer
+    made = asyncio.run(serving._make_request(request, None, tokenizer))
+    return len(made[3].prompt_ids)
+
+
+def _compare_converted(
+    admission: Admission, route: Route, expected: int | None, body: bytes
+) -> str:
+    decision = admission.decide(route, body, exact=True)
+    if isinstance(decision, Admitted):
+        assert expected is not None, "the gateway forwards what SGLang refuses"
+        assert decision.input_tokens == expected
+        return "equal"
+    if expected is None:
+        return "both refused"
+    assert decision.code == "unsupported_parameter", decision
+    return "refused by the gateway only"
+
+
+# Fewer: the converted bodies reach the chat paths the tests above cover 300 times each.
+_CONVERTED_SETTINGS = settings(_SETTINGS, max_examples=150)
+
+
+@pytest.mark.parametrize("kind", ["jinja", "v4"])
+@_CONVERTED_SETTINGS
+@given(body=_ANTHROPIC_BODIES)
+def test_messages_counts_equal_sglangs(model_dir: Path, kind: str, body: bytes) -> None:
+    admission, chat = (_jinja if kind == "jinja" else _v4)(model_dir)
+    try:
+        expected: int | None = _anthropic_count(chat, body)
+    except ValueError:
+        expected = None
+    for route in (Route.MESSAGES, Route.COUNT_TOKENS):
+        counted = body if route is Route.MESSAGES else _without(body, "max_tokens", "metadata")
+        OUTCOMES[
+            f"{kind} {route.value} " + _compare_converted(admission, route, expected, counted)
+        ] += 1
+
+
+@pytest.mark.parametrize("kind", ["jinja", "v4"])
+@settings(_SETTINGS, max_examples=100)
+@given(body=_RESPONSES_BODIES)
+def test_responses_counts_equal_sglangs(model_dir: Path, kind: str, body: bytes) -> None:
+    admission, chat = (_jinja if kind == "jinja" else _v4)(model_dir)
+    expected = _responses_count(chat, body)
+    OUTCOMES[
+        f"{kind} /v1/responses " + _compare_converted(admission, Route.RESPONSES, expected, body)
+    ] += 1
+
+
+def _without(body: bytes, *fields: str) -> bytes:
+    return json.dumps({k: v for k, v in json.loads(body).items() if k not in fields}).encode()

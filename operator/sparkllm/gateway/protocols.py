@@ -124,8 +124,10 @@ def _anthropic_message(out: list[dict[str, Any]], message: object, *, param: str
         kind = block.get("type")
         if kind == "text":
             parts.append({"type": "text", "text": _text(block, param=where)})
-        elif kind == "tool_use":
+        elif kind == "tool_use" and role == "assistant":
             tool_calls.append(_tool_use(block, param=where))
+        elif kind == "tool_use":  # Anthropic's API takes them from the assistant only
+            _unsupported("A tool_use block in a user message", param=f"{where}.type")
         elif kind == "tool_result":
             _tool_result(out, parts, block, role=role, param=where)
         else:
