@@ -167,7 +167,10 @@ def build_engine_config(
     pp_size = int(args["pp_size"])
     node_rank = int(args["node_rank"])
     nnodes, tp_size = int(args["nnodes"]), int(args["tp_size"])
-    if (tp_size * pp_size) % nnodes != 0:
+    # An ignored parallelism flag (--sim-ignore-flag) stands for an engine that does not
+    # apply it, to show ConfigApplied naming it; the layout is then not judged.
+    judged = not {"nnodes", "tp_size", "pp_size"} & {flag_spec(f).dest for f in sim.ignored_flags}
+    if judged and (tp_size * pp_size) % nnodes != 0:
         raise EngineStartupError("AssertionError: tp_size must be divisible by number of nodes")
     layers = model_config.get("num_hidden_layers")
     num_hidden_layers = layers if isinstance(layers, int) else None
