@@ -29,8 +29,10 @@ from sparkllm.gateway.governance.meter import UsageMeter
 from tests.unit.accept_sim import MODEL
 from tests.unit.gateway_fixtures import running, wait_until
 from tests.unit.smg_stack import Stack, smg_stack
+from tests.unit.test_docs_blocks import ROOT, blocks_of
 
 KEY = "key-alice"
+THIS_FILE = "tests/unit/test_gateway_clients.py"
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +112,19 @@ def test_anthropic_sdk_messages_and_count_tokens(stack: Stack) -> None:
                 extra_body={"ignore_eos": True},
             )  # fmt: skip
         assert "ignore_eos" in str(refused.value)
+
+
+def test_the_docs_client_example_runs(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/gateway.md's SDK example ("With the SDKs"), run as written against the stack."""
+    doc = ROOT / "docs" / "gateway.md"
+    (block,) = [b for b in blocks_of(doc) if b.kind == "tested-by" and b.arg == THIS_FILE]
+    exec(compile(block.text, f"{doc}:{block.line}", "exec"), {
+        "BASE_URL": stack.url, "KEY": KEY, "MODEL": MODEL,
+    })  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == MODEL
+    assert len(printed) >= 4  # the two answers' text between
+    assert printed[-1].startswith("MessageTokensCount(input_tokens=")
 
 
 def test_stored_response_routes_are_served(stack: Stack) -> None:
