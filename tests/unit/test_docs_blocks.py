@@ -735,7 +735,17 @@ def test_parse_block(block: Block) -> None:
         parse_command(synopsis_words(command))
 
 
-@pytest.mark.parametrize("block", of_kind("check"), ids=_ids(of_kind("check")))
+NEEDS_BINARY = {"helm", "kustomize"}  # the checks that run helm or kubectl (make binaries)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, marks=[pytest.mark.needs_binary] if b.arg in NEEDS_BINARY else [])
+        for b in of_kind("check")
+    ],
+    ids=_ids(of_kind("check")),
+)
 def test_check_block(block: Block) -> None:
     CHECKS[block.arg](block)
 
