@@ -39,9 +39,11 @@ def rank_argv(model: Path, *extra: str, sim: Sequence[str] = (), rank: int = 0) 
     ]  # fmt: skip
 
 
-def requests(argv: list[str], *calls: tuple[str, str, dict[str, Any]]) -> list[httpx.Response]:
+def requests(
+    argv: list[str], *calls: tuple[str, str, dict[str, Any]], partition: str = "14,14,15"
+) -> list[httpx.Response]:
     """Build the rank from argv and send the calls, in order, to its ASGI app."""
-    app = prepare(argv, env={"SGLANG_PP_LAYER_PARTITION": "14,14,15"}).app
+    app = prepare(argv, env={"SGLANG_PP_LAYER_PARTITION": partition}).app
 
     async def run() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
@@ -123,6 +125,20 @@ def test_server_info_echoes_every_arg(model_dir: Path) -> None:
     }  # fmt: skip
     assert {key: info[key] for key in expected} == expected
     assert "--pp-size 3" in info["launch_command"]
+
+
+def test_tp2_pp2_ranks_report_their_layout(model_dir: Path) -> None:
+    """TP=2 x PP=2 on four nodes: rank 0's server_info reports the layout as given, node
+    rank 3's scheduler gauges carry its stage and tensor rank (1, 1)."""
+    layout = ["--nnodes", "4", "--pp-size", "2", "--tp-size", "2", "--enable-metrics"]
+    (info,) = requests(
+        rank_argv(model_dir, *layout), get("/get_server_info", AUTH), partition="21,22"
+    )
+    reported = {key: info.json()[key] for key in ("tp_size", "pp_size", "nnodes", "node_rank")}
+    assert reported == {"tp_size": 2, "pp_size": 2, "nnodes": 4, "node_rank": 0}
+    (metrics,) = requests(rank_argv(model_dir, *layout, rank=3), get("/metrics"), partition="21,22")
+    assert 'pp_rank="1"' in metrics.text
+    assert 'tp_rank="1"' in metrics.text
 
 
 def test_ignored_flag_shows_the_default(model_dir: Path) -> None:
