@@ -278,3 +278,16 @@ def test_the_spec_digest_ignores_defaults_so_a_new_default_is_an_operator_change
     assert _stamps(spelled, GATEWAY_IMAGE)[0].spec == _stamps(cluster(), GATEWAY_IMAGE)[0].spec
     other = cluster(restartPolicy={"startupGraceSeconds": 600})
     assert _stamps(other, GATEWAY_IMAGE)[0].spec != _stamps(cluster(), GATEWAY_IMAGE)[0].spec
+
+
+def test_a_security_fix_is_named_in_the_condition() -> None:
+    pending = [(0, PendingUpdate("0.1.0", "0.2.0", ("engine",)))]
+    fixes = {"0.2.0": "the engine key no longer reaches the launcher's argv"}
+    (cond,) = update_pending_condition(
+        pending, {}, generation=1, settings=UpgradeSettings(), security=fixes
+    )
+    assert cond["message"].startswith(
+        "operator update 0.1.0 -> 0.2.0 changes the engine container of replica(s) 0: a new "
+        "engine process; SECURITY FIX in 0.2.0 (the engine key no longer reaches the "
+        "launcher's argv): apply it now; applied at each replica's next restart"
+    )

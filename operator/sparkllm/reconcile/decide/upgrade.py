@@ -38,6 +38,10 @@ APPLY_VALUES: Final[tuple[Apply, ...]] = ("onRestart", "drained")
 APPLY_ENV: Final = "SPARKLLM_APPLY_OPERATOR_CHANGES"  # the chart's upgrade.applyOperatorChanges
 TEMPLATE_CAUSE: Final = "rank template changed (node address, Secret or image settings)"
 UNKNOWN_VERSION: Final = "unrecorded"
+# Operator versions whose rank-pod changes fix a security problem and should be applied
+# at once: version -> what it fixes (the release notes' words). UpdatePending says so, so
+# an administrator who waits for the next restart is told what waiting costs.
+SECURITY_FIXES: Final[Mapping[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -143,9 +147,11 @@ def update_pending_condition(
     *,
     generation: int,
     settings: UpgradeSettings,
+    security: Mapping[str, str] = SECURITY_FIXES,
 ) -> tuple[JSON, ...]:
-    """UpdatePending=True naming each pending operator update; False once none is left
-    (absent while none ever was, like Exposed)."""
+    """UpdatePending=True naming each pending operator update (and, for a version in
+    ``security``, the fix it carries); False once none is left (absent while none ever
+    was, like Exposed)."""
     kind = ConditionType.UPDATE_PENDING
     if not pending:
         message = "every running rank pod has the current operator's rendering"
@@ -165,6 +171,9 @@ def update_pending_condition(
             else "no new engine process (only what runs before or around it)"
         )
         parts.append(f"{cause} changes the {named} of replica(s) {replicas}: {effect}")
+        fix = security.get(which[0][1].to_version)
+        if fix is not None:
+            parts[-1] += f"; SECURITY FIX in {which[0][1].to_version} ({fix}): apply it now"
     when = (
         "being applied now, drained, one replica at a time (upgrade.applyOperatorChanges=drained)"
         if settings.apply == "drained"
