@@ -82,14 +82,15 @@ def build_openapi_schema() -> JsonSchema:
     )
     name = structural_schema(ObjectMeta.model_json_schema(by_alias=True))["properties"]["name"]
     spec["description"] = (
-        "spec is the desired state: one served model, as `replicas` independent pipelines "
-        "of `engine.pipelineParallel` DGX Spark nodes."
+        "spec is the desired state: one served model, as `replicas` independent replicas "
+        "of `engine.tensorParallel` x `engine.pipelineParallel` DGX Spark nodes."
     )
     status["description"] = "status is the observed state, written only by the operator."
     return {
         "description": (
             "InferenceCluster serves one large language model across NVIDIA DGX Spark "
-            "nodes with SGLang pipeline parallelism: each replica is one rank per node, "
+            "nodes with SGLang tensor and pipeline parallelism: each replica is one rank per "
+            "node, "
             "restarted as a whole when any rank drops; a gateway in front authenticates, "
             "caps and queues requests."
         ),
