@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -523,6 +524,29 @@ def check_secret_lane(block: Block) -> None:
     assert block.text == real, f"{block.where}: the operator says\n{real}"
 
 
+def check_usage_console(block: Block) -> None:
+    """A ``sparkllm usage`` session: each command parses (as ``parse`` blocks do) and the
+    table shown is what ``usage.table`` prints for its rows, the store's note one of the
+    notes the gateway sends."""
+    from sparkllm.gateway.governance.usage import STORE_NOTE, table
+
+    for command in commands_of(dataclasses.replace(block, lang="console")):
+        if not command.startswith("export "):
+            parse_command(synopsis_words(command))
+    shown = [line for line in block.text.split("\n") if not line.startswith(("$ ", "    "))]
+    _header, *rows, note = shown
+    assert note.removeprefix("store: ") in STORE_NOTE.values(), f"{block.where}: {note}"
+    data = []
+    for row in rows:
+        day, user, requests, ok, inputs, outputs = row.split()
+        data.append(
+            {"day": day, "user": user, "requests": int(requests), "outcomes": {"ok": int(ok)},
+             "input_tokens": int(inputs), "output_tokens": int(outputs)}
+        )  # fmt: skip
+    report = {"data": data, "store": {"note": note.removeprefix("store: ")}}
+    assert "\n".join(shown) == table(report), f"{block.where}: usage prints\n{table(report)}"
+
+
 def check_epp_metrics(block: Block) -> None:
     """The SGLang metric names the EPP is told to read are ones rank 0 serves (the
     simulator's metrics mirror SGLang 0.5.23's names)."""
@@ -670,6 +694,7 @@ CHECKS: dict[str, Callable[[Block], None]] = {
     "monitored-condition": check_monitored_condition,
     "epp-metrics": check_epp_metrics,
     "secret-lane": check_secret_lane,
+    "usage-console": check_usage_console,
     "helm": check_helm,
 }
 
@@ -760,6 +785,16 @@ ICL_WIDE = (  # README's table, which check_demo_output passes
 )
 
 
+USAGE_COMMAND = "$ sparkllm usage --redis r:1 --cluster a/b"
+USAGE_HEADER = "DAY         USER  REQUESTS  OK  INPUT TOKENS  OUTPUT TOKENS"
+USAGE_ROW = "2026-12-01  bob   1         1   11            7"
+USAGE_NOTE = "store: state in a shared store: kept across restarts and replicas"
+
+
+def test_check_usage_console_passes_a_table_as_printed() -> None:
+    check_usage_console(_fake(f"{USAGE_COMMAND}\n{USAGE_HEADER}\n{USAGE_ROW}\n{USAGE_NOTE}"))
+
+
 def test_check_demo_output_passes_the_readme_table() -> None:
     check_demo_output(_fake(ICL_WIDE))
 
@@ -774,6 +809,12 @@ def test_check_demo_output_passes_the_readme_table() -> None:
         (check_engine_launcher_code, "import os"),
         (check_crd_messages, "spec.engine.env: Forbidden: env must not be pretty: X"),
         (check_icl_table, "NAME REPLICAS READY PHASE MODEL PP AGE\nx 1 1 Ready m 3 2d"),
+        (check_usage_console, f"{USAGE_COMMAND}\n{USAGE_HEADER}\n{USAGE_ROW}\nstore: kept"),
+        (check_usage_console, f"{USAGE_COMMAND}\nDAY USER\n{USAGE_ROW}\n{USAGE_NOTE}"),
+        (
+            check_usage_console,
+            f"$ sparkllm usage --redis r:1 --day 1\n{USAGE_HEADER}\n{USAGE_NOTE}",
+        ),
         (check_icl_table, "NAME READY PHASE MODEL PP AGE\ndeepseek-v4-flash 1 Ready m 3 2d"),
         (check_demo_output, f"{ICL_WIDE}\nexport KUBECONFIG=~/.kube/config"),
         (check_demo_output, f"{ICL_WIDE}\n[demo] phase: Serving"),
