@@ -6,8 +6,9 @@ request the whole generation happens before the first byte, so "no byte sent" do
 mean "no output made". The gateway now keeps reading such an answer for a client that
 left (proxy.py, ``drain``) and charges its ``usage``.
 
-Real parts on loopback: the SGLang simulator (in process, its own HTTP server), the real
-``smg`` router launched with the arguments the operator renders, and the gateway. The
+Real parts on loopback (tests/unit/smg_stack.py): the SGLang simulator (in process, its
+own HTTP server), the real ``smg`` router launched with the arguments the operator
+renders, and the gateway. The
 clients hang up while the simulator is generating all N answers; the ledger must then
 hold exactly what the simulator produced (its ``sglang:*_tokens_total`` counters).
 """
@@ -16,39 +17,21 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkllm.gateway.app import GatewayApp, build_gateway_app
-from sparkllm_dev.devcluster.gateway_io import (
-    ROUTER_PORT_FLAGS,
-    free_port,
-    localize_router_args,
-    with_worker_url,
-)
-from sparkllm_dev.sim.server import prepare
-from tests.unit.accept_sim import KEY, MODEL, sim_argv
-from tests.unit.gateway_fixtures import (
-    gateway_config,
-    running,
-    train_tokenizer,
-    wait_until,
-    write_keys,
-    write_model_dir,
-)
-from tests.unit.test_render_secret_args import router_command
+from sparkllm.gateway.app import GatewayApp
+from tests.unit.accept_sim import MODEL
+from tests.unit.gateway_fixtures import wait_until
+from tests.unit.smg_stack import smg_stack
 
 REQUESTS = 6
 MAX_TOKENS = 60  # each answer: 60 tokens at 20 ms, ~1.2 s of generation
 TPOT_MS = 20
 USER_KEY = "key-alice"
-SMG = Path(sys.executable).parent / "smg"
 
 
 def engine_tokens(sim_url: str) -> dict[str, float]:
@@ -68,39 +51,11 @@ def engine_tokens(sim_url: str) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, GatewayApp, str]]:
     """(the simulator's URL, the gateway app, the gateway's URL), smg between them."""
-    root = tmp_path_factory.mktemp("charges")
-    model = write_model_dir(root / "model", train_tokenizer())
     sim_options = [f"--sim-tpot-ms={TPOT_MS}", "--sim-answer-tokens=1000"]
-    engine = prepare([*sim_argv(model, sim=sim_options, parsers=False), "--enable-metrics"], env={})
-    with running(engine.app) as sim:
-        ports = {flag: free_port("127.0.0.1") for flag in ROUTER_PORT_FLAGS}
-        rendered = router_command(key=KEY)  # smg's words as the router container runs it
-        assert rendered[:2] == ["smg", "launch"]
-        args = localize_router_args(with_worker_url(rendered[2:], url=sim.url), ports=ports)
-        log = root / "smg.log"
-        with log.open("wb") as sink:
-            router = subprocess.Popen([str(SMG), "launch", *args], stdout=sink, stderr=sink)
-        try:
-            router_url = f"http://127.0.0.1:{ports['--port']}"
-            wait_until(lambda: _ready(router_url), timeout=60, what="smg to register the engine")
-            keys = write_keys(root / "keys", {"alice": USER_KEY})
-            config = gateway_config(
-                model_dir=model, keys_dir=keys, upstream_url=router_url, upstream_api_key=KEY,
-                served_model_name=MODEL, model_aliases=(),
-            )  # fmt: skip
-            app = build_gateway_app(config)
-            with running(app) as gateway:
-                yield sim.url, app, gateway.url
-        finally:
-            router.kill()  # ours; a graceful stop waits out smg's drain window
-            router.wait(timeout=30)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readiness", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    with smg_stack(
+        tmp_path_factory.mktemp("charges"), keys={"alice": USER_KEY}, sim=sim_options
+    ) as front:
+        yield front.sim_url, front.app, front.url
 
 
 def _open_chat(gateway_url: str, index: int) -> socket.socket:

@@ -50,6 +50,18 @@ def _object(value: object, *, param: str) -> dict[str, Any]:
     return value
 
 
+def _content(message: Mapping[str, Any], *, param: str) -> Any:
+    """A message's or item's ``content`` (required; its shape is checked where it is read)."""
+    content = message.get("content")
+    if content is None:
+        validation.reject(
+            f"Missing required parameter: '{param}.content'.",
+            param=f"{param}.content",
+            code=replies.CODE_MISSING_PARAMETER,
+        )
+    return content
+
+
 def _array(value: object, *, param: str) -> list[Any]:
     if not isinstance(value, list):
         validation.wrong_type(param, "an array", value)
@@ -106,13 +118,7 @@ def _anthropic_message(out: list[dict[str, Any]], message: object, *, param: str
             "'system'), got {json.dumps(role)}.",
             param=f"{param}.role",
         )
-    content = message.get("content")
-    if content is None:
-        validation.reject(
-            f"Missing required parameter: '{param}.content'.",
-            param=f"{param}.content",
-            code=replies.CODE_MISSING_PARAMETER,
-        )
+    content = _content(message, param=param)
     if isinstance(content, str):
         out.append({"role": role, "content": content})
         return
@@ -292,13 +298,7 @@ def _responses_item(item: object, *, param: str) -> dict[str, Any]:
             f"'instructions'), got {json.dumps(role)}.",
             param=f"{param}.role",
         )
-    content = item.get("content")
-    if content is None:
-        validation.reject(
-            f"Missing required parameter: '{param}.content'.",
-            param=f"{param}.content",
-            code=replies.CODE_MISSING_PARAMETER,
-        )
+    content = _content(item, param=param)
     if isinstance(content, str):
         return {"role": role, "content": content}
     parts = []
