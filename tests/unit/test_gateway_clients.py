@@ -14,6 +14,7 @@ import json
 import math
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -71,6 +72,22 @@ def test_openai_sdk_creates_a_response(client: openai.OpenAI, stack: Stack) -> N
     assert 0 < response.usage.output_tokens <= 8
     charged = _charged(before, _usage(stack))  # the answer's usage, read by the meter
     assert charged == (response.usage.input_tokens, response.usage.output_tokens)
+
+
+def test_a_budget_lowers_a_responses_output_limit(stack: Stack, tmp_path: Path) -> None:
+    """max_output_tokens is lowered to what the budget allows, as max_tokens is on chat."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("minOutputTokens: 1\ndefaults: {tokensPerDay: 60}\n")
+    config = stack.config.model_copy(update={"governance_policy_path": policy})
+    with (
+        running(build_gateway_app(config)) as gateway,
+        openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0) as sdk,
+    ):
+        response = sdk.responses.create(model=MODEL, input="Say hello.", max_output_tokens=500)
+    assert response.max_output_tokens is not None
+    assert response.max_output_tokens < 60  # what the day's 60 tokens leave after the prompt
+    assert response.usage is not None
+    assert response.usage.input_tokens + response.usage.output_tokens <= 60
 
 
 def test_openai_sdk_no_work_fields_pass_on_chat(client: openai.OpenAI) -> None:

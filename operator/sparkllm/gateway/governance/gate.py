@@ -52,7 +52,9 @@ from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.rules.context import Admitted
 
 OFFLOAD_METER_BYTES = 16 * 1024  # answers longer than this are metered on a worker thread
-_OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens")
+# Every route's output limits (chat, completions, Messages: max_tokens; Responses:
+# max_output_tokens): the one a body has is lowered to the grant.
+_OUTPUT_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 _BUDGET_LIMITS = (Limit.TOKENS, Limit.MIN_OUTPUT)
 
 
