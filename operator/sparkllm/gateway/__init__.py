@@ -16,12 +16,14 @@ Modules, along a request's path::
                       payload rules: the admission decision's)
     auth.py           user keys from a Secret directory, constant-time compare
     admission.py      the pure forward-or-refuse decision (walks the payload rules)
+      protocols.py    Messages / Responses bodies as the chat SGLang makes of them
       validation.py   body shape checks (400 naming the field)
       chat_template.py  the model's Jinja chat template, as HF/SGLang render it
       tokens.py       exact token counts and the byte bound
     governance/       per-user policy, budgets, the fair queue's slots, the ledger
     limits.py         concurrency slots, fair queue by user, 429
     proxy.py          the relay to the router: streaming, disconnects, 502/503/504
+      router_errors.py  the router's own 400s made readable (no Rust debug text)
       upstream.py     keep-alive HTTP/1.1 pool to the router (httptools parsing)
     metrics.py        Prometheus families
     replies.py        OpenAI-style error bodies
