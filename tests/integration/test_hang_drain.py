@@ -87,7 +87,9 @@ def in_background(call: Callable[[], httpx.Response]) -> tuple[threading.Thread,
     return thread, box
 
 
-@pytest.mark.sim_args("--sim-hang-after", "1")
+# 2 s /health windows instead of SGLang's 20 s: rank 0 turns NotReady after 6 failed probes
+# (about a minute, where 6 x 20 s took two), then the operator's 60 s as in production.
+@pytest.mark.sim_args("--sim-hang-after", "1", "--sim-health-check-timeout", "2")
 def test_hung_pipeline_is_restarted_whole_as_pipeline_hung(
     devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess
 ) -> None:

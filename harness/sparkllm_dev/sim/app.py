@@ -94,7 +94,7 @@ class EngineApp:
         self.progress = Progress()
         self.health = HealthCheck(
             self.progress,
-            timeout=health_check_timeout(env or {}),
+            timeout=config.sim.health_check_timeout or health_check_timeout(env or {}),
             # One token through the pipeline costs about a decode step; the TTFT line's
             # 14 s intercept is a fit over 4K-8K prompts, not a one-token forward pass.
             token_seconds=config.sim.latency.tpot_seconds,

@@ -61,6 +61,9 @@ class SimOptions:
     """Hang (process alive, generation stalls) after N generation requests; also SIGUSR1."""
     faults: tuple[str, ...] = ()
     """Output faults (``deepseek_v4.FAULTS``) that make one acceptance check fail each."""
+    health_check_timeout: int | None = None
+    """SGLang's /health window (``SGLANG_HEALTH_CHECK_TIMEOUT``) for this process instead of
+    the rank's env: a test waiting for a hang to be seen needs no 20 s windows (same rule)."""
 
 
 _DEFAULTS = SimOptions()
@@ -151,6 +154,13 @@ def _sim_parser() -> argparse.ArgumentParser:
         choices=FAULTS,
         help="break one output property (repeatable): " + ", ".join(FAULTS),
     )
+    parser.add_argument(
+        "--sim-health-check-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="/health's window without output before 503 (default: the rank's "
+        "SGLANG_HEALTH_CHECK_TIMEOUT, else SGLang's 20 s)",
+    )
     return parser
 
 
@@ -169,6 +179,8 @@ def parse_sim_options(sim_args: Sequence[str]) -> SimOptions:
     )
     if min(latency.ttft_base_ms, latency.ttft_per_1k_tokens_ms, latency.tpot_ms) < 0:
         raise SpecError("simulator latencies must not be negative")
+    if namespace.sim_health_check_timeout is not None and namespace.sim_health_check_timeout < 1:
+        raise SpecError("--sim-health-check-timeout must be at least 1 second")
     return SimOptions(
         host=namespace.sim_host,
         port=namespace.sim_port,
@@ -182,4 +194,5 @@ def parse_sim_options(sim_args: Sequence[str]) -> SimOptions:
         fail_after=namespace.sim_fail_after,
         hang_after=namespace.sim_hang_after,
         faults=tuple(namespace.sim_fault),
+        health_check_timeout=namespace.sim_health_check_timeout,
     )

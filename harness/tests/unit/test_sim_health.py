@@ -6,14 +6,18 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from tests.unit.sglang_reference import sglang_file
 
 from sparkllm_dev.sim import health
+from sparkllm_dev.sim.app import EngineApp
 from sparkllm_dev.sim.health import HealthCheck, Progress, ServerStatus
+from sparkllm_dev.sim.server import UsageError, prepare
 
 WINDOW = 2  # a short SGLANG_HEALTH_CHECK_TIMEOUT: the rule is the same at any length
 
@@ -141,3 +145,25 @@ def test_a_hung_engine_fails_every_check_and_its_requests_stall() -> None:
 @pytest.mark.parametrize("value", ["1", "true", "True", "yes", "y"])
 def test_generation_switch_spellings(value: str) -> None:
     assert health.health_generation({health.HEALTH_GENERATION_ENV: value}) is True
+
+
+def _window(tmp_path: Path, *sim: str) -> int:
+    """The /health window of a rank 0 built from the rank's env and ``sim`` options."""
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 43}))
+    argv = [
+        *sim, "--", "python3", "-m", "sglang.launch_server", "--model-path", str(tmp_path),
+        "--nnodes", "3", "--node-rank", "0", "--dist-init-addr", "127.0.0.1:5000",
+        "--pp-size", "3", "--tp-size", "1", "--port", "30000",
+    ]  # fmt: skip
+    env = {"SGLANG_PP_LAYER_PARTITION": "14,14,15", health.HEALTH_CHECK_TIMEOUT_ENV: "7"}
+    app = prepare(argv, env=env).app
+    assert isinstance(app, EngineApp)
+    return app.health.timeout
+
+
+def test_a_test_may_shorten_the_window_and_the_env_stays_the_default(tmp_path: Path) -> None:
+    """--sim-health-check-timeout: the cluster test of a hang waits 2 s windows, not 20 s."""
+    assert _window(tmp_path) == 7  # the rank's SGLANG_HEALTH_CHECK_TIMEOUT
+    assert _window(tmp_path, "--sim-health-check-timeout", "2") == 2
+    with pytest.raises(UsageError, match="at least 1 second"):
+        _window(tmp_path, "--sim-health-check-timeout", "0")
