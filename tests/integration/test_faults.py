@@ -6,6 +6,7 @@ and node deletion); the operator and the engine harness run as real processes.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import yaml
 
 from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
 from sparkllm_dev.testing import OperatorProcess, quick_resync
+from tests.integration.test_model_verified import LAYERS, MODEL_PATH, SHARDS, write_model
 from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
 
 pytestmark = pytest.mark.cluster
@@ -96,7 +98,11 @@ def test_rank_container_exit_restarts_the_whole_replica(
 
 
 def test_cookbook_tp2_sample_runs_three_replicas_and_a_rank_fault_restarts_only_its_own(
-    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
+    devcluster: DevCluster,
+    namespace: str,
+    shared_operator: OperatorProcess,
+    faults: FaultInjector,
+    tmp_path: Path,
 ) -> None:
     """SGLang's DGX Spark recipe (TP=2 across two Sparks) on the six Sparks: three replicas
     of two ranks each, SGLang's multi-node arguments per rank, rank 0's server_info agreeing
@@ -104,10 +110,22 @@ def test_cookbook_tp2_sample_runs_three_replicas_and_a_rank_fault_restarts_only_
     doc = yaml.safe_load(TP2_SAMPLE.read_text())
     doc["metadata"]["name"] = NAME  # this module's helpers name the object
     groups = doc["spec"]["placement"]["nodeGroups"]
+    # A tiny real model on each of the six simulated nodes, so ModelVerified has files to
+    # compare (the harness keeps the nodes' files under tmp_path / "hosts").
+    model = write_model(tmp_path / "model")
+    doc["spec"]["model"].update(path=MODEL_PATH, numLayers=LAYERS, expectedShards=SHARDS)
+    for node in (node for group in groups for node in group):
+        shutil.copytree(model, tmp_path / "hosts" / node / MODEL_PATH.lstrip("/"))
     user_keys(devcluster, namespace)
     apply(devcluster, namespace, doc)
     ready = ready_at(devcluster, namespace, 1, replicas=3, ranks=2)
-    obj = wait_until(ready, timeout=120, what="three TP=2 replicas Ready")
+
+    def ready_and_verified() -> dict[str, Any] | None:
+        obj = ready()
+        verified = condition(obj or {}, "ModelVerified")
+        return obj if verified is not None and verified["status"] != "Unknown" else None
+
+    obj = wait_until(ready_and_verified, timeout=120, what="three TP=2 replicas Ready")
     assert [replica_status(obj, i)["nodes"] for i in range(3)] == groups
     applied = condition(obj, "ConfigApplied")
     assert applied is not None
@@ -124,6 +142,11 @@ def test_cookbook_tp2_sample_runs_three_replicas_and_a_rank_fault_restarts_only_
             assert flags == ["2", "1", "2", str(node_rank), f"{rank0_ip}:5000"]
     print("TP=2 replicas:", {i: replica_status(obj, i)["nodes"] for i in range(3)})
     print("ConfigApplied:", applied["reason"], "-", applied["message"])
+    verified = condition(obj, "ModelVerified")
+    assert verified is not None
+    assert (verified["status"], verified["reason"]) == ("True", "ModelFilesVerified"), verified
+    assert verified["message"].startswith("6 ranks agree"), verified
+    print("ModelVerified:", verified["message"])
     faults.fail_container(
         namespace=namespace, pod=rank_pod(devcluster, namespace, 1, 1), exit_code=1, reason="Error"
     )
