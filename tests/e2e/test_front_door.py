@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -123,6 +125,7 @@ def test_front_door_admits_streams_refuses_and_fails_over(
 
     door = Door(url=f"{gateway.admission_url}/v1/chat/completions", key=alice)
     served = _streams_through_to_one_engine(door, ips)
+    _ordinary_clients_are_served(gateway, alice)
     _refuses_at_the_door(door, ips)
     bob = _keys_are_checked_and_reloaded(door, devcluster, namespace)
     _only_known_fields_pass(door, ips, bob=bob)
@@ -160,6 +163,23 @@ def _streams_through_to_one_engine(door: Door, ips: dict[int, str]) -> int:
     served = [r for r in ips if after[r]["sglang:num_requests"] > before[r]["sglang:num_requests"]]
     assert len(served) == 1
     return served[0]
+
+
+def _ordinary_clients_are_served(gateway: GatewayInfo, key: str) -> None:
+    """The official OpenAI SDK and Anthropic's, through the gateway pod and the real smg:
+    the model retrieved, a Response created, a Messages request answered and counted."""
+    with openai.OpenAI(base_url=f"{gateway.admission_url}/v1", api_key=key) as client:
+        assert client.models.retrieve(MODEL).id == MODEL
+        response = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=8)
+        assert response.output_text
+    with anthropic.Anthropic(base_url=gateway.admission_url, auth_token=key) as claude:
+        chat = [{"role": "user", "content": "Say hello."}]
+        message = claude.messages.create(model=MODEL, max_tokens=8, messages=chat)
+        assert message.content[0].type == "text"
+        assert claude.messages.count_tokens(model=MODEL, messages=chat).input_tokens > 0
+    print(f"\nSDKs through the front door: models.retrieve {MODEL}, responses.create "
+          f"{response.usage.output_tokens if response.usage else '?'} tokens, messages.create "
+          f"{message.usage.output_tokens} tokens")  # fmt: skip
 
 
 def _refuses_at_the_door(door: Door, ips: dict[int, str]) -> None:
