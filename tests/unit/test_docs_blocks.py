@@ -10,7 +10,10 @@ tests"):
   copies of the sample, ``.venv/bin`` and the built kube binaries first on ``PATH``). It
   must exit 0; when the next block is marked ``output-of-previous`` its stdout must
   match that block.
-* ``<!-- output-of-previous -->`` — what the ``run`` block before it prints, compared
+* ``<!-- demo -->`` — shell that needs the demo (its front door, a live InferenceCluster):
+  run as written, its output compared, by tests/integration/test_docs_demo_journey.py on
+  a dev cluster of its own (opt-in: the whole demo takes minutes and its node group).
+* ``<!-- output-of-previous -->`` — what the ``run`` (or ``demo``) block before it prints, compared
   line by line after collapsing runs of blanks. Placeholders: a line ``...`` stands for
   any lines (none included), ``…`` inside a line for any text.
 * ``<!-- parse -->`` — a command line (or a synopsis: ``[optional]`` brackets, ``a|b``
@@ -61,7 +64,7 @@ JSON = dict[str, Any]
 
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 MARKER = re.compile(
-    r"^<!--\s*(illustration|output-of-previous|run|parse|check|tested-by)"
+    r"^<!--\s*(illustration|output-of-previous|run|demo|parse|check|tested-by)"
     r"(?:\s*:\s*(.*?))?\s*-->\s*$"
 )
 
@@ -734,7 +737,7 @@ def test_every_marker_is_well_formed() -> None:
         if block.kind == "output-of-previous":
             siblings = blocks_of(block.doc)
             before = [b for b in siblings if b.line < block.line]
-            if not before or before[-1].kind != "run":
+            if not before or before[-1].kind not in ("run", "demo"):
                 problems.append(f"{block.where}: output-of-previous not after a run block")
     assert not problems, "\n".join(problems)
 
@@ -921,6 +924,7 @@ def main() -> int:
     print(
         f"{len(BLOCKS)} blocks: {executed} executed (run {counts['run']}, check "
         f"{counts['check']}, tested-by {counts['tested-by']}), {counts['parse']} parsed, "
+        f"{counts['demo']} run on the demo (opt-in), "
         f"{counts['output-of-previous']} output, {counts['illustration']} illustration, "
         f"{counts['unmarked']} unmarked"
     )
