@@ -550,6 +550,35 @@ def check_usage_console(block: Block) -> None:
     assert "\n".join(shown) == table(report), f"{block.where}: usage prints\n{table(report)}"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    user: str
+
+
+def check_rival_wait(block: Block) -> None:
+    """The Waiting message quoted is what the benchmark's plan writes while an acceptance
+    Job of user demo has not finished (run_exclusion.rival_wait, plan_benchmark: pure)."""
+    from datetime import UTC, datetime
+
+    from sparkllm.api import validate_inference_cluster
+    from sparkllm.reconcile.decide.benchmark import BENCHMARK_STEP
+    from sparkllm.reconcile.decide.benchmark_plan import BENCHMARK, plan_benchmark
+    from sparkllm.reconcile.decide.job_result import JobResult
+    from sparkllm.reconcile.decide.run_exclusion import rival_wait
+
+    shown = yaml.safe_load(block.text)["message"]
+    (job,) = re.findall(r"deepseek-v4-flash-accept-[0-9a-f]+", shown)
+    running = JobResult(name=job, uid="u", user="demo", requested_at=None)
+    ic = validate_inference_cluster(_sample())
+    wait = rival_wait(BENCHMARK_STEP.rivals, ic=ic, obj={}, jobs={"acceptance": {job: running}})
+    plan = plan_benchmark(
+        request=_Request("demo"), wanted="deepseek-v4-flash-bench-0", jobs={}, previous=None,
+        ready=True, key_problem=None, now=datetime.now(UTC), kind=BENCHMARK, wait_for=wait,
+    )  # fmt: skip
+    assert plan.status is not None
+    assert plan.status["message"] == shown, f"{block.where}: {plan.status['message']}"
+
+
 def check_epp_metrics(block: Block) -> None:
     """The SGLang metric names the EPP is told to read are ones rank 0 serves (the
     simulator's metrics mirror SGLang 0.5.23's names)."""
@@ -698,6 +727,7 @@ CHECKS: dict[str, Callable[[Block], None]] = {
     "epp-metrics": check_epp_metrics,
     "secret-lane": check_secret_lane,
     "usage-console": check_usage_console,
+    "rival-wait": check_rival_wait,
     "helm": check_helm,
 }
 
