@@ -110,7 +110,7 @@ def responses_object(chat: Mapping[str, Any], body: Mapping[str, Any]) -> dict[s
             "input_tokens": prompt,
             "output_tokens": completion,
             "total_tokens": prompt + completion,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }

@@ -426,3 +426,35 @@ def test_a_client_leaving_mid_stream_aborts_its_generation(model_dir: Path) -> N
         return time.monotonic() - started
 
     assert asyncio.run(run()) < 1.0
+
+
+def test_messages_and_responses_as_the_wheels_models_shape_them(model_dir: Path) -> None:
+    """Anthropic Messages and OpenAI Responses, answered as chats and shaped as SGLang
+    0.5.23's own response models (validated with the pinned wheel's classes)."""
+    from tests.unit import sglang_reference
+
+    protocol, _, _ = sglang_reference.load()
+    anthropic, _, _ = sglang_reference.converters()
+    body = {"model": "dsv4", "max_tokens": 5, "system": "s", "messages": chat("hi")["messages"]}
+    message, counted, response, streamed, stored = requests(
+        rank_argv(model_dir),
+        post("/v1/messages", body),
+        post("/v1/messages/count_tokens", {"model": "dsv4", "messages": body["messages"]}),
+        post("/v1/responses", {"model": "dsv4", "input": "hi", "max_output_tokens": 5}),
+        post("/v1/responses", {"model": "dsv4", "input": "hi", "stream": True}),
+        ("GET", "/v1/responses/resp_1", {"headers": AUTH}),
+    )
+    answer = anthropic.AnthropicMessagesResponse.model_validate(message.json())
+    assert (answer.stop_reason, answer.usage.output_tokens) == ("max_tokens", 5)
+    assert counted.json()["input_tokens"] > 0
+    made = protocol.ResponsesResponse.model_validate({**response.json(), "usage": None})
+    assert made.status == "incomplete"
+    assert response.json()["output"][0]["content"][0]["text"]  # (the item types: openai's)
+    usage = response.json()["usage"]  # the wheel's serializer makes this of its UsageInfo
+    engine = protocol.UsageInfo(
+        prompt_tokens=usage["input_tokens"], completion_tokens=5, total_tokens=usage["total_tokens"]
+    )
+    assert made.model_copy(update={"usage": engine}).model_dump()["usage"] == usage
+    assert streamed.status_code == 400  # non-streamed only, said so
+    assert "not streamed" in streamed.json()["message"]
+    assert (stored.status_code, stored.json()["param"]) == (400, "response_id")
