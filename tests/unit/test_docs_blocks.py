@@ -374,13 +374,13 @@ def check_python_api(block: Block) -> None:
 
 def check_layout(block: Block) -> None:
     """Every directory and file the README's layout names exists in the checkout."""
-    tracked = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
-    paths = {f"/{path}" for path in tracked}
-    paths |= {
-        f"/{path.rsplit('/', i)[0]}/" for path in tracked for i in range(1, path.count("/") + 1)
-    }
+    skipped = {".git", ".venv", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+    paths = set()
+    for directory, subdirectories, files in os.walk(ROOT):
+        subdirectories[:] = [d for d in subdirectories if d not in skipped]
+        relative = Path(directory).relative_to(ROOT).as_posix()
+        here = "" if relative == "." else f"/{relative}"
+        paths |= {f"{here}/{d}/" for d in subdirectories} | {f"{here}/{f}" for f in files}
     missing = [
         word
         for word in re.findall(r"[\w.-]+(?:/[\w.-]+)*(?:/|\.py|\.toml)(?=[\s),`]|$)", block.text)
