@@ -53,13 +53,17 @@ def client(stack: Stack) -> Iterator[openai.OpenAI]:
         yield sdk
 
 
-def test_openai_sdk_retrieves_the_model_and_an_alias(client: openai.OpenAI) -> None:
+def test_openai_sdk_retrieves_the_model_and_an_alias(client: openai.OpenAI, stack: Stack) -> None:
+    before = _outcomes(stack)
     assert client.models.retrieve(MODEL).id == MODEL
     assert client.models.retrieve("gpt-4o").id == MODEL  # the alias names the served model
     with pytest.raises(openai.NotFoundError) as missing:
         client.models.retrieve("gpt-5")
     assert missing.value.code == "model_not_found"
     assert "gpt-5" in missing.value.message
+    after = _outcomes(stack)  # counted under /v1/models: two found, one not
+    for outcome, more in (("ok", 2), ("bad_request", 1)):
+        assert after[("/v1/models", outcome)] == before[("/v1/models", outcome)] + more
 
 
 def test_openai_sdk_creates_a_response(client: openai.OpenAI, stack: Stack) -> None:

@@ -204,9 +204,17 @@ class GatewayApp:
             await self._relay_plain("GET", path, scope, receive, send)
 
     async def _relay_plain(
-        self, method: str, path: str, scope: Scope, receive: Receive, send: Send
+        self,
+        method: str,
+        path: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        counted_as: str | None = None,
     ) -> None:
-        """Relay a request that generates nothing (an authenticated caller's), and count it."""
+        """Relay a request that generates nothing (an authenticated caller's), and count it
+        (under ``counted_as``, default its path)."""
         result = await self.upstream.relay(
             method=method,
             path=path,
@@ -215,8 +223,7 @@ class GatewayApp:
             send=send,
             receive=receive,
         )
-        outcome = _relay_outcome(result)
-        self.metrics.count_request(path, outcome)
+        self.metrics.count_request(counted_as or path, _relay_outcome(result))
 
     async def _authenticated(self, path: str, scope: Scope, send: Send) -> str | None:
         """The caller's user id, or None once the 401 is sent."""
@@ -231,15 +238,16 @@ class GatewayApp:
         """GET /v1/models/{id}: the served model's card (an alias names it too), else 404.
 
         Answered from the router's card of the served name (smg answers it itself)."""
-        path = _MODEL_PATH + model
-        if await self._authenticated(path, scope, send) is None:
+        if await self._authenticated("/v1/models", scope, send) is None:
             return
         served = self.config.served_model_name
         if model != served and model not in self.config.model_aliases:
             await send_reply(send, replies.model_not_found(model))
             self.metrics.count_request("/v1/models", Outcome.BAD_REQUEST)
             return
-        await self._relay_plain("GET", _MODEL_PATH + served, scope, receive, send)
+        await self._relay_plain(
+            "GET", _MODEL_PATH + served, scope, receive, send, counted_as="/v1/models"
+        )
 
     async def _pass_through(
         self, method: str, path: str, scope: Scope, receive: Receive, send: Send
