@@ -81,7 +81,7 @@ def expected_settings(
                 value=coerce(flag_spec(field.flag), value), source=field.source
             )
     by_dest = {flag.dest: flag for flag in flag_table().flags}
-    for dest, text in parse_sglang_options(spec.engine.extra_args).items():
+    for dest, text in parse_sglang_options(spec.engine.extra_args, lenient=True).items():
         wanted[dest] = Expected(value=typed_value(by_dest[dest], text), source=EXTRA_ARGS_SOURCE)
     return {key: item for key, item in wanted.items() if key not in SECRET_FIELDS}
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkllm_dev.devcluster import DevCluster, FaultInjector, wait_until
+from sparkllm_dev.devcluster import DevCluster, FaultInjector, kubelet, wait_until
 from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.integration.test_model_verified import LAYERS, MODEL_PATH, SHARDS, write_model
 from tests.integration.test_reconcile import NAME, apply, condition, icl, pods, sample, user_keys
@@ -371,3 +371,109 @@ def test_rolling_update_keeps_one_replica_serving(
     for pod in pods(devcluster, namespace):
         args = pod["spec"]["containers"][0]["args"]
         assert args[args.index("--max-running-requests") + 1] == "4"
+
+
+def _verdict(cluster: DevCluster, namespace: str, kind: str, reason: str) -> dict[str, Any] | None:
+    cond = condition(icl(cluster, namespace), kind)
+    return cond if cond is not None and cond["reason"] == reason else None
+
+
+def _await_verdict(
+    cluster: DevCluster, namespace: str, kind: str, reason: str, *, label: str
+) -> dict[str, Any]:
+    """Wait for condition ``kind`` with ``reason`` (False); print it as the status says."""
+    found: dict[str, Any] = wait_until(
+        lambda: _verdict(cluster, namespace, kind, reason), timeout=120,
+        what=f"{kind}=False {reason}",
+    )  # fmt: skip
+    print(f"[{label}] {kind}:", found["status"], found["reason"], "-", found["message"])
+    assert found["status"] == "False"
+    return found
+
+
+def _stopped(cluster: DevCluster, namespace: str) -> bool | None:
+    sts = cluster.kubectl_json("get", "sts", "-n", namespace, "-l",
+                               f"sparkllm.io/cluster={NAME}")["items"]  # fmt: skip
+    return (sts and all(s["spec"]["replicas"] == 0 for s in sts)) or None
+
+
+def _consistent_and_ready(cluster: DevCluster, namespace: str) -> dict[str, Any] | None:
+    obj = icl(cluster, namespace)
+    images, ready = condition(obj, "ImagesConsistent"), condition(obj, "Ready")
+    if not images or images["status"] != "True" or not ready or ready["status"] != "True":
+        return None
+    return obj
+
+
+@quick_resync  # the passes after the refusal come every 5 s
+def test_the_images_own_sglang_refuses_before_start_and_a_digest_split_is_pinned(
+    devcluster: DevCluster, namespace: str, shared_operator: OperatorProcess, faults: FaultInjector
+) -> None:
+    """The engine that runs is the contract (launch check, one digest per replica).
+
+    1. Every node of group a holds an older build of the engine image (SGLang 0.5.22, which
+       lacks --disable-radix-cache, another digest): each rank's launch-check init
+       container refuses the flag with that image's parser before any engine starts;
+       LaunchChecked=False names the flag and the version, the replica is stopped and
+       stays stopped (no restart loop).
+    2. The spec drops the flag; a0 and a2 get the current build back, a1 keeps the old one:
+       the ranks pull two digests (ImagesConsistent=False, DigestSplit), the replica is
+       restarted with every rank pinned to the majority's digest and ends Ready on one.
+    """
+    old = "sha256:" + "0123456789abcdef" * 4
+    assert shared_operator.engines is not None
+    hosts = shared_operator.engines.hosts_root  # the test's simulated node files
+    for node in GROUP_A:
+        faults.skew_image(
+            node, version="0.5.22", digest=old, without=["--disable-radix-cache"], hosts_root=hosts
+        )
+    doc = sample(GROUP_A)
+    doc["spec"]["engine"]["extraArgs"] = ["--disable-radix-cache"]
+    user_keys(devcluster, namespace)
+    apply(devcluster, namespace, doc)
+    refused = _await_verdict(
+        devcluster, namespace, "LaunchChecked", "LaunchRefused", label="launch"
+    )
+    words = "refuses --disable-radix-cache: unrecognized arguments: --disable-radix-cache"
+    assert words in refused["message"]
+    assert "SGLang 0.5.22 in nvcr.io/nvidia/sglang:26.07-py3" in refused["message"]
+    wait_until(lambda: _stopped(devcluster, namespace), timeout=60, what="the replica stopped")
+    wait_until(lambda: not pods(devcluster, namespace) or None, timeout=60, what="no rank pods")
+    ready = condition(icl(devcluster, namespace), "Ready")
+    assert ready is not None
+    assert ready["status"] == "False"
+    # Later passes: still stopped, the same verdict (not re-made), no pod came back.
+    seen = shared_operator.log().count(f"reconciled {namespace}/{NAME}")
+    wait_until(
+        lambda: shared_operator.log().count(f"reconciled {namespace}/{NAME}") >= seen + 2 or None,
+        timeout=30, what="two more passes",
+    )  # fmt: skip
+    assert condition(icl(devcluster, namespace), "LaunchChecked") == refused
+    assert not pods(devcluster, namespace)
+
+    faults.restore_image("spark-a0", hosts_root=hosts)
+    faults.restore_image("spark-a2", hosts_root=hosts)
+    faults.skew_image("spark-a1", version="0.5.22", digest=old, hosts_root=hosts)
+    doc["spec"]["engine"]["extraArgs"] = []
+    apply(devcluster, namespace, doc)
+    split = _await_verdict(
+        devcluster, namespace, "ImagesConsistent", "DigestSplit", label="digest before"
+    )
+    print("[digest] before: status.engines =", icl(devcluster, namespace)["status"].get("engines"))
+    image = doc["spec"]["engine"]["image"]
+    pinned = f"{image}@{kubelet.image_id(image).rsplit('@', 1)[1]}"
+    assert f"restarting every rank on {pinned}" in split["message"]
+    assert f"rank 1 on spark-a1 {old[:19]}" in split["message"]  # its version, once reported
+    obj = wait_until(
+        lambda: _consistent_and_ready(devcluster, namespace), timeout=150,
+        what="Ready on one digest",
+    )  # fmt: skip
+    images = condition(obj, "ImagesConsistent")
+    assert images is not None
+    print("[digest] after:", images["status"], images["reason"], "-", images["message"])
+    print("[digest] after: status.engines =", obj["status"]["engines"])
+    [engines] = obj["status"]["engines"]
+    assert engines["pinnedImage"] == pinned
+    assert {r["imageID"] for r in engines["ranks"]} == {pinned}
+    assert {r["sglangVersion"] for r in engines["ranks"]} == {"0.5.23"}
+    assert {p["spec"]["containers"][0]["image"] for p in pods(devcluster, namespace)} == {pinned}

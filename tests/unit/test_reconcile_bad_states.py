@@ -72,16 +72,20 @@ def created(obj: JSON, stamp: str) -> JSON:
 
 
 def test_a_spec_that_cannot_be_rendered_is_invalid_spec_once() -> None:
-    # "-x" passes the API's rules (not a "--" flag) but SGLang's argparse refuses it: the
-    # render step raises SpecError. The pass reports it instead of raising.
-    obs = observation(cluster(groups=1, engine={"extraArgs": ["-x"]}), key_exists=False)
+    # A template-kwargs flag whose value is not JSON passes the API's rules (CEL cannot
+    # parse JSON) but cannot be rendered: the front door must read the same object (the
+    # render step raises SpecError). The pass reports it instead of raising. (Flags and
+    # values only an SGLang version judges are the launch check's: LaunchChecked.)
+    extra = ["--default-chat-template-kwargs", "{not json"]
+    obs = observation(cluster(groups=1, engine={"extraArgs": extra}), key_exists=False)
     plan = run(obs)
     assert plan.status is not None
     assert plan.status["phase"] == "Failed"
     ready = conditions(plan)["Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
-    assert ready["message"].startswith("spec.engine.extraArgs: ")
-    assert "unrecognized arguments: -x" in ready["message"]
+    assert ready["message"].startswith(
+        "spec.engine.extraArgs: --default-chat-template-kwargs is not JSON: "
+    )
     assert [(e.warning, e.reason) for e in plan.events] == [(True, Reason.INVALID_SPEC)]
     assert plan.apply == ()
     assert plan.retry_after is None

@@ -163,7 +163,8 @@ def test_no_escalation_all_capabilities_dropped_ipc_lock_only_for_rdma(
         assert ctx["capabilities"]["drop"] == ["ALL"], container["name"]
         assert "privileged" not in ctx
         engine_image = container["image"] == ic.spec.engine.image
-        rdma = engine_image and ic.spec.network.host_network
+        # launch-check runs the engine image with nothing added: it only parses arguments.
+        rdma = engine_image and ic.spec.network.host_network and container["name"] != "launch-check"
         assert ctx["capabilities"].get("add", []) == (["IPC_LOCK"] if rdma else [])
     assert spec.get("hostNetwork", False) is (kind == "rank" and ic.spec.network.host_network)
     assert "hostPID" not in spec
@@ -245,12 +246,13 @@ def test_a_non_root_engine_covers_verify_bandwidth_too() -> None:
     )
     spec = pod_templates(ic)["rank"]["spec"]
     engine_side = [c for c in all_containers(spec) if c["image"] == ic.spec.engine.image]
-    assert [c["name"] for c in engine_side] == ["verify-bandwidth", "engine"]
+    assert [c["name"] for c in engine_side] == ["verify-bandwidth", "launch-check", "engine"]
     for container in engine_side:
+        added = [] if container["name"] == "launch-check" else ["IPC_LOCK"]
         assert container["securityContext"] == {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": False,
-            "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+            "capabilities": {"drop": ["ALL"], **({"add": added} if added else {})},
             "runAsNonRoot": True,
             "runAsUser": 1000,
             "runAsGroup": 1000,

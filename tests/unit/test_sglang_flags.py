@@ -50,6 +50,9 @@ def test_unknown_flag_lookup_suggests_a_close_match() -> None:
         canonical_flag("--enable-metric")
 
 
+OWNED = "is set by the operator from the spec and may not appear in extraArgs"
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -58,45 +61,25 @@ def test_unknown_flag_lookup_suggests_a_close_match() -> None:
         (["--trust-remote-code", "--watchdog-timeout=600"], []),
         (["--chunked-prefill-size", "-1"], []),
         (["--cuda-graph-bs-decode", "1", "2", "4"], []),
-        (
-            ["--enable-metrix"],
-            ["unknown SGLang 0.5.23 flag --enable-metrix (did you mean --enable-metrics?)"],
-        ),
-        (["--no-such-thing-at-all"], ["unknown SGLang 0.5.23 flag --no-such-thing-at-all"]),
-        (["--log-level"], ["argument --log-level: expected one argument"]),
-        (["--log-level", "--enable-metrics"], ["argument --log-level: expected one argument"]),
-        (
-            ["--cuda-graph-bs-decode"],
-            ["argument --cuda-graph-bs-decode: expected at least one argument"],
-        ),
-        (
-            ["--watchdog-timeout", "soon"],
-            ["argument --watchdog-timeout: invalid float value: 'soon'"],
-        ),
-        (["--enable-metrics=yes"], ["argument --enable-metrics: ignored explicit argument 'yes'"]),
-        (["stray"], ["unrecognized arguments: stray"]),
-        (
-            ["--trust-remote"],
-            ["--trust-remote is an abbreviation of --trust-remote-code: spell the flag out"],
-        ),
-        (
-            ["--pp-size", "3"],
-            ["--pp-size is set by the operator from the spec and may not appear in extraArgs"],
-        ),
-        (
-            ["--pipeline-parallel-size=3"],
-            [
-                "--pipeline-parallel-size is set by the operator from the spec and may not "
-                "appear in extraArgs"
-            ],
-        ),
+        # What another SGLang version may accept is the image's own SGLang's to judge (the
+        # launch check): an unknown flag, an abbreviation, a value 0.5.23 refuses, syntax
+        # 0.5.23's arities would refuse.
+        (["--enable-metrix"], []),
+        (["--no-such-thing-at-all", "7"], []),
+        (["--log-level"], []),
+        (["--watchdog-timeout", "soon"], []),
+        (["--tool-call-parser", "deepseekv9"], []),
+        (["--enable-metrics=yes"], []),
+        (["stray"], []),
+        (["--trust-remote"], []),
+        # The flags the operator owns stay refused, however spelled.
+        (["--pp-size", "3"], [f"--pp-size {OWNED}"]),
+        (["--pipeline-parallel-size=3"], [f"--pipeline-parallel-size {OWNED}"]),
+        (["--pipeline-parallel", "3"], [f"--pipeline-parallel {OWNED}"]),  # an abbreviation
+        (["--pp-size", "abc"], [f"--pp-size {OWNED}"]),  # whatever its value
         (
             ["--api-key", "x", "--context-length", "4k"],
-            [
-                "--api-key is set by the operator from the spec and may not appear in extraArgs",
-                "--context-length is set by the operator from the spec and may not appear in "
-                "extraArgs",
-            ],
+            [f"--api-key {OWNED}", f"--context-length {OWNED}"],
         ),
     ],
 )
@@ -104,17 +87,10 @@ def test_validate_extra_args(args: list[str], expected: list[str]) -> None:
     assert validate_extra_args(args, reserved=RESERVED) == expected
 
 
-def test_validate_extra_args_reports_ambiguous_prefix() -> None:
-    (problem,) = validate_extra_args(["--cuda-graph-max-bs", "4"])
-    assert problem.startswith("ambiguous option: --cuda-graph-max-bs could match ")
-    assert "--cuda-graph-max-bs-decode" in problem
-    assert "--cuda-graph-max-bs-prefill" in problem
-
-
-def test_validate_extra_args_reports_bad_choice() -> None:
-    (problem,) = validate_extra_args(["--tool-call-parser", "deepseekv9"])
-    assert problem.startswith("argument --tool-call-parser: invalid choice: 'deepseekv9'")
-    assert "'deepseekv4'" in problem
+def test_an_ambiguous_prefix_that_could_be_an_owned_flag_is_refused() -> None:
+    # --context could be --context-length (owned) or another flag: refused either way.
+    assert validate_extra_args(["--context", "4k"], reserved=RESERVED) == [f"--context {OWNED}"]
+    assert validate_extra_args(["--cuda-graph-max-bs", "4"], reserved=RESERVED) == []
 
 
 def test_validate_extra_args_rejects_unknown_reserved_names() -> None:

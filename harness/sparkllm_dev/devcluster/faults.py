@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
@@ -90,27 +91,39 @@ class FaultInjector:
         self.cluster.kubectl("delete", f"node/{node}", "--wait=false")
 
     def skew_image(
-        self, node: str, *, version: str | None = None, digest: str | None = None
+        self,
+        node: str,
+        *,
+        version: str | None = None,
+        digest: str | None = None,
+        without: Sequence[str] = (),
+        hosts_root: Path | None = None,
     ) -> None:
         """Give ``node``'s image store another build of the engine image: its SGLang
-        reports ``version``, its pulls of a tag resolve to ``digest`` (``sha256:...``), as
-        when a tag is re-pushed between two nodes' pulls. Read by the engine harness when
+        reports ``version`` and does not know the flags ``without`` (an older SGLang), its
+        pulls of a tag resolve to ``digest`` (``sha256:...``), as when a tag is re-pushed
+        between two nodes' pulls. Read by the engine harness when
         a pod starts there (``devcluster/launch_step.py``); a reference pinned by digest
-        pulls that digest anyway."""
-        path = self._image_file(node)
+        pulls that digest anyway. ``hosts_root``: the harness's simulated node files (a
+        test's engine harness has its own), by default the cluster's."""
+        path = self._image_file(node, hosts_root)
         path.parent.mkdir(parents=True, exist_ok=True)
-        facts = {"version": version, "digest": digest}
+        facts = {"version": version, "digest": digest, "without": list(without)}
         path.write_text(json.dumps({k: v for k, v in facts.items() if v}))
 
-    def restore_image(self, node: str) -> None:
+    def restore_image(self, node: str, *, hosts_root: Path | None = None) -> None:
         """Give ``node`` the same build as every other node again."""
-        self._image_file(node).unlink(missing_ok=True)
+        self._image_file(node, hosts_root).unlink(missing_ok=True)
 
-    def _image_file(self, node: str) -> Path:
-        return self.cluster.paths.state_dir / "hosts" / node / IMAGE_FACTS_PATH
+    def _image_file(self, node: str, hosts_root: Path | None) -> Path:
+        root = hosts_root or self.cluster.paths.state_dir / "hosts"
+        return root / node / IMAGE_FACTS_PATH
 
     def restore_nodes(self) -> None:
-        """Re-register every simulated Spark (after delete_node) and clear NotReady labels."""
+        """Re-register every simulated Spark (after delete_node), clear NotReady labels and
+        give every node the same engine image build again (after skew_image)."""
+        for facts in (self.cluster.paths.state_dir / "hosts").glob(f"*/{IMAGE_FACTS_PATH}"):
+            facts.unlink(missing_ok=True)
         self.cluster.register_nodes()
         self.cluster.kubectl("label", "nodes", "--all", f"{NODE_NOT_READY_LABEL}-")
 

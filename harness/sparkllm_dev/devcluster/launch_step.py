@@ -22,7 +22,7 @@ from typing import Any
 
 from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CODE, TERMINATION_LOG_ENV
 from sparkllm_dev.devcluster import hostpaths, kubelet
-from sparkllm_dev.sim.launch_check import SIM_VERSION_ENV, image_facts
+from sparkllm_dev.sim.launch_check import SIM_VERSION_ENV, SIM_WITHOUT_ENV, image_facts
 
 
 def is_launch_check(words: Sequence[str]) -> bool:
@@ -58,9 +58,14 @@ def plan_step(
     name = str(container["name"])
     termination_file = scratch / "termination" / name
     local_env = {**env, TERMINATION_LOG_ENV: str(termination_file), "PYTHONWARNINGS": "ignore"}
-    version = node_image(pod, hosts_root=hosts_root).get("version")
-    if version:
-        local_env[SIM_VERSION_ENV] = version
+    facts = node_image(pod, hosts_root=hosts_root)
+    pinned = str(container.get("image") or "").partition("@")[2]
+    if pinned and pinned != facts.get("digest"):
+        facts = {}  # pulled by digest: that build, not the one the node's tag resolves to
+    if facts.get("version"):
+        local_env[SIM_VERSION_ENV] = facts["version"]
+    if facts.get("without"):
+        local_env[SIM_WITHOUT_ENV] = facts["without"]
     written = [*(container.get("command") or [])[:2], "LAUNCH_CHECK_CODE", *words[3:]]
     return hostpaths.InitStep(
         name=name,

@@ -13,13 +13,17 @@ rank runs it afresh (no cache needed).
 
 What the simulated node's image is (the fault injector's ``skew_image`` writes it):
 ``image_facts`` reads ``<node root>/var/lib/sparkllm-sim/engine-image.json``
-(``{"version": ..., "digest": ...}``); a ``version`` there is what this image's SGLang
-reports instead of the wheel's (``SPARKLLM_SIM_SGLANG_VERSION``), a ``digest`` the image
-ID the kubelet shows for the pod's containers (``kubelet.image_id``).
+(``{"version": ..., "digest": ..., "without": [flags]}``); a ``version`` there is what this
+image's SGLang reports instead of the wheel's (``SPARKLLM_SIM_SGLANG_VERSION``), a
+``digest`` the image ID the kubelet shows for the pod's containers (``kubelet.image_id``),
+``without`` flags this older SGLang does not know (``SPARKLLM_SIM_SGLANG_WITHOUT``: the
+wheel's parser with those options taken out, so refusing them is argparse's own
+"unrecognized arguments").
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.metadata
 import io
@@ -34,6 +38,7 @@ from sparkllm.sglang_contract.launch_check import TERMINATION_LOG_ENV
 from sparkllm_dev.sglang_stubs import StubFinder, stand_in_orjson
 
 SIM_VERSION_ENV: Final = "SPARKLLM_SIM_SGLANG_VERSION"
+SIM_WITHOUT_ENV: Final = "SPARKLLM_SIM_SGLANG_WITHOUT"  # comma-separated flags it lacks
 JSON = dict[str, Any]
 IMAGE_FACTS_PATH: Final = "var/lib/sparkllm-sim/engine-image.json"
 # Kept real under the stand-ins: ServerArgs is a msgspec Struct; the --tool-call-parser
@@ -51,7 +56,11 @@ def image_facts(node_root: Path) -> dict[str, str]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: str(v) for k, v in data.items() if k in {"version", "digest"} and v}
+    facts = {k: str(v) for k, v in data.items() if k in {"version", "digest"} and v}
+    without = data.get("without") or []
+    if isinstance(without, list) and without:
+        facts["without"] = ",".join(str(flag) for flag in without)
+    return facts
 
 
 def _versioned(real: Callable[[str], str], sim: str) -> Callable[[str], str]:
@@ -68,6 +77,29 @@ def _install(environ: Mapping[str, str]) -> None:
     sim_version = environ.get(SIM_VERSION_ENV)
     if sim_version:
         importlib.metadata.version = _versioned(importlib.metadata.version, sim_version)  # type: ignore[assignment]
+    without = [flag for flag in environ.get(SIM_WITHOUT_ENV, "").split(",") if flag]
+    if without:
+        _drop_flags(without)
+
+
+def _drop_flags(flags: Sequence[str]) -> None:
+    """Make the wheel's parser an older SGLang's that lacks ``flags`` (every spelling of
+    each): ``ServerArgs.add_cli_args`` registers them, then they are taken out again."""
+    from sglang.srt.server_args import ServerArgs  # type: ignore[import-untyped]
+
+    register = ServerArgs.add_cli_args
+
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        register(parser)
+        for flag in flags:
+            action = parser._option_string_actions.get(flag)
+            if action is None:
+                continue
+            parser._remove_action(action)
+            for spelling in action.option_strings:
+                parser._option_string_actions.pop(spelling, None)
+
+    ServerArgs.add_cli_args = staticmethod(add_cli_args)
 
 
 def _exec(argv: Sequence[str]) -> int:

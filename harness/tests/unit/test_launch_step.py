@@ -53,6 +53,13 @@ def test_it_runs_the_harness_runner_with_the_nodes_version(tmp_path: Path) -> No
     assert step.env[TERMINATION_LOG_ENV] == str(step.termination_file)
     assert step.env[SIM_VERSION_ENV] == "0.5.22"
     assert "LAUNCH_CHECK_CODE" in step.as_written  # the program itself is not logged
+    pinned = {**_container(), "image": "nvcr.io/nvidia/sglang:26.07-py3@sha256:" + "e" * 64}
+    by_digest = launch_step.plan_step(
+        _pod(), pinned, env={"PORT": "1"}, scratch=tmp_path / "s", python="p",
+        log_path=tmp_path / "log", hosts_root=tmp_path,
+    )  # fmt: skip
+    assert by_digest is not None
+    assert SIM_VERSION_ENV not in by_digest.env  # a digest pull gets that build everywhere
     other = launch_step.plan_step(
         _pod("spark-a2"), _container(), env={}, scratch=tmp_path / "s", python="p",
         log_path=tmp_path / "log", hosts_root=tmp_path,

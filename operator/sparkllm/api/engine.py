@@ -29,7 +29,6 @@ from sparkllm.sglang_contract.fields import (
     ReasoningParser,
     ToolCallParser,
 )
-from sparkllm.sglang_contract.flags import SGLANG_VERSION, known_flags
 from sparkllm.sglang_contract.guarded import Refusal, refused_env, refused_flags
 
 MAX_PIPELINE_PARALLEL: Final = 8
@@ -60,19 +59,12 @@ def _sets_flag(arg: str, flags: tuple[str, ...]) -> bool:
     return any(flag.startswith(name) for flag in flags)
 
 
-# Every spelling of every flag of the pinned SGLang (canonical, aliases, --no- negations),
-# as a CEL list literal: the API server refuses an extraArgs flag outside it.
-KNOWN_FLAGS_CEL: Final = repr(sorted(known_flags()))
-# An extraArgs word that is an unknown flag: starts with "--" and its name (before any
-# "=") is no spelling of the pinned SGLang. Abbreviations count as unknown: a later SGLang
-# may make them ambiguous (flags.validate_extra_args refuses them too).
-_UNKNOWN_FLAG_CEL: Final = f"arg.startsWith('--') && !(arg.split('=')[0] in {KNOWN_FLAGS_CEL})"
-
-
-def unknown_flags(args: tuple[str, ...]) -> list[str]:
-    """The flag names in ``args`` the pinned SGLang does not know (the CEL rule's twin)."""
-    names = (arg.split("=", 1)[0] for arg in args if arg.startswith("--"))
-    return [name for name in names if name not in known_flags()]
+# No rule refuses an extraArgs flag for being unknown to the pinned SGLang (0.5.23): the
+# engine image carries its own SGLang, which may know it, and judges every rank's command
+# line before its engine starts (sglang_contract/launch_check.py, condition
+# LaunchChecked). What is refused here holds for every SGLang version: the flags the
+# operator owns, the guarded flags (issue 25's table), and any abbreviation argparse could
+# expand to one of them (SGLang's parser allows abbreviations).
 
 
 def _flag_names(args: tuple[str, ...]) -> list[str]:
@@ -80,17 +72,22 @@ def _flag_names(args: tuple[str, ...]) -> list[str]:
     return [arg.split("=", 1)[0] for arg in args if arg.startswith("--")]
 
 
+def _abbreviates(name: str, spellings: tuple[str, ...]) -> bool:
+    """``name`` is one of ``spellings`` or a prefix argparse could expand to one."""
+    return any(spelling.startswith(name) for spelling in spellings)
+
+
 def _guarded_flag_rule(refusal: Refusal) -> Rule:
-    """extraArgs may not use a flag of this class (exact spellings: an abbreviation is
-    refused as unknown by the rule below); the message names the first one."""
+    """extraArgs may not use a flag of this class, in full or abbreviated (SGLang's argparse
+    expands an unambiguous prefix); the message names the first one."""
     names = repr(list(refusal.spellings))
-    matches = f"arg.startsWith('--') && arg.split('=')[0] in {names}"
-    refused = frozenset(refusal.spellings)
+    matches = f"arg.startsWith('--') && {names}.exists(f, f.startsWith(arg.split('=')[0]))"
+    spellings = tuple(refusal.spellings)
     return Rule(
         cel=f"!self.exists(arg, {matches})",
         message=f"extraArgs must not set a flag that {refusal.reason}",
-        check=lambda args: not refused.intersection(_flag_names(args)),
-        detail=lambda args: next(name for name in _flag_names(args) if name in refused),
+        check=lambda args: not any(_abbreviates(n, spellings) for n in _flag_names(args)),
+        detail=lambda args: next(n for n in _flag_names(args) if _abbreviates(n, spellings)),
         detail_cel=f"self.filter(arg, {matches})[0].split('=')[0]",
         reason="FieldValueForbidden",
     )
@@ -162,16 +159,6 @@ ExtraArgs = Annotated[
         check=lambda args: not any(_sets_flag(arg, REFUSED_FLAGS) for arg in args),
     ),
     *(_guarded_flag_rule(refusal) for refusal in refused_flags()),
-    Rule(
-        cel=f"!self.exists(arg, {_UNKNOWN_FLAG_CEL})",
-        message=f"extraArgs must use only flags of SGLang {SGLANG_VERSION}, spelled out in "
-        "full; unknown",
-        check=lambda args: not unknown_flags(args),
-        # The first unknown flag: CEL's join has no cost bound the API server can estimate
-        # (a messageExpression listing all of them is refused as over budget).
-        detail=lambda args: unknown_flags(args)[0],
-        detail_cel=f"self.filter(arg, {_UNKNOWN_FLAG_CEL})[0].split('=')[0]",
-    ),
 ]
 
 ExtraEnv = Annotated[
@@ -325,7 +312,8 @@ class EngineSpec(ApiModel):
         "nor one that changes the prompt the engine renders (chat template, tokenizer...), "
         "opens another listener, logs prompts or holds a secret (docs/api.md lists them); "
         "--default-chat-template-kwargs is also given to the front door, which counts with "
-        "it. Flags are checked against SGLang's flag list when rendered.",
+        "it. Other flags and values are judged by the engine image's own SGLang before the "
+        "engine starts (condition LaunchChecked).",
     )
     env: ExtraEnv = Field(
         default=(),

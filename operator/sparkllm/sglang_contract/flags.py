@@ -303,16 +303,18 @@ def _stored(spec: FlagSpec, values: list[str]) -> ParsedValue:
     return values[0]
 
 
-def parse_sglang_options(argv: Sequence[str]) -> dict[str, ParsedValue]:
+def parse_sglang_options(argv: Sequence[str], *, lenient: bool = False) -> dict[str, ParsedValue]:
     """Parse some of SGLang's arguments (e.g. ``extraArgs``) as 0.5.23 would, without
     asking for the required ones.
 
     Returns the options given, keyed by ServerArgs field (``pp_size``), values as written
     (strings, lists for nargs options, booleans for switches). Raises SpecError with
-    argparse's message on the first problem.
+    argparse's message on the first problem; ``lenient``: what 0.5.23 cannot judge (a
+    flag it does not know and its values, a value it refuses) is left out instead — the
+    engine image's own SGLang judges it (``launch_check.py``).
     """
     found, problems = _scan(argv, flag_table())
-    if problems:
+    if problems and not lenient:
         raise SpecError(problems[0])
     return {occurrence.spec.dest: occurrence.value for occurrence in found}
 
@@ -332,32 +334,29 @@ def parse_sglang_argv(argv: Sequence[str]) -> dict[str, ParsedValue]:
 
 
 def validate_extra_args(args: Sequence[str], *, reserved: Collection[str] = ()) -> list[str]:
-    """Human-readable problems with user-supplied extra SGLang arguments; empty if fine.
+    """Problems with user-supplied extra SGLang arguments whatever SGLang runs them; empty
+    if fine.
 
-    Stricter than SGLang: abbreviations are refused (a later SGLang may make them
-    ambiguous), and any spelling of an option in ``reserved`` (flags the operator renders
-    itself, e.g. ``--pp-size``) is refused, whichever alias or negation the user wrote.
+    Only what does not depend on the engine image's SGLang version: a word that sets an
+    option in ``reserved`` (flags the operator renders itself, e.g. ``--pp-size``) by any
+    spelling — alias, negation, or an abbreviation argparse could expand to it (when a
+    prefix could mean several flags and one is reserved, it is refused too). A flag this
+    table does not know, an abbreviation of another flag, a value it would refuse: the
+    image's own SGLang judges those before the engine starts (``launch_check.py``,
+    condition LaunchChecked), because another SGLang version may accept them.
     """
     table = flag_table()
     reserved_dests = {flag_spec(name).dest for name in reserved}
     problems: list[str] = []
-    found, scan_problems = _scan(args, table)
-    for scanned in scan_problems:
-        unknown = scanned.removeprefix("unrecognized arguments: ")
-        is_unknown_flag = unknown != scanned and unknown.startswith("--")
-        version = table.sglang_version
-        reworded = f"unknown SGLang {version} flag {unknown}{_suggestion(unknown)}"
-        problems.append(reworded if is_unknown_flag else scanned)
-    for occurrence in found:
-        spec = occurrence.spec
-        if occurrence.written not in spec.spellings:
+    for word in args:
+        option = word.split("=", 1)[0]
+        if not option.startswith("--") or option == "--":
+            continue
+        exact = [option] if option in table.by_spelling else []
+        matches = exact or [s for s in table.by_spelling if s.startswith(option)]
+        if any(table.by_spelling[s].dest in reserved_dests for s in matches):
             problems.append(
-                f"{occurrence.written} is an abbreviation of {spec.name}: spell the flag out"
-            )
-        if spec.dest in reserved_dests:
-            problems.append(
-                f"{occurrence.written} is set by the operator from the spec and may not "
-                "appear in extraArgs"
+                f"{option} is set by the operator from the spec and may not appear in extraArgs"
             )
     return problems
 

@@ -292,7 +292,7 @@ def mirrored_settings(extra_args: Sequence[str]) -> dict[str, str]:
     otherwise (the CEL rules cannot parse JSON: the operator reports it as InvalidSpec).
     """
     try:
-        parsed = parse_sglang_options(extra_args)
+        parsed = parse_sglang_options(extra_args, lenient=True)
     except SpecError as exc:
         raise SpecError(f"spec.engine.extraArgs: {exc}") from None
     settings: dict[str, str] = {}

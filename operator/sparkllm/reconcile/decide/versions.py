@@ -159,7 +159,8 @@ def _split(ranks: Sequence[RankEngine]) -> bool:
 
 def _build(r: RankEngine) -> str:
     digest = (r.digest or "digest unknown")[:SHORT]
-    return f"rank {r.rank} on {r.node} {digest} (SGLang {r.version or 'unknown'})"
+    version = f" (SGLang {r.version})" if r.version else ""  # reported once its check ran
+    return f"rank {r.rank} on {r.node} {digest}{version}"
 
 
 def _kept_pins(ic: InferenceCluster, previous: Mapping[str, Any]) -> dict[int, str]:
