@@ -20,7 +20,7 @@ import yaml
 
 from sparkllm_dev.devcluster import DevCluster
 from tests.integration.test_api_server_validation import _dry_run_create, crd_installed
-from tests.unit.test_docs_blocks import BLOCKS, Block, _merged, _sample
+from tests.unit.test_docs_blocks import BLOCKS, Block, merged, sample_manifest
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crd_installed"]  # the fixture, shared
@@ -47,7 +47,7 @@ def test_every_spec_fragment_is_accepted_by_the_api_server(
     api = _api(crd_installed)
     refused = []
     for index, block in enumerate(SPEC_FRAGMENTS):
-        manifest = _named(_merged(_sample(), yaml.safe_load(block.text)), f"doc-{index}")
+        manifest = _named(merged(sample_manifest(), yaml.safe_load(block.text)), f"doc-{index}")
         accepted, message = _dry_run_create(api, manifest, namespace=namespace)
         refused += [] if accepted else [f"{block.where}: {message}"]
     assert not refused, "\n".join(refused)
@@ -57,7 +57,7 @@ def _spec_for(line: str) -> dict[str, Any]:
     """The sample with the one flag or variable a quoted refusal names."""
     field, _, rest = line.split(": ", 2)
     offender = rest.rsplit(": ", 1)[1]
-    manifest = _sample()
+    manifest = sample_manifest()
     engine = manifest["spec"]["engine"]
     if field == "spec.engine.extraArgs":
         engine["extraArgs"] = [offender]
