@@ -8,8 +8,9 @@ like), and ``sglang.srt.server_args`` imports a few of them at module level for 
 the parser never takes: they are the tests' stand-ins (``sparkllm_dev.sglang_stubs``, the
 same the request-handling reference uses); everything SGLang's parser and its
 ``ServerArgs`` record do runs for real (``msgspec`` is installed for it). Measured on the
-2-core machine: importing ``sglang.srt.server_args`` this way takes about 0.6 s, so each
-rank runs it afresh (no cache needed).
+loaded 2-core machine: importing ``sglang.srt.server_args`` this way takes 0.46 s
+(``-X importtime``), a whole run 1.2 to 2.3 s, so each rank runs it afresh (no cache:
+it is one process per rank start, beside a simulator start of the same order).
 
 What the simulated node's image is (the fault injector's ``skew_image`` writes it):
 ``image_facts`` reads ``<node root>/var/lib/sparkllm-sim/engine-image.json``
