@@ -226,13 +226,14 @@ def problem(key: str, have: str, *, pp: int = 3, label: str = GROUP_LABEL, tp: i
         pytest.param(
             [*group_of("a")[:2], labelled("spark-a2", "a", None)],
             [],
-            [problem("a", "-1: ['spark-a2'], 0: ['spark-a0'], 1: ['spark-a1']")],
+            [problem("a", "0: ['spark-a0'], 1: ['spark-a1'], no sparkllm.io/rank: ['spark-a2']")],
             id="missing-rank-label",
         ),
         pytest.param(
             [*group_of("a")[:2], labelled("spark-a2", "a", "two")],
             [],
-            [problem("a", "-1: ['spark-a2'], 0: ['spark-a0'], 1: ['spark-a1']")],
+            [problem("a", "0: ['spark-a0'], 1: ['spark-a1'], "
+                     "sparkllm.io/rank 'two' (not a number): ['spark-a2']")],
             id="non-numeric-rank",
         ),
         pytest.param(
@@ -252,6 +253,14 @@ def problem(key: str, have: str, *, pp: int = 3, label: str = GROUP_LABEL, tp: i
             [("b", ("spark-b0", "spark-b1", "spark-b2"))],
             [problem("a", "2: ['a2']"), problem("c", "1: ['c1']")],
             id="problems-in-key-order-valid-groups-kept",
+        ),
+        pytest.param(
+            [*group_of("a"), labelled("spark-a9", "a", None), labelled("spark-a8", "a", "x")],
+            [],
+            [problem("a", "0: ['spark-a0'], 1: ['spark-a1'], 2: ['spark-a2'], "
+                     "no sparkllm.io/rank: ['spark-a9'], "
+                     "sparkllm.io/rank 'x' (not a number): ['spark-a8']")],
+            id="extra-nodes-without-a-usable-rank-are-named",
         ),
         pytest.param([], [], [], id="no-nodes"),
     ],

@@ -68,6 +68,21 @@ class GroupDiscovery:
     problems: tuple[str, ...] = ()
 
 
+def _rank_of(node: NodeFacts) -> int | str:
+    """The node's rank from its label; a text naming the problem when it has none, or
+    one that is no number (shown as such, never as a made-up rank)."""
+    text = node.labels.get(NODE_RANK_LABEL)
+    if text is None:
+        return f"no {NODE_RANK_LABEL}"
+    return int(text) if text.isdigit() else f"{NODE_RANK_LABEL} {text!r} (not a number)"
+
+
+def _shown(item: tuple[int | str, list[str]]) -> tuple[bool, int, str]:
+    """Ranks in order, then the problems."""
+    rank = item[0]
+    return (True, 0, rank) if isinstance(rank, str) else (False, rank, "")
+
+
 def discover_groups(spec: InferenceClusterSpec, nodes: Sequence[NodeFacts]) -> GroupDiscovery:
     """The node groups a spec can use, in a stable order."""
     explicit = spec.placement.node_groups
@@ -80,21 +95,19 @@ def discover_groups(spec: InferenceClusterSpec, nodes: Sequence[NodeFacts]) -> G
     label = spec.placement.node_group_label
     assert label is not None  # the API guarantees exactly one of the two
     size = spec.engine.nodes_per_replica  # node ranks 0..tp*pp-1
-    by_group: dict[str, dict[int, list[str]]] = {}
+    by_group: dict[str, dict[int | str, list[str]]] = {}
     for node in nodes:
         group = node.labels.get(label)
         if group is None:
             continue
-        rank_text = node.labels.get(NODE_RANK_LABEL, "")
-        rank = int(rank_text) if rank_text.isdigit() else -1
-        by_group.setdefault(group, {}).setdefault(rank, []).append(node.name)
+        by_group.setdefault(group, {}).setdefault(_rank_of(node), []).append(node.name)
     groups: list[NodeGroup] = []
     problems: list[str] = []
     for key in sorted(by_group):
         ranks = by_group[key]
-        wanted = set(range(size))
+        wanted: set[int | str] = set(range(size))
         if set(ranks) != wanted or any(len(names) != 1 for names in ranks.values()):
-            have = ", ".join(f"{r}: {sorted(n)}" for r, n in sorted(ranks.items()))
+            have = ", ".join(f"{r}: {sorted(n)}" for r, n in sorted(ranks.items(), key=_shown))
             problems.append(
                 f"node group {key!r} ({label}) needs exactly one node per "
                 f"{NODE_RANK_LABEL} 0..{size - 1} (tensorParallel x pipelineParallel = {size} "
