@@ -216,6 +216,7 @@ def test_the_pull_policy_reaches_every_container_of_the_sparkllm_image() -> None
         "verify-network": "Always",
         "verify-bandwidth": "IfNotPresent",  # the engine image: tens of GB, pinned
         "verify-model": "Always",
+        "launch-check": "IfNotPresent",  # the engine image too
         "engine": "IfNotPresent",
         "admission": "Always",
         "router": "Always",

@@ -96,8 +96,12 @@ def test_images_are_the_operators_defaults() -> None:
     images = {c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]}
     assert images == {DEFAULT_IMAGE}
     rank0 = next(o for o in objects if o["kind"] == "StatefulSet")
-    init = {c["image"] for c in rank0["spec"]["template"]["spec"]["initContainers"]}
-    assert init == {DEFAULT_IMAGE}  # the tools image the operator passes
+    init = {c["name"]: c["image"] for c in rank0["spec"]["template"]["spec"]["initContainers"]}
+    engine = rank0["spec"]["template"]["spec"]["containers"][0]["image"]
+    # The launch check runs the engine image's own SGLang; the rest is the tools image
+    # the operator passes.
+    assert init.pop("launch-check") == engine != DEFAULT_IMAGE
+    assert set(init.values()) == {DEFAULT_IMAGE}
 
 
 def test_node_addresses_reach_dist_init_addr() -> None:

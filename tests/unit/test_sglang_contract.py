@@ -58,9 +58,12 @@ def test_every_row_names_a_pinned_flag_and_its_server_info_key(field: Any) -> No
 def test_every_row_names_its_spec_path(field: Any) -> None:
     if field.source.startswith(OPERATOR_SOURCE):
         return
-    head, *path = field.source.split(".")
-    assert head == "spec"
-    assert _resolves(InferenceClusterSpec, path), f"{field.source} is not a spec field"
+    # A product of fields ("spec.engine.tensorParallel x spec.engine.pipelineParallel"):
+    # every factor must be a spec field.
+    for source in field.source.split(" x "):
+        head, *path = source.split(".")
+        assert head == "spec"
+        assert _resolves(InferenceClusterSpec, path), f"{source} is not a spec field"
 
 
 def test_each_flag_appears_once() -> None:
