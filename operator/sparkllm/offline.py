@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 import yaml
@@ -37,6 +36,7 @@ from sparkllm.api import validate_inference_cluster
 from sparkllm.api.admin_policy import AdminPolicy
 from sparkllm.api.governance_store import RedisStoreSpec
 from sparkllm.errors import SparkllmError, SpecError
+from sparkllm.manifest_file import read_manifest
 from sparkllm.reconcile.decide import decide, owned
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
@@ -69,12 +69,7 @@ def governance_default_from_flags(values: Mapping[str, str | int | None]) -> Red
 
 def load_cluster(path: str, *, namespace: str | None) -> dict[str, Any]:
     """The InferenceCluster object in ``path``, with a namespace and a placeholder uid."""
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise SpecError(f"{path}: expected one InferenceCluster object")
+    doc = read_manifest(path)
     doc.setdefault("metadata", {})
     if namespace is not None or "namespace" not in doc["metadata"]:
         doc["metadata"]["namespace"] = namespace or "default"

@@ -18,13 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-import yaml
-
 from sparkllm import plan
 from sparkllm.api import InferenceClusterSpec, validate_inference_cluster
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.integrity.layout import INDEX_FILE, SINGLE_SHARD_FILE
 from sparkllm.integrity.safetensors import SafetensorsError, read_header
+from sparkllm.manifest_file import read_manifest
 from sparkllm.plan.capacity import MIN_HEADROOM_GB, NODE_MEMORY_GB, CapacityPlan
 from sparkllm.plan.planner import ModelFiles
 from sparkllm.plan.weights import DOCUMENTED_TOTAL_WEIGHT_GB
@@ -96,12 +95,7 @@ def plan_capacity(
 
 def load_spec(path: Path) -> InferenceClusterSpec:
     """The validated spec of the InferenceCluster manifest at ``path``."""
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(document, dict):
-        raise SpecError(f"{path}: expected one InferenceCluster object")
+    document = read_manifest(path)
     document.setdefault("metadata", {"name": "plan"})
     return validate_inference_cluster(document).spec
 
