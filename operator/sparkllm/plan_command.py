@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypedDict, Unpack
 
@@ -100,6 +101,27 @@ def load_spec(path: Path) -> InferenceClusterSpec:
     return validate_inference_cluster(document).spec
 
 
+def _figure(*, zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number, above 0 (or at least 0 when ``zero``); the
+    plan divides by some and rounds others, so nan, inf or a negative memory would be a
+    traceback or a nonsense table rather than a one-line usage error."""
+    bound = "at least 0" if zero else "above 0"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number {bound}")
+        return value
+
+    return parse
+
+
+_POSITIVE = _figure(zero=False)
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Add ``sparkllm plan``'s options to ``parser``."""
     parser.add_argument("-f", "--file", required=True, type=Path, help="InferenceCluster manifest")
@@ -108,22 +130,29 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--total-weight-gb",
-        type=float,
+        type=_POSITIVE,
         help=f"total weights without a model directory (default {DOCUMENTED_TOTAL_WEIGHT_GB})",
     )
-    parser.add_argument("--node-memory-gb", type=float, default=NODE_MEMORY_GB)
+    parser.add_argument("--node-memory-gb", type=_POSITIVE, default=NODE_MEMORY_GB)
     parser.add_argument(
         "--usable-memory-gb",
-        type=float,
-        help="memory SGLang's fraction applies to (default: the node memory)",
+        type=_POSITIVE,
+        help="memory SGLang's fraction applies to, at most the node memory (default: the "
+        "node memory)",
     )
-    parser.add_argument("--min-headroom-gb", type=float, default=MIN_HEADROOM_GB)
-    parser.add_argument("--kv-bytes-per-token-layer", type=float)
+    parser.add_argument("--min-headroom-gb", type=_figure(zero=True), default=MIN_HEADROOM_GB)
+    parser.add_argument("--kv-bytes-per-token-layer", type=_POSITIVE)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the plan; 0 when it fits, 1 when it does not, 2 on an error."""
     try:
+        usable = args.usable_memory_gb
+        if usable is not None and usable > args.node_memory_gb:
+            raise SpecError(
+                f"--usable-memory-gb {usable:g} is more than the node's memory "
+                f"(--node-memory-gb {args.node_memory_gb:g})"
+            )
         capacity = plan_capacity(
             load_spec(args.file),
             model_dir=args.model_dir,

@@ -4,7 +4,8 @@ Every case is one line on stderr naming the file and the problem, exit 2 (plan) 
 (render, sparkllm's errors), never a traceback: a file that is not UTF-8 raised
 UnicodeDecodeError through both commands, and YAML errors spread over five lines of
 pointer art. A Secret and the InferenceCluster in one file (as ``kubectl apply -f``
-takes it) was refused; the one InferenceCluster is used now.
+takes it) was refused; the one InferenceCluster is used now. ``sparkllm plan``'s
+figures (memory, weights, KV bytes) are finite and positive, or argparse says which is not.
 """
 
 from __future__ import annotations
@@ -64,3 +65,37 @@ def test_the_inferencecluster_among_several_documents_is_used(
     assert "tensorParallel 2 x pipelineParallel 1" in capsys.readouterr().out
     assert main(["render", "-f", str(path)]) == 0
     assert "name: deepseek-v4-flash-tp2-r2-rank1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--kv-bytes-per-token-layer", "0", "'0': must be a finite number above 0"),
+        ("--node-memory-gb", "inf", "'inf': must be a finite number above 0"),
+        ("--node-memory-gb", "nan", "'nan': must be a finite number above 0"),
+        ("--node-memory-gb", "-5", "'-5': must be a finite number above 0"),
+        ("--total-weight-gb", "x", "'x' is not a number"),
+        ("--min-headroom-gb", "-1", "'-1': must be a finite number at least 0"),
+    ],
+)
+def test_plan_figures_are_checked(
+    capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
+) -> None:
+    """0 bytes of KV per token divided by zero, inf memory overflowed int(): tracebacks;
+    a negative node memory printed a table of negative budgets. Now argparse's usage
+    error (exit 2) names the option."""
+    with pytest.raises(SystemExit) as exited:
+        plan_main(["-f", str(SAMPLE), option, value])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"sparkllm plan: error: argument {option}: {message}"
+    )
+
+
+def test_usable_memory_above_the_node_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_main(["-f", str(SAMPLE), "--usable-memory-gb", "500"]) == 2
+    assert capsys.readouterr().err == (
+        "sparkllm plan: error: --usable-memory-gb 500 is more than the node's memory "
+        "(--node-memory-gb 128)\n"
+    )
+    assert plan_main(["-f", str(SAMPLE), "--min-headroom-gb", "0"]) == 0
