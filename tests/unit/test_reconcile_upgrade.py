@@ -30,6 +30,7 @@ from sparkllm.reconcile.decide.upgrade import (
     PendingUpdate,
     UpgradeSettings,
     drift,
+    restart_request,
     update_pending_condition,
     upgrade_settings_from,
 )
@@ -291,3 +292,31 @@ def test_a_security_fix_is_named_in_the_condition() -> None:
         "engine process; SECURITY FIX in 0.2.0 (the engine key no longer reaches the "
         "launcher's argv): apply it now; applied at each replica's next restart"
     )
+
+
+@pytest.mark.parametrize("value", ["true", "Now", "yes", ""])
+def test_a_restart_annotation_other_than_now_is_refused_in_words_and_removed(value: str) -> None:
+    """It sat on the object doing nothing, while the user waited for a restart: now a
+    Warning Event says so and the annotation goes; nothing restarts."""
+    obs = serving(replicas=2)
+    assert obs.obj is not None
+    obj = {
+        **obs.obj,
+        "metadata": {**obs.obj["metadata"], "annotations": {ANNOTATION_RESTART: value}},
+    }
+    plan = _upgraded(with_obj(obs, obj))
+    assert plan.gang_restarts == ()
+    assert plan.pod_patches == ()
+    assert _stopped(plan) == set()
+    assert plan.annotations == {"metadata": {"annotations": {ANNOTATION_RESTART: None}}}
+    refused = [e for e in plan.events if e.reason == "RestartAnnotationRefused"]
+    assert [(e.warning, e.message) for e in refused] == [
+        (
+            True,
+            f"annotation sparkllm.io/restart={value!r} is not understood: only 'now' "
+            "restarts the replicas (drained); nothing was restarted and the annotation was "
+            "removed",
+        )
+    ]
+    assert restart_request({ANNOTATION_RESTART: "now"}).force
+    assert not restart_request({}).answered

@@ -83,3 +83,5 @@ class Reason(StrEnum):
     # Event: the installed CRD lacks fields this operator knows (reconcile/crd_check.py)
     CRD_OUTDATED = "CRDOutdated"
     RANK_PODS_CURRENT = "RankPodsCurrent"  # UpdatePending=False: the pods have the rendering
+    # Event: sparkllm.io/restart has a value other than "now"; nothing restarts, it is removed
+    RESTART_ANNOTATION_REFUSED = "RestartAnnotationRefused"

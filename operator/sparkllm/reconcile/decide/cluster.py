@@ -69,6 +69,7 @@ from sparkllm.reconcile.decide.status import (
 from sparkllm.reconcile.decide.upgrade import (
     DEFAULT_UPGRADE,
     UpgradeSettings,
+    restart_request,
     update_pending_condition,
 )
 from sparkllm.reconcile.decide.versions import decide_versions
@@ -130,7 +131,10 @@ def _act(
     generation = int(obj["metadata"].get("generation") or 0)
     key_seen, secret, events = _engine_key(ic, observation)
     bench_key = observation.bench_key
-    force = (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now"
+    restart = restart_request(obj["metadata"].get("annotations"))
+    force = restart.force
+    if restart.refusal is not None:
+        events.append(PendingEvent(True, Reason.RESTART_ANNOTATION_REFUSED, restart.refusal))
     model = model_verdict(observed, previous, generation=generation, force=force)
     network = network_verdict(ic, observed, previous, generation=generation, force=force)
     net_status = None if network is None else network_report(ic, observed, previous, network)
@@ -358,7 +362,7 @@ def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...]) -> JSON | None:
     """The merge patch removing the request annotations this pass answered (and setting
     what a run asked for: an accepted baseline)."""
     consumed: dict[str, str | None] = {}
-    if (obj["metadata"].get("annotations") or {}).get(ANNOTATION_RESTART) == "now":
+    if restart_request(obj["metadata"].get("annotations")).answered:
         consumed[ANNOTATION_RESTART] = None
     for run in runs:
         consumed.update(run.annotation_patch)

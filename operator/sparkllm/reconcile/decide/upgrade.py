@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 from sparkllm.api import ConditionType, Reason
 from sparkllm.errors import SparkllmError
-from sparkllm.keys import LABEL_GENERATION, LABEL_RANK
+from sparkllm.keys import ANNOTATION_RESTART, LABEL_GENERATION, LABEL_RANK
 from sparkllm.reconcile.decide.restarts import UPDATE_CAUSE
 from sparkllm.reconcile.decide.status import all_clear, condition
 from sparkllm.render.rank_stamp import ENGINE_SECTIONS, SECTIONS, Stamp
@@ -42,6 +42,38 @@ UNKNOWN_VERSION: Final = "unrecorded"
 # at once: version -> what it fixes (the release notes' words). UpdatePending says so, so
 # an administrator who waits for the next restart is told what waiting costs.
 SECURITY_FIXES: Final[Mapping[str, str]] = {}
+
+
+RESTART_NOW: Final = "now"
+
+
+@dataclass(frozen=True)
+class RestartRequest:
+    """What the object's ``sparkllm.io/restart`` annotation asks, read once per pass."""
+
+    force: bool = False  # "now": a planned, drained gang restart of every replica
+    refusal: str | None = None  # any other value: the Warning Event's words
+
+    @property
+    def answered(self) -> bool:
+        """The pass removes the annotation: acted on, or refused (with the Event)."""
+        return self.force or self.refusal is not None
+
+
+def restart_request(annotations: Mapping[str, Any] | None) -> RestartRequest:
+    """``now`` restarts; any other value (``true``, ``Now``, ``yes``...) would otherwise
+    sit on the object doing nothing while the user waits for a restart, so it is refused
+    in words and removed."""
+    value = (annotations or {}).get(ANNOTATION_RESTART)
+    if value is None:
+        return RestartRequest()
+    if value == RESTART_NOW:
+        return RestartRequest(force=True)
+    return RestartRequest(
+        refusal=f"annotation {ANNOTATION_RESTART}={str(value)!r} is not understood: only "
+        f"{RESTART_NOW!r} restarts the replicas (drained); nothing was restarted and the "
+        "annotation was removed"
+    )
 
 
 @dataclass(frozen=True)
