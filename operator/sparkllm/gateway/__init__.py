@@ -24,6 +24,7 @@ Modules, along a request's path::
     limits.py         concurrency slots, fair queue by user, 429
     proxy.py          the relay to the router: streaming, disconnects, 502/503/504
       router_errors.py  the router's own 400s made readable (no Rust debug text)
+      response_owners.py  who may retrieve/cancel a stored response (its creator only)
       upstream.py     keep-alive HTTP/1.1 pool to the router (httptools parsing)
     metrics.py        Prometheus families
     replies.py        OpenAI-style error bodies

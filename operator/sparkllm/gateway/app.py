@@ -10,13 +10,14 @@ rules took (the reservation, the slot) whatever happens, relays, and counts.
 
 Routes: POST /v1/chat/completions, /v1/completions, /v1/messages and /v1/responses
 (admitted), POST /v1/messages/count_tokens (decided, then answered here with the exact
-count: it generates nothing), GET /v1/models and /v1/models/{id} (authenticated; an alias
-is looked up as the served name, another id is a 404), GET /v1/responses/{id} and POST
-/v1/responses/{id}/cancel (authenticated pass-through), GET /v1/usage (the ledger), GET
-/health (the gateway itself is alive), GET /ready (the upstream answers its readiness
-probe). /health and /ready need no key: the kubelet calls them. There is no /metrics
-here: its series carry user ids with their tokens and refusals, so they are served only
-on the separate ``metrics_port`` (server.py), which no Service port and no exposure object routes.
+count: it generates nothing), GET /v1/models and /v1/models/{id} (authenticated; an
+alias is looked up as the served name, another id is a 404), GET /v1/responses/{id} and
+POST /v1/responses/{id}/cancel (relayed for the response's owner only:
+response_owners.py), GET /v1/usage (the ledger), GET /health (the gateway itself is
+alive), GET /ready (the upstream answers its readiness probe). /health and /ready need
+no key: the kubelet calls them. There is no /metrics here: its series carry user ids
+with their tokens and refusals, so they are served only on the separate ``metrics_port``
+(server.py), which no Service port and no exposure object routes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import logging
 import re
 import time
 
+from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway import deepseek_prompt, replies
 from sparkllm.gateway.admission import Admission, AdmissionPolicy, Route
 from sparkllm.gateway.asgi import (
@@ -50,6 +52,7 @@ from sparkllm.gateway.governance.meter import UsageMeter
 from sparkllm.gateway.metrics import GatewayMetrics, Outcome
 from sparkllm.gateway.proxy import RelayResult, UpstreamClient
 from sparkllm.gateway.replies import ErrorReply
+from sparkllm.gateway.response_owners import ResponseOwners, claiming_send, owned_by, owners_for
 from sparkllm.gateway.rules.context import Request, Stop
 from sparkllm.gateway.rules.pipeline import front_door, walk
 from sparkllm.gateway.serving import ServingState
@@ -105,8 +108,11 @@ class GatewayApp:
         upstream: UpstreamClient,
         metrics: GatewayMetrics,
         serving: ServingState | None = None,
+        owners: ResponseOwners | None = None,
     ) -> None:
         self.config = config
+        # Who may retrieve or cancel which stored response (response_owners.py).
+        self.owners = owners_for(governor.store) if owners is None else owners
         # Why no replica serves, when the router says none does (serving.py).
         self.serving = serving or ServingState(
             model=config.served_model_name, namespace=None, name=None
@@ -162,7 +168,7 @@ class GatewayApp:
                 model = path.removeprefix(_MODEL_PATH)
                 await self._serve_model(model, scope, receive, tracking_send)
             elif stored is not None and method == ("POST" if stored["cancel"] else "GET"):
-                await self._pass_through(method, path, scope, receive, tracking_send)
+                await self._serve_stored(stored, method, scope, receive, tracking_send)
             elif route is not None or path in _GET_ROUTES or path.startswith(_MODEL_PATH):
                 allow = "POST" if route is not None else "GET"
                 await send_reply(send, replies.method_not_allowed(method, path, allow=allow))
@@ -249,13 +255,27 @@ class GatewayApp:
             "GET", _MODEL_PATH + served, scope, receive, send, counted_as="/v1/models"
         )
 
-    async def _pass_through(
-        self, method: str, path: str, scope: Scope, receive: Receive, send: Send
+    async def _serve_stored(
+        self, stored: re.Match[str], method: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """A stored response's retrieve or cancel: authenticated, relayed without a body."""
-        if await self._authenticated(path, scope, send) is None:
+        """A stored response's retrieve or cancel: relayed (without a body) for its owner
+        only; any other id gets the 404 an unknown id gets, after the same look-up.
+        Counted under /v1/responses (a per-id path would be a label per response)."""
+        response_id, path = stored["id"], stored.group(0)
+        user = await self._authenticated("/v1/responses", scope, send)
+        if user is None:
             return
-        await self._relay_plain(method, path, scope, receive, send)
+        try:
+            mine = await owned_by(self.owners, response_id, user)
+        except GovernanceStoreError as exc:
+            await send_reply(send, replies.upstream_unavailable(str(exc)))
+            self.metrics.count_request("/v1/responses", Outcome.UPSTREAM_ERROR)
+            return
+        if not mine:
+            await send_reply(send, replies.response_not_found(response_id))
+            self.metrics.count_request("/v1/responses", Outcome.BAD_REQUEST)
+            return
+        await self._relay_plain(method, path, scope, receive, send, counted_as="/v1/responses")
 
     async def _serve_generation(
         self, route: Route, scope: Scope, receive: Receive, send: Send
@@ -306,6 +326,9 @@ class GatewayApp:
         assert decision is not None
         assert granted is not None
         assert holder is not None
+        if route is Route.RESPONSES:  # its owner alone may retrieve or cancel it
+            assert request.user is not None
+            send = claiming_send(send, self.owners, user=request.user)
         meter = UsageMeter(send)
         request.outcome, request.used = Outcome.UPSTREAM_ERROR, granted.reserved  # until measured
         try:

@@ -28,6 +28,7 @@ CODE_INVALID_VALUE = "invalid_value"
 CODE_MISSING_PARAMETER = "missing_required_parameter"
 CODE_CONTEXT_LENGTH = "context_length_exceeded"
 CODE_MODEL_NOT_FOUND = "model_not_found"
+CODE_NOT_FOUND = "not_found"  # a stored response (the router's code)
 CODE_REQUEST_TOO_LARGE = "request_too_large"
 CODE_MISSING_API_KEY = "missing_api_key"
 CODE_INVALID_API_KEY = "invalid_api_key"
@@ -102,6 +103,13 @@ def model_not_found(model: str) -> ErrorReply:
     """404 for a model name this deployment does not serve (OpenAI's wording)."""
     message = f"The model `{model}` does not exist or you do not have access to it."
     return ErrorReply(404, message, INVALID_REQUEST, CODE_MODEL_NOT_FOUND, "model")
+
+
+def response_not_found(response_id: str) -> ErrorReply:
+    """A stored response the caller may not see: the router's words for an unknown id."""
+    return ErrorReply(
+        404, f"No response found with id '{response_id}'", INVALID_REQUEST, CODE_NOT_FOUND
+    )
 
 
 def request_too_large(limit_bytes: int) -> ErrorReply:

@@ -144,6 +144,15 @@ class RedisStore:
         )
         return cls(client, key_prefix=key_prefix, lease_seconds=lease_seconds)
 
+    @property
+    def client(self) -> redis.Redis:
+        """The connection, for records kept beside the governance state (response_owners)."""
+        return self._client
+
+    @property
+    def key_prefix(self) -> str:
+        return self._prefix
+
     async def ping(self) -> None:
         """Raise ``GovernanceStoreError`` unless Redis answers (start-up and readiness)."""
         try:
