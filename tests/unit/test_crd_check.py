@@ -13,7 +13,13 @@ import yaml
 from sparkllm import __version__
 from sparkllm.api.crd import build_crd
 from sparkllm.keys import ANNOTATION_CRD_VERSION
-from sparkllm.reconcile.crd_check import crd_problem, missing_fields, schema_paths
+from sparkllm.reconcile.crd_check import (
+    crd_problem,
+    extra_fields,
+    missing_fields,
+    newer_crd_note,
+    schema_paths,
+)
 from tests.unit.test_chart_render import ROOT, find, one, render_chart
 
 JSON = dict[str, Any]
@@ -55,6 +61,61 @@ def test_an_older_crd_is_named_with_the_fields_it_lacks() -> None:
         "spec.restartPolicy; the API server drops these fields"
     )
     assert crd_problem(None, own) == "the CRD inferenceclusters.sparkllm.io is not installed"
+
+
+def test_a_crd_with_no_version_annotation_is_unrecorded() -> None:
+    own = build_crd()
+    older = _without(own, "spec", "engine", "tensorParallel")
+    del older["metadata"]["annotations"]
+    problem = crd_problem(older, own)
+    assert problem is not None
+    assert problem.startswith(
+        "the installed CRD inferenceclusters.sparkllm.io (sparkllm.io/crd-version unrecorded) "
+        f"is older than this operator ({__version__}): it lacks spec.engine.tensorParallel;"
+    )
+    unannotated = copy.deepcopy(own)
+    del unannotated["metadata"]["annotations"]
+    assert crd_problem(unannotated, own) is None  # the schema decides, not the annotation
+
+
+def test_a_crd_not_serving_our_version_is_named_as_such() -> None:
+    """It said "older than this operator: it lacks apiVersion, kind, metadata, spec,
+    status" for a CRD that serves another version only."""
+    own = build_crd()
+    other = copy.deepcopy(own)
+    other["spec"]["versions"][0]["name"] = "v1beta1"
+    assert crd_problem(other, own) == (
+        "the installed CRD inferenceclusters.sparkllm.io (sparkllm.io/crd-version "
+        f"{__version__}) does not serve v1alpha1, the version this operator ({__version__}) "
+        "reads (it serves v1beta1). Install this operator's CRD (helm upgrade applies it; "
+        "or kubectl apply --server-side -f crds/)"
+    )
+    other["spec"]["versions"][0]["name"] = "v1alpha1"
+    other["spec"]["versions"][0]["served"] = False
+    assert "(it serves no version)" in (crd_problem(other, own) or "")
+
+
+def test_a_newer_crd_is_no_problem_but_its_extra_fields_are_noted() -> None:
+    """A CRD with fields this operator does not know (the operator rolled back, the kept
+    CRD still new) was silent; an object setting one is then InvalidSpec. The log says
+    which fields and why."""
+    own = build_crd()
+    newer = copy.deepcopy(own)
+    engine = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    engine["properties"]["engine"]["properties"]["speculative"] = {
+        "type": "object", "properties": {"draft": {"type": "string"}},
+    }  # fmt: skip
+    newer["metadata"]["annotations"][ANNOTATION_CRD_VERSION] = "0.9.0"
+    assert crd_problem(newer, own) is None
+    assert extra_fields(newer, own) == ["spec.engine.speculative"]
+    assert newer_crd_note(newer, own) == (
+        "the installed CRD inferenceclusters.sparkllm.io (sparkllm.io/crd-version 0.9.0) is "
+        f"newer than this operator ({__version__}): it has spec.engine.speculative, which "
+        "this operator does not know; an InferenceCluster that sets one is InvalidSpec "
+        "naming the field until the operator is upgraded"
+    )
+    assert newer_crd_note(copy.deepcopy(own), own) is None
+    assert newer_crd_note(None, own) is None
 
 
 @pytest.mark.needs_binary

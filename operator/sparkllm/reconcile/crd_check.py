@@ -9,6 +9,10 @@ and ``status``), and when the installed one lacks any it logs a warning naming t
 the CRD's ``sparkllm.io/crd-version``, sets ``sparkllm_crd_fields_missing``, and posts a
 Warning Event ``CRDOutdated`` on each InferenceCluster it reconciles (once per object and
 operator start). It goes on serving: what the installed schema keeps is served as before.
+A CRD that does not serve this operator's API version is named as such (not as "lacking"
+every field). A CRD NEWER than the operator (rolled back while the kept CRD stays new)
+only gets a log warning naming the fields this operator does not know: objects that do
+not set them are served as before, and one that does is InvalidSpec naming the field.
 
 The comparison is pure (:func:`crd_problem`); :func:`check_installed_crd` reads the CRD
 (the chart's RBAC lets the operator list CRDs: kopf watches them).
@@ -43,6 +47,12 @@ def _schema(crd: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+def _served(crd: Mapping[str, Any]) -> list[str]:
+    """The API versions the CRD serves, in its order."""
+    versions = crd.get("spec", {}).get("versions") or []
+    return [str(v.get("name")) for v in versions if v.get("served")]
+
+
 def schema_paths(schema: Mapping[str, Any], prefix: str = "") -> set[str]:
     """Every property path of a structural schema (``spec.engine.image``; ``[]`` for the
     items of an array)."""
@@ -68,15 +78,50 @@ def missing_fields(installed: Mapping[str, Any], own: Mapping[str, Any]) -> list
     ]
 
 
+def extra_fields(installed: Mapping[str, Any], own: Mapping[str, Any]) -> list[str]:
+    """The paths the installed CRD has and this operator does not know, outermost only:
+    a newer CRD (an operator rolled back while the CRD, kept, stays new)."""
+    return missing_fields(own, installed)
+
+
+def _crd_version(installed: Mapping[str, Any]) -> str:
+    annotations = installed.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(ANNOTATION_CRD_VERSION, "unrecorded"))
+
+
+def newer_crd_note(installed: Mapping[str, Any] | None, own: Mapping[str, Any]) -> str | None:
+    """The log's words when the installed CRD has fields this operator does not know: the
+    API server keeps them, and this operator refuses an object that sets one (InvalidSpec
+    naming the field: "Extra inputs are not permitted")."""
+    extra = [] if installed is None else extra_fields(installed, own)
+    if not extra:
+        return None
+    named = ", ".join(extra[:_SHOWN])
+    more = f" and {len(extra) - _SHOWN} more" if len(extra) > _SHOWN else ""
+    return (
+        f"the installed CRD {CRD_NAME} ({ANNOTATION_CRD_VERSION} {_crd_version(installed or {})}) "
+        f"is newer than this operator ({__version__}): it has {named}{more}, which this "
+        "operator does not know; an InferenceCluster that sets one is InvalidSpec naming "
+        "the field until the operator is upgraded"
+    )
+
+
 def crd_problem(installed: Mapping[str, Any] | None, own: Mapping[str, Any]) -> str | None:
     """What is wrong with the installed CRD for this operator, or None."""
     if installed is None:
         return f"the CRD {CRD_NAME} is not installed"
+    version = _crd_version(installed)
+    if VERSION not in _served(installed):
+        serves = ", ".join(_served(installed)) or "no version"
+        return (
+            f"the installed CRD {CRD_NAME} ({ANNOTATION_CRD_VERSION} {version}) does not "
+            f"serve {VERSION}, the version this operator ({__version__}) reads (it serves "
+            f"{serves}). Install this operator's CRD (helm upgrade applies it; or kubectl "
+            "apply --server-side -f crds/)"
+        )
     missing = missing_fields(installed, own)
     if not missing:
         return None
-    annotations = installed.get("metadata", {}).get("annotations") or {}
-    version = annotations.get(ANNOTATION_CRD_VERSION, "unrecorded")
     named = ", ".join(missing[:_SHOWN])
     more = f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
     return (
@@ -96,4 +141,7 @@ async def check_installed_crd(api: KubeAPI) -> str | None:
     metrics.CRD_FIELDS_MISSING.set(missing)
     if problem is not None:
         logger.warning("%s", problem)
+    note = newer_crd_note(installed, build_crd())
+    if note is not None:
+        logger.warning("%s", note)
     return problem
