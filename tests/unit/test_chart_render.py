@@ -361,6 +361,14 @@ def test_dashboard_configmap_only_when_enabled() -> None:
         (["--set", "serviceAccount.create=false"], "serviceAccount.name is required"),
         (["--set", "governance.redis.address=redis://r:6379"], "/governance/redis/address"),
         (["--set", "governance.redis.database=256"], "/governance/redis/database"),
+        (["--set", "upgrade.applyOperatorChanges=Drained"], "/upgrade/applyOperatorChanges"),
+        (["--set", "upgrade.applyOperatorChanges="], "/upgrade/applyOperatorChanges"),
+        (["--set-string", "crds.install=yes"], "/crds/install"),
+        # null deletes a key in Helm: it was a template's nil-pointer error (helm lint passed)
+        (["--set", "upgrade=null"], "missing property 'upgrade'"),
+        (["--set", "crds=null"], "missing property 'crds'"),
+        (["--set", "governance=null"], "missing property 'governance'"),
+        (["--set", "policy=null"], "missing property 'policy'"),
     ],
 )
 def test_wrong_values_fail_with_a_message_naming_them(flags: list[str], message: str) -> None:
