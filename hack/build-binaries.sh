@@ -10,6 +10,15 @@
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
 #         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua}. A binary already there
 #         is not rebuilt. With --control-plane only the first seven (what `make demo` needs).
+#
+# Cold cost, measured (empty GOCACHE and SPARKLLM_CACHE, module cache warm, 2 cores shared
+# with other work; go build -debug-trace): --control-plane is about 1,030 s of CPU — the
+# Kubernetes four ~650 s, etcd ~140 s, kwok+kwokctl ~235 s — so on 2 idle cores it cannot
+# take under ~9 minutes however it is ordered. Building fewer of the four saves little:
+# of the Kubernetes build's compile time the packages only kubectl needs are 1.3 %, only
+# kube-controller-manager 3 %, and the links 1 %; the standard library compiled by each
+# concurrent build is ~5 %. The one large saving would be kwok: 84 % of its compile is
+# k8s.io packages the Kubernetes build also compiles, but at kwok's v0.36.1, not v0.35.4.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
@@ -42,12 +51,30 @@ have() {  # have NAME...: true when every named binary is already built
   for b in "$@"; do [[ -x "$BIN/$b" ]] || return 1; done
 }
 
-timed() {  # timed LABEL CMD...: run CMD, report how long it took
+CPU_USED=""
+cpu_used() {  # cpu_used: CPU_USED="user U s, sys S s" of this shell's finished children
+  # (`times`' second line, e.g. "5m3.21s 1m2.05s", written to a file: a $(...) would be a
+  # subshell with no children of its own).
+  local file="$WORK/.times.$BASHPID" line m u=0 s=0
+  times >"$file"
+  line=$(tail -n 1 "$file")
+  rm -f "$file"
+  if [[ $line =~ ^([0-9]+)m([0-9]+)[.0-9]*s\ ([0-9]+)m([0-9]+)[.0-9]*s$ ]]; then
+    m=("${BASH_REMATCH[@]}")
+    u=$((10#${m[1]} * 60 + 10#${m[2]}))
+    s=$((10#${m[3]} * 60 + 10#${m[4]}))
+  fi
+  CPU_USED="user $u s, sys $s s"
+}
+
+timed() {  # timed LABEL CMD...: run CMD, report how long it took, wall and CPU
   local label=$1 start=$SECONDS
   shift
   log "building $label ..."
   "$@" || return  # (set -e does not reach here: the caller runs us under `||`)
-  log "built $label in $((SECONDS - start)) s"
+  # CPU as well as wall: on a shared machine the wall time says more about the load.
+  cpu_used
+  log "built $label in $((SECONDS - start)) s ($CPU_USED)"
 }
 
 build_etcd() {
@@ -146,4 +173,5 @@ if ((${#failed[@]})); then
   log "FAILED: ${failed[*]} (logs: $WORK/<name>.log)"
   exit 1
 fi
-log "binaries in $BIN ($((SECONDS - total)) s)"
+cpu_used
+log "binaries in $BIN ($((SECONDS - total)) s; $CPU_USED)"
