@@ -115,7 +115,7 @@ def _anthropic_message(out: list[dict[str, Any]], message: object, *, param: str
     if role not in _ANTHROPIC_ROLES:
         validation.reject(
             f"'{param}.role' must be 'user' or 'assistant' (a system prompt goes in "
-            "'system'), got {json.dumps(role)}.",
+            f"'system'), got {json.dumps(role)}.",
             param=f"{param}.role",
         )
     content = _content(message, param=param)

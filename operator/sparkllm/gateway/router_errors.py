@@ -33,6 +33,10 @@ _RUST_TYPES: Final = {
     "a string": "a string",
     "a boolean": "a boolean",
 }
+# smg's Anthropic route (validator crate): "__all__: temperature: range: 0..1".
+_VALIDATOR_RANGE = re.compile(
+    r"(?:__all__: )?(?P<field>[\w.\[\]]+): range: (?P<low>[^.\s]*)\.\.=?(?P<high>\S*)"
+)
 _DEBUG_MARKS = ("Number(", "String(", "Bool(", "Some(", "Validation error:")
 
 
@@ -44,21 +48,27 @@ def readable(status: int, body: bytes) -> ErrorReply | None:
         return None
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return None
-    message = _sentence(error["message"])
-    if message is None:
+    rewritten = _sentence(error["message"])
+    if rewritten is None:
         return None
+    message, field = rewritten
     param, code = error.get("param"), error.get("code")
     return ErrorReply(
         status,
         message,
         str(error.get("type") or replies.INVALID_REQUEST),
         str(code or replies.CODE_INVALID_VALUE),
-        param if isinstance(param, str) else None,
+        param if isinstance(param, str) else field,
     )
 
 
-def _sentence(message: str) -> str | None:
-    """``message`` rewritten, or None when it has no Rust debug text to rewrite."""
+def _sentence(message: str) -> tuple[str, str | None] | None:
+    """``message`` rewritten and the field it names, or None when it has no Rust debug
+    text to rewrite."""
+    if (match := _VALIDATOR_RANGE.fullmatch(message.strip())) is not None:
+        field, low, high = match["field"], match["low"], match["high"]
+        limit = f"from {low} to {high}" if low and high else f"at least {low or high}"
+        return f"'{field}' must be {limit}.", field
     if (match := _RANGE.fullmatch(message.strip())) is not None:
         bounds = {m["name"]: m["number"] for m in _BOUND.finditer(match["bounds"])}
         field = match["field"]
@@ -71,7 +81,7 @@ def _sentence(message: str) -> str | None:
             limit = f"at most {high}"
         else:
             limit = "within its range"
-        return f"'{field}' must be {limit}" + (f", got {got}." if got is not None else ".")
+        return f"'{field}' must be {limit}" + (f", got {got}." if got is not None else "."), field
     if (match := _DESERIALIZE.fullmatch(message.strip())) is not None:
         detail = re.sub(
             r"expected (u\d+|i\d+|f\d+|usize|isize)\b",
@@ -79,8 +89,10 @@ def _sentence(message: str) -> str | None:
             match["detail"],
         )
         field = match["field"]
-        return f"'{field}' is not valid: {detail}." if field else f"Invalid request: {detail}."
+        if field:
+            return f"'{field}' is not valid: {detail}.", field
+        return f"Invalid request: {detail}.", None
     if any(mark in message for mark in _DEBUG_MARKS):
         text = re.sub(r"(?:Number|String|Bool|Some)\(([^)]*)\)", r"\1", message)
-        return text.replace("Validation error: ", "")
+        return text.replace("Validation error: ", ""), None
     return None

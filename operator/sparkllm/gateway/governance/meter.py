@@ -7,8 +7,8 @@ chunk, nothing parsed while tokens flow); when the exchange is over the meter re
 
 * a JSON answer's ``usage`` (``prompt_tokens``, ``completion_tokens``; Messages and
   Responses say ``input_tokens``, ``output_tokens``, a Responses stream inside its
-  ``response``, a Messages stream in ``message_start``'s ``message`` and then
-  ``message_delta``) — also when the
+  final ``response``, a Messages stream in ``message_delta``; the usage of the opening
+  events — ``message_start``'s 1 output token — is no final count) — also when the
   client left before it came: a non-streamed generation is made whole before its first
   byte, so the relay keeps reading it for a client that left (proxy.py, ``drain``) and
   the engine's own count is charged, not "no byte sent, no output made";
@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from sparkllm.gateway.asgi import Message, Send
 
@@ -156,17 +156,41 @@ def _events(data: bytes) -> list[Any]:
     return events
 
 
+# Stream events whose usage is not the answer's final count: a Messages stream's
+# message_start says the output so far (1 token), a Responses stream's opening events
+# carry none. A stream cut off before its final usage is counted from its text.
+_OPENING_EVENTS: Final = frozenset({"message_start", "response.created", "response.in_progress"})
+# Generated text in Messages deltas (text, tool input, thinking) and Responses events.
+_ANTHROPIC_DELTAS: Final = ("text", "partial_json", "thinking")
+_RESPONSES_DELTAS: Final = frozenset(
+    {
+        *("response.output_text.delta", "response.function_call_arguments.delta"),
+        *("response.reasoning_text.delta", "response.reasoning_summary_text.delta"),
+    }
+)
+
+
 def _stream_usage(data: bytes) -> tuple[int, int] | None:
     found = None
     for event in _events(data):
+        if isinstance(event, dict) and event.get("type") in _OPENING_EVENTS:
+            continue
         found = _usage_of(event) or found
     return found
 
 
 def _stream_text(data: bytes) -> str:
-    """Every generated piece of text in a stream, in order (what the tokenizer re-counts)."""
+    """Every generated piece of text in a stream, in order (what the tokenizer re-counts):
+    chat and completions choices, Messages content_block_delta, Responses text deltas."""
     pieces: list[str] = []
     for event in _events(data):
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "content_block_delta" and isinstance(delta := event.get("delta"), dict):
+            pieces.extend(v for k in _ANTHROPIC_DELTAS if isinstance(v := delta.get(k), str))
+            continue
+        if kind in _RESPONSES_DELTAS and isinstance(delta := event.get("delta"), str):
+            pieces.append(delta)
+            continue
         choices = event.get("choices") if isinstance(event, dict) else None
         for choice in choices if isinstance(choices, list) else ():
             if isinstance(choice, dict):

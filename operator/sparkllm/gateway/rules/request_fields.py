@@ -67,8 +67,12 @@ def choices(draft: Draft) -> ErrorReply | None:
 
 
 def output_limits(draft: Draft) -> ErrorReply | None:
-    """The output limits the request sets, each a positive integer."""
+    """The output limits the request sets, each a positive integer. Anthropic's Messages
+    API requires ``max_tokens`` (SGLang's ``AnthropicMessagesRequest`` has no default):
+    refused when absent, not written in for the client."""
     payload = draft.payload
+    if draft.route is Route.MESSAGES:
+        validation.required(payload, "max_tokens")
     draft.requested = {
         field: value
         for field in OUTPUT_FIELDS[draft.route]
