@@ -32,6 +32,8 @@ REQUESTS = 6
 MAX_TOKENS = 60  # each answer: 60 tokens at 20 ms, ~1.2 s of generation
 TPOT_MS = 20
 USER_KEY = "key-alice"
+# One user per route: the ledger's row is per user and day.
+ROUTES = {"/v1/chat/completions": ("alice", USER_KEY), "/v1/messages": ("bob", "key-bob")}
 
 
 def engine_tokens(sim_url: str) -> dict[str, float]:
@@ -53,13 +55,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Gatew
     """(the simulator's URL, the gateway app, the gateway's URL), smg between them."""
     sim_options = [f"--sim-tpot-ms={TPOT_MS}", "--sim-answer-tokens=1000"]
     with smg_stack(
-        tmp_path_factory.mktemp("charges"), keys={"alice": USER_KEY}, sim=sim_options
+        tmp_path_factory.mktemp("charges"), keys=dict(ROUTES.values()), sim=sim_options
     ) as front:
         yield front.sim_url, front.app, front.url
 
 
-def _open_chat(gateway_url: str, index: int) -> socket.socket:
-    """A non-streamed chat sent over a raw socket, so the test can hang up mid-answer."""
+def _open_chat(gateway_url: str, index: int, route: str) -> socket.socket:
+    """A non-streamed chat (or Anthropic Messages request: the same fields) sent over a
+    raw socket, so the test can hang up mid-answer."""
     body = json.dumps({
         "model": MODEL, "max_tokens": MAX_TOKENS,
         "messages": [{"role": "user", "content": f"tell me a long story, number {index}"}],
@@ -67,19 +70,20 @@ def _open_chat(gateway_url: str, index: int) -> socket.socket:
     host, port = gateway_url.removeprefix("http://").split(":")
     conn = socket.create_connection((host, int(port)))
     conn.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"authorization: Bearer " + USER_KEY.encode() + b"\r\n"
+        b"POST " + route.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer " + ROUTES[route][1].encode() + b"\r\n"
         b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
     return conn
 
 
+@pytest.mark.parametrize("route", ROUTES)
 def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made(
-    stack: tuple[str, GatewayApp, str],
+    stack: tuple[str, GatewayApp, str], route: str
 ) -> None:
     sim_url, app, gateway_url = stack
     before = engine_tokens(sim_url)
-    connections = [_open_chat(gateway_url, i) for i in range(REQUESTS)]
+    connections = [_open_chat(gateway_url, i, route) for i in range(REQUESTS)]
     try:
         wait_until(
             lambda: engine_tokens(sim_url)["num_running_reqs"] == REQUESTS,
@@ -94,12 +98,14 @@ def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made
     made_output = after["generation_tokens_total"] - before["generation_tokens_total"]
     made_prompt = after["prompt_tokens_total"] - before["prompt_tokens_total"]
     usage = httpx.get(
-        f"{gateway_url}/v1/usage", headers={"authorization": f"Bearer {USER_KEY}"}, timeout=10
+        f"{gateway_url}/v1/usage",
+        headers={"authorization": f"Bearer {ROUTES[route][1]}"},
+        timeout=10,
     ).json()
     (row,) = usage["data"]
     print(
-        f"\n{REQUESTS} non-streamed chats (max_tokens {MAX_TOKENS}) closed by the client while "
-        f"the engine generated all {REQUESTS}:\n"
+        f"\n{REQUESTS} non-streamed {route} requests (max_tokens {MAX_TOKENS}) closed by the "
+        f"client while the engine generated all {REQUESTS}:\n"
         f"  engine produced: {made_output:.0f} output tokens, {made_prompt:.0f} prompt tokens, "
         f"{after['num_requests_total'] - before['num_requests_total']:.0f} requests finished\n"
         f"  ledger charged:  {row['output_tokens']} output tokens, {row['input_tokens']} "
@@ -111,3 +117,5 @@ def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made
     assert row["outcomes"] == {"client_closed": REQUESTS}
     assert row["output_tokens"] == made_output  # the engine's usage, charged exactly
     assert row["input_tokens"] == made_prompt
+    assert app.limiter.in_flight == 0  # no slot leaked
+    assert app.limiter.queued == 0
