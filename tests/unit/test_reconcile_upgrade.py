@@ -29,6 +29,7 @@ from sparkllm.reconcile.decide.upgrade import (
     TEMPLATE_CAUSE,
     PendingUpdate,
     UpgradeSettings,
+    adopt_patches,
     drift,
     restart_request,
     update_pending_condition,
@@ -320,3 +321,58 @@ def test_a_restart_annotation_other_than_now_is_refused_in_words_and_removed(val
     ]
     assert restart_request({ANNOTATION_RESTART: "now"}).force
     assert not restart_request({}).answered
+
+
+# --- pods of an operator from before the stamp: a user's spec change still rolls ----------
+
+_STAMPS = ("sparkllm.io/template-parts", "sparkllm.io/spec-hash", ANNOTATION_OPERATOR_VERSION)
+
+
+def _prestamp(pods: list[JSON]) -> list[JSON]:
+    """The pods as an operator from before issue 32 made them: template hash only."""
+    out = []
+    for i, pod in enumerate(pods):
+        meta = pod["metadata"]
+        kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _STAMPS}
+        out.append({**pod, "metadata": {"name": f"p{i}", "namespace": "llm", **meta,
+                                        "annotations": kept}})  # fmt: skip
+    return out
+
+
+def test_prestamp_pods_get_the_spec_digest_then_a_spec_change_rolls() -> None:
+    """Without the adoption a user's spec change on such pods waited as "operator update
+    unrecorded -> test2" (no roll, and a restart cause that would not be true)."""
+    old = _prestamp(_pods(_stamps(cluster(), GATEWAY_IMAGE)))
+    same = dict(enumerate(_stamps(cluster(), NEW)))
+    changed = dict(enumerate(_stamps(cluster(engine={"chunkedPrefillSize": 2048}), NEW)))
+    assert drift(old, 1, changed).roll is None  # what a spec change met before
+    patches = adopt_patches(old, 1, same)
+    assert [(p.name, p.patch) for p in patches] == [
+        (f"p{rank}", {"metadata": {"annotations": {"sparkllm.io/spec-hash": same[rank].spec}}})
+        for rank in range(3)
+    ]
+    adopted = [
+        {**pod, "metadata": {**pod["metadata"], "annotations": {
+            **pod["metadata"]["annotations"], **p.patch["metadata"]["annotations"]}}}
+        for pod, p in zip(old, patches, strict=True)
+    ]  # fmt: skip
+    assert adopt_patches(adopted, 1, same) == []  # once
+    waiting = drift(adopted, 1, same)
+    assert waiting.roll is None
+    assert waiting.pending is not None
+    assert waiting.pending.from_version == "unrecorded"  # still an operator update
+    assert drift(adopted, 1, changed).roll == UPDATE_CAUSE
+    assert adopt_patches(old, 2, same) == []  # not the running generation
+
+
+def test_a_pass_over_prestamp_pods_adopts_them_and_restarts_nothing() -> None:
+    obs = serving(replicas=2)
+    bare = replace(obs, observed=replace(obs.observed, pods=_prestamp(obs.observed.pods)))
+    plan = _upgraded(bare)
+    assert plan.gang_restarts == ()
+    assert _stopped(plan) == set()
+    assert len(plan.pod_patches) == 6
+    assert {tuple(p.patch["metadata"]["annotations"]) for p in plan.pod_patches} == {
+        ("sparkllm.io/spec-hash",)
+    }
+    assert _condition(bare, plan, "UpdatePending")["status"] == "True"

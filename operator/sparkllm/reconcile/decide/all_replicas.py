@@ -130,6 +130,7 @@ def decide_replicas(
             out.pod_patches.append(mark_patch(rank0, now=facts.now, reason=result.drain_mark))
         elif result.serving and rank0 is not None and (back := undrain_patch(rank0)):
             out.pod_patches.append(back)  # a drain abandoned (scaled back up): routed again
+        out.pod_patches.extend(result.adopt)  # stamp-less pods get the spec digest
         out.events.extend(result.events)
         if result.pending is not None:
             out.pending.append((index, result.pending))

@@ -16,7 +16,7 @@ from typing import Any
 
 from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster, Phase, Reason
 from sparkllm.keys import LABEL_GENERATION, LABEL_REPLICA
-from sparkllm.reconcile.decide.actions import PendingEvent
+from sparkllm.reconcile.decide.actions import PendingEvent, PodPatch
 from sparkllm.reconcile.decide.hang import unready_since
 from sparkllm.reconcile.decide.replica_state import ReplicaState, observe_replica, pods_by_rank
 from sparkllm.reconcile.decide.restarts import (
@@ -32,6 +32,7 @@ from sparkllm.reconcile.decide.status import ReplicaReport
 from sparkllm.reconcile.decide.upgrade import (
     PendingUpdate,
     UpgradeSettings,
+    adopt_patches,
     drained_cause,
     drift,
     requested_cause,
@@ -100,6 +101,7 @@ class ReplicaResult:
     drain_mark: str | None = None  # take rank 0 out of routing now, for this planned restart
     serving: bool = False  # RUN: neither draining nor restarting; rank 0 belongs in routing
     pending: PendingUpdate | None = None  # an operator update the running pods wait for
+    adopt: tuple[PodPatch, ...] = ()  # the spec digest recorded on pods without one
 
 
 def _template_generation(sts: Mapping[str, Any]) -> int:
@@ -196,6 +198,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         if sts["kind"] == "StatefulSet":
             want[rank] = Stamp.of(sts["spec"]["template"]["metadata"].get("annotations"))
     changed = drift(pods, generation, want)
+    adopt = tuple(adopt_patches(pods, generation, want))
     update_cause, pending = changed.roll, changed.pending
     if pending is not None and inputs.upgrade.apply == "drained":
         update_cause = drained_cause(pending)
@@ -236,6 +239,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         drain_mark=decision.drain_reason if decision.drain_mark else None,
         serving=decision.action is Action.RUN,
         pending=None if decision.action is Action.STOP else pending,
+        adopt=() if decision.action is Action.STOP else adopt,
     )
 
 

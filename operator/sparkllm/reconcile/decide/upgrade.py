@@ -16,6 +16,9 @@ rendering is told apart here:
   change), at ``sparkllm.io/restart=now`` (cause ``operator update A -> B (requested)``),
   or at once, drained and one replica at a time, when the administrator set
   ``upgrade.applyOperatorChanges: drained`` (env :data:`APPLY_ENV`).
+
+Pods that record no spec digest (an operator before the stamp) get the current one
+(:func:`adopt_patches`), so a user's later spec change is still told from an operator's.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Any, Final, Literal
 
 from sparkllm.api import ConditionType, Reason
 from sparkllm.errors import SparkllmError
-from sparkllm.keys import ANNOTATION_RESTART, LABEL_GENERATION, LABEL_RANK
+from sparkllm.keys import ANNOTATION_RESTART, ANNOTATION_SPEC_HASH, LABEL_GENERATION, LABEL_RANK
+from sparkllm.reconcile.decide.actions import PodPatch
 from sparkllm.reconcile.decide.restarts import UPDATE_CAUSE
 from sparkllm.reconcile.decide.status import all_clear, condition
 from sparkllm.render.rank_stamp import ENGINE_SECTIONS, SECTIONS, Stamp
@@ -161,6 +165,33 @@ def drift(pods: Sequence[JSON], generation: int, want: Mapping[int, Stamp]) -> D
         sections=tuple(s for s in SECTIONS if s in changed),
     )
     return Drift(pending=merged)
+
+
+def adopt_patches(
+    pods: Sequence[JSON], generation: int, want: Mapping[int, Stamp]
+) -> list[PodPatch]:
+    """Record the current spec digest on running rank pods that carry none (made by an
+    operator from before the stamp), a metadata-only patch that restarts nothing.
+
+    Why: without it such a pod's user spec change could not be told from the operator's
+    own, so after an upgrade from that operator a user's spec change would wait as
+    "operator update unrecorded -> ..." instead of rolling. The first pass of this
+    operator takes the spec as the pods' own (the operator before it rolled every spec
+    change it saw); a change made after that is seen, and rolls."""
+    patches = []
+    for pod in pods:
+        rank = _label(pod, LABEL_RANK)
+        meta = pod["metadata"]
+        if rank is None or not rank.isdigit() or int(rank) not in want:
+            continue
+        if _label(pod, LABEL_GENERATION) != str(generation) or meta.get("deletionTimestamp"):
+            continue
+        spec = want[int(rank)].spec
+        if spec is None or Stamp.of(meta.get("annotations")).spec is not None:
+            continue
+        patch = {"metadata": {"annotations": {ANNOTATION_SPEC_HASH: spec}}}
+        patches.append(PodPatch(name=meta["name"], namespace=meta["namespace"], patch=patch))
+    return patches
 
 
 def requested_cause(update: PendingUpdate) -> str:
