@@ -65,6 +65,24 @@ def test_messages_without_max_tokens_are_refused_as_sglang_refuses_them(
     assert isinstance(counted, Admitted)  # a count has no output limit
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        (Route.RESPONSES, '{"model": "%s", "input": "a\\udfffb", "max_output_tokens": 4}', "input"),
+        (Route.MESSAGES, '{"model": "%s", "max_tokens": 4, "messages": '
+         '[{"role": "user", "content": "a\\ud800b"}]}', "messages"),
+    ],
+)  # fmt: skip
+def test_an_unpaired_surrogate_names_the_field_the_client_wrote(
+    admission: Admission, route: Route, body: str, field: str
+) -> None:
+    """A Responses body has no 'messages' (it was named so, the chat SGLang makes)."""
+    reply = admission.decide(route, (body % MODEL).encode())
+    assert isinstance(reply, ErrorReply)
+    assert (reply.status, reply.param) == (400, field)
+    assert reply.message == f"'{field}' contains invalid Unicode (an unpaired surrogate)."
+
+
 def test_the_routers_anthropic_refusal_is_readable_and_names_the_field() -> None:
     """smg 1.13.0 on /v1/messages with temperature 5 (recorded from tests/unit/smg_stack.py)."""
     body = json.dumps(

@@ -71,16 +71,18 @@ def _measure_chat(draft: Draft, *, exact_above: int, large: bool) -> PromptSize:
     except ChatTemplateError as exc:
         validation.reject(
             f"The messages cannot be formatted with this model's chat template: {exc}",
-            param="messages",
+            param=_prompt_field(draft),
         )
     if prefix:  # the engine encodes the continued assistant text separately
         sizes = [
-            _measure(draft, text, special=False, exact_above=-1, param="messages")
+            _measure(draft, text, special=False, exact_above=-1, param=_prompt_field(draft))
             for text in (rendered, prefix)
         ]
         least = any(size.at_least for size in sizes)
         return PromptSize(sum(size.tokens for size in sizes), exact=not least, at_least=least)
-    return _measure(draft, rendered, special=False, exact_above=exact_above, param="messages")
+    return _measure(
+        draft, rendered, special=False, exact_above=exact_above, param=_prompt_field(draft)
+    )
 
 
 def _encode_v4(
@@ -99,7 +101,9 @@ def _encode_v4(
     except FieldError as exc:
         validation.reject(str(exc), param=exc.param)
     except ChatTemplateError as exc:
-        validation.reject(f"The messages cannot be encoded for this model: {exc}", param="messages")
+        validation.reject(
+            f"The messages cannot be encoded for this model: {exc}", param=_prompt_field(draft)
+        )
 
 
 def _bound_unrendered(
@@ -116,7 +120,7 @@ def _bound_unrendered(
     try:
         size = template.rendered_bytes(messages, tools=tools, template_kwargs=template_kwargs)
     except ValueError:
-        _invalid_unicode("messages")
+        _invalid_unicode(_prompt_field(draft))
     return None if size is None else counter.byte_bound(size, add_special_tokens=False)
 
 
@@ -148,6 +152,11 @@ def _measure(draft: Draft, text: str, *, special: bool, exact_above: int, param:
         )
     except ValueError:
         _invalid_unicode(param)
+
+
+def _prompt_field(draft: Draft) -> str:
+    """The field a chat's prompt comes from, as the client wrote it (Responses: input)."""
+    return "input" if draft.route is Route.RESPONSES else "messages"
 
 
 def _invalid_unicode(param: str) -> NoReturn:
