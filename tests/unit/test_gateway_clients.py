@@ -148,13 +148,23 @@ def test_the_docs_client_example_runs(stack: Stack, capsys: pytest.CaptureFixtur
     assert printed[-1].startswith("MessageTokensCount(input_tokens=")
 
 
-def test_stored_response_routes_are_served(stack: Stack) -> None:
+def test_stored_response_routes_are_served(client: openai.OpenAI, stack: Stack) -> None:
+    """An id the caller did not create is the gateway's 404; the creator's own calls reach
+    the real router and engine (which keep no store here: smg's 404, SGLang's 400)."""
     headers = {"authorization": f"Bearer {KEY}"}
     retrieved = httpx.get(f"{stack.url}/v1/responses/resp_abc", headers=headers, timeout=10)
     cancelled = httpx.post(f"{stack.url}/v1/responses/resp_abc/cancel", headers=headers)
-    assert retrieved.status_code != 404 or retrieved.json()["error"]["code"] != "unknown_url"
-    assert cancelled.json().get("error", {}).get("code") != "unknown_url"
+    for answer in (retrieved, cancelled):
+        assert answer.status_code == 404
+        assert answer.json()["error"]["code"] == "not_found"
+        assert "x-smg-error-code" not in answer.headers  # answered before the router
     assert httpx.get(f"{stack.url}/v1/responses/resp_abc", timeout=10).status_code == 401
+    mine = client.responses.create(model=MODEL, input="Hi.", max_output_tokens=4).id
+    retrieved = httpx.get(f"{stack.url}/v1/responses/{mine}", headers=headers, timeout=10)
+    assert retrieved.headers.get("x-smg-error-code") == "not_found"  # smg's own answer
+    cancelled = httpx.post(f"{stack.url}/v1/responses/{mine}/cancel", headers=headers)
+    assert cancelled.status_code == 400
+    assert "Response store is disabled" in cancelled.text  # the engine's
 
 
 # smg 1.13.0's own refusals, recorded from the stack above (before the rewrite).
