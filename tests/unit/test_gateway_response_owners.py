@@ -19,9 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway.app import build_gateway_app
 from sparkllm.gateway.asgi import Message
 from sparkllm.gateway.governance.redis_store import RedisStore
+from sparkllm.gateway.governance.store import MemoryStore
 from sparkllm.gateway.response_owners import (
     MemoryOwners,
     RedisOwners,
@@ -81,7 +83,8 @@ async def _json(send: Any, status: int, payload: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, StoringUpstream]]:
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, StoringUpstream, str]]:
+    """(the gateway's URL, the upstream, the upstream's URL)."""
     root = tmp_path_factory.mktemp("owners")
     upstream = StoringUpstream()
     with running(upstream) as engine:
@@ -91,7 +94,7 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Stori
             upstream_url=engine.url,
         )
         with running(build_gateway_app(config)) as gateway:
-            yield gateway.url, upstream
+            yield gateway.url, upstream, engine.url
 
 
 def _create(url: str) -> str:
@@ -102,9 +105,9 @@ def _create(url: str) -> str:
 
 
 def test_only_the_owner_reads_or_cancels_a_response(
-    front: tuple[str, StoringUpstream],
+    front: tuple[str, StoringUpstream, str],
 ) -> None:
-    url, upstream = front
+    url, upstream, _ = front
     ident = _create(url)
     mine = httpx.get(f"{url}/v1/responses/{ident}", headers=ALICE)
     assert (mine.status_code, mine.json()["id"]) == (200, ident)
@@ -195,7 +198,35 @@ def test_redis_owners_are_shared_and_expire(redis_server: RedisServer, redis_pre
     assert 0 < ttl <= 7 * 86400
 
 
-def test_in_process_when_no_redis(tmp_path: Path) -> None:
-    from sparkllm.gateway.governance.store import MemoryStore
-
+def test_in_process_when_no_redis() -> None:
     assert isinstance(owners_for(MemoryStore()), MemoryOwners)
+
+
+class _Unreachable:
+    """Owner records whose store does not answer (Redis down)."""
+
+    async def claim(self, response_id: str, user: str) -> None:
+        return None
+
+    async def owner(self, response_id: str) -> str | None:
+        raise GovernanceStoreError("the governance store cannot be reached: refused")
+
+
+def test_an_unreachable_store_is_a_503_not_a_relay(
+    front: tuple[str, StoringUpstream, str], tmp_path: Path
+) -> None:
+    url, upstream, upstream_url = front
+    ident = _create(url)
+    config = gateway_config(
+        model_dir=write_model_dir(tmp_path / "model", train_tokenizer()),
+        keys_dir=write_keys(tmp_path / "keys", {"alice": "key-a"}),
+        upstream_url=upstream_url,
+    )
+    app = build_gateway_app(config)
+    app.owners = _Unreachable()
+    relayed = len(upstream.paths)
+    with running(app) as gateway:
+        answer = httpx.get(f"{gateway.url}/v1/responses/{ident}", headers=ALICE)
+    assert answer.status_code == 503
+    assert answer.json()["error"]["code"] == "upstream_unavailable"
+    assert len(upstream.paths) == relayed
