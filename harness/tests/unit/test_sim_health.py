@@ -8,8 +8,10 @@ import asyncio
 import contextlib
 import json
 import re
-import time
+from collections.abc import Coroutine
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TypeVar
 
 import pytest
 from tests.unit.sglang_reference import sglang_file
@@ -20,6 +22,7 @@ from sparkllm_dev.sim.health import HealthCheck, Progress, ServerStatus
 from sparkllm_dev.sim.server import UsageError, prepare
 
 WINDOW = 2  # a short SGLANG_HEALTH_CHECK_TIMEOUT: the rule is the same at any length
+T = TypeVar("T")
 
 
 def _health_generate() -> ast.AsyncFunctionDef:
@@ -66,17 +69,59 @@ def test_generation_default_is_the_wheels() -> None:
     assert health.health_generation({health.HEALTH_GENERATION_ENV: "0"}) is False
 
 
+class _VirtualClock(asyncio.SelectorEventLoop):
+    """An event loop whose clock jumps to the next timer when nothing is ready to run.
+
+    The scenarios below are SGLang's real-time rule (a 1 s poll, 2 s windows, prefills of
+    3-3.5 s): on this clock they keep their order and every duration, in no wall time
+    (they took 4 s each). ``health.time`` reads the same clock while it runs.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        real, loop = self._selector, self
+
+        class Jumping:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            def select(self, timeout: float | None = None) -> Any:
+                events = real.select(0)
+                if not events and timeout:
+                    loop.now += timeout  # nothing to do until the next timer: go there
+                return events
+
+        self._selector = Jumping()
+
+    def time(self) -> float:
+        return self.now
+
+
+def _run(scenario: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the virtual clock, with the simulator's ``time.time`` on it too."""
+    loop = _VirtualClock()
+    wall = SimpleNamespace(time=lambda: 1_800_000_000.0 + loop.now)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(health, "time", wall)
+        try:
+            return loop.run_until_complete(scenario)
+        finally:
+            loop.close()
+
+
 async def _timed_check(check: HealthCheck) -> tuple[int, float]:
-    started = time.monotonic()
+    clock = asyncio.get_running_loop()
+    started = clock.time()
     status = await check.check()
-    return status, time.monotonic() - started
+    return status, clock.time() - started
 
 
 def test_idle_engine_answers_with_its_own_token() -> None:
     async def scenario() -> tuple[int, float]:
         return await _timed_check(HealthCheck(Progress(), timeout=WINDOW, token_seconds=0.01))
 
-    status, took = asyncio.run(scenario())
+    status, took = _run(scenario())
     assert status == 200
     assert health.POLL_SECONDS <= took < WINDOW  # the first 1 s look sees the token
 
@@ -98,7 +143,7 @@ def test_a_long_prefill_alone_fails_checks_that_end_before_its_first_token() -> 
         await prefill
         return first, second, failed_status
 
-    (first, took_first), (second, _), status_after_failure = asyncio.run(scenario())
+    (first, took_first), (second, _), status_after_failure = _run(scenario())
     assert (first, second) == (503, 200)
     assert took_first >= WINDOW
     assert status_after_failure is ServerStatus.UNHEALTHY
@@ -121,7 +166,7 @@ def test_other_requests_output_keeps_it_healthy_during_a_prefill() -> None:
         await asyncio.gather(*busy)
         return status
 
-    assert asyncio.run(scenario()) == 200
+    assert _run(scenario()) == 200
 
 
 def test_a_hung_engine_fails_every_check_and_its_requests_stall() -> None:
@@ -137,7 +182,7 @@ def test_a_hung_engine_fails_every_check_and_its_requests_stall() -> None:
             await request
         return first, second, stalled, check.status
 
-    first, second, stalled, status = asyncio.run(scenario())
+    first, second, stalled, status = _run(scenario())
     assert (first, second, stalled) == (503, 503, True)
     assert status is ServerStatus.UNHEALTHY
 
