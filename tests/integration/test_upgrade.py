@@ -10,7 +10,9 @@ One module, one operator process started once per version (the suite's time budg
    image), started against a CRD that lacks a field it knows: no engine restarts (restart
    counts and pod uids per replica before/after), ``UpdatePending`` names the change, the
    rank StatefulSets carry the new rendering, and the CRD's age is said (log, Event);
-3. ``sparkllm.io/restart=now`` on ``one`` applies the update, drained, with the cause
+3. ``sparkllm.io/restart=true`` on ``one`` restarts nothing, is removed, and a Warning
+   Event RestartAnnotationRefused says only ``now`` restarts; ``sparkllm.io/restart=now``
+   then applies the update, drained, with the cause
    "operator update 0.1.0 -> 0.2.0 (requested)";
 4. a user's spec change on ``two`` still rolls it replica by replica;
 5. ``helm upgrade`` from the previous commit's chart (CRD in crds/) to this one with a new
@@ -234,6 +236,19 @@ def _operator_upgrade(
 
 def _restart_now(devcluster: DevCluster, ns: str, before: Counts) -> None:
     """Step 3."""
+    # --- 3a. a value other than "now" restarts nothing and says so -------------------------
+    devcluster.kubectl("annotate", "icl", "one", "-n", ns, f"{ANNOTATION_RESTART}=true")
+
+    def refused() -> list[str]:
+        annotations = _get(devcluster, ns, "one")["metadata"].get("annotations") or {}
+        if ANNOTATION_RESTART in annotations:
+            return []
+        events = _events(devcluster, ns, "RestartAnnotationRefused")
+        return [e["message"] for e in events if e["involvedObject"]["name"] == "one"]
+
+    messages = wait_until(refused, timeout=30, what="restart=true refused and removed")
+    say(f"one with restart=true: {messages[0]}")
+    assert _replicas(devcluster, ns, "one") == before["one"]  # nothing restarted
     # --- 3. restart=now applies the pending update, drained ------------------------------
     devcluster.kubectl("annotate", "icl", "one", "-n", ns, f"{ANNOTATION_RESTART}=now")
 
