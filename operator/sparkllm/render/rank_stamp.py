@@ -89,8 +89,12 @@ def spec_digest(spec: InferenceClusterSpec) -> str:
     exposure, monitoring, placement, the restart budget: no rank pod carries them).
 
     Only what differs from the defaults counts: a new operator version that adds a field
-    with a default, or changes a default, changes its own rendering, not the user's spec,
-    so it waits as an operator update instead of rolling as a spec change."""
+    with a default changes its own rendering, not the user's spec, so it waits as an
+    operator update instead of rolling as a spec change. A version must NOT change an
+    existing field's default: the API server stores the CRD's defaults in every object,
+    so an object keeps the old default's value, which then differs from the new default
+    and counts as the user's; every replica would roll as "spec changed" on the upgrade.
+    (Changing a default is a new field, or a documented spec migration.)"""
     data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     shaping = {k: data.get(k) for k in ("model", "engine", "network")}
     shaping["startupGraceSeconds"] = (data.get("restartPolicy") or {}).get("startupGraceSeconds")
