@@ -70,7 +70,9 @@ def _admin_policy(path: str | None) -> AdminPolicy | None:
     if path is None:
         return None
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SparkllmError(f"--admin-policy: cannot read {path}: not UTF-8 text") from exc
     except OSError as exc:
         raise SparkllmError(f"--admin-policy: cannot read {path}: {exc}") from exc
     return admin_policy_from_yaml(text, where=f"in {path}")

@@ -19,7 +19,7 @@ from sparkllm.errors import SpecError
 KIND = "InferenceCluster"
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+def yaml_problem(exc: yaml.YAMLError) -> str:
     """YAML's error in one line: the problem and where."""
     if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
         mark = exc.problem_mark
@@ -41,7 +41,7 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise SpecError(f"cannot read {path}: {_yaml_problem(exc)}") from exc
+        raise SpecError(f"cannot read {path}: {yaml_problem(exc)}") from exc
     if len(documents) > 1:
         found = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
         if len(found) != 1:

@@ -99,3 +99,22 @@ def test_usable_memory_above_the_node_is_refused(capsys: pytest.CaptureFixture[s
         "(--node-memory-gb 128)\n"
     )
     assert plan_main(["-f", str(SAMPLE), "--min-headroom-gb", "0"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe", "--admin-policy: cannot read {path}: not UTF-8 text"),
+        (b"policy: [1\n", "the admin policy in {path} is not YAML: expected ',' or ']', but "
+         "got '<stream end>' (line 2, column 1)"),
+    ],
+)  # fmt: skip
+def test_render_admin_policy_file_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
+    """A policy file that is not UTF-8 was a UnicodeDecodeError traceback; a YAML error
+    spread over six lines."""
+    path = tmp_path / "values.yaml"
+    path.write_bytes(content)
+    assert main(["render", "-f", str(SAMPLE), "--admin-policy", str(path)]) == 1
+    assert capsys.readouterr().err == f"sparkllm: error: {message.format(path=path)}\n"

@@ -47,6 +47,7 @@ from pydantic.alias_generators import to_camel
 
 from sparkllm.api.spec import InferenceCluster
 from sparkllm.errors import SparkllmError, SpecError
+from sparkllm.manifest_file import yaml_problem
 
 POLICY_ENV: Final = "SPARKLLM_ADMIN_POLICY"
 ANY: Final = "*"
@@ -290,7 +291,7 @@ def admin_policy_from_yaml(text: str, *, where: str) -> AdminPolicy:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SparkllmError(f"the admin policy {where} is not YAML: {exc}") from exc
+        raise SparkllmError(f"the admin policy {where} is not YAML: {yaml_problem(exc)}") from exc
     if isinstance(doc, Mapping) and "policy" in doc:
         doc = doc["policy"]
     return admin_policy_from(doc, where=where)
