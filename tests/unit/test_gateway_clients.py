@@ -61,7 +61,8 @@ def test_openai_sdk_retrieves_the_model_and_an_alias(client: openai.OpenAI, stac
         client.models.retrieve("gpt-5")
     assert missing.value.code == "model_not_found"
     assert "gpt-5" in missing.value.message
-    after = _outcomes(stack)  # counted under /v1/models: two found, one not
+    # counted under /v1/models: two found, one not
+    after = _counted(stack, before, {("/v1/models", "ok"): 2, ("/v1/models", "bad_request"): 1})
     for outcome, more in (("ok", 2), ("bad_request", 1)):
         assert after[("/v1/models", outcome)] == before[("/v1/models", outcome)] + more
 
@@ -207,7 +208,7 @@ def test_router_refusal_reaches_the_sdk_readable_and_counts_as_a_client_error(
     assert isinstance(refused.value.body, dict)
     assert refused.value.body["message"] == "'temperature' must be from 0.0 to 2.0, got 5.0."
     assert refused.value.param == "temperature"
-    after = _outcomes(stack)
+    after = _counted(stack, before, {("/v1/chat/completions", "bad_request"): 1})
     assert after[("/v1/chat/completions", "bad_request")] == (
         before[("/v1/chat/completions", "bad_request")] + 1
     )
@@ -266,6 +267,18 @@ def _outcomes(stack: Stack) -> dict[tuple[str, str], float]:
         for sample in family.samples
         if sample.name == "sparkllm_gateway_requests_total"
     }
+
+
+def _counted(
+    stack: Stack, before: dict[tuple[str, str], float], more: dict[tuple[str, str], int]
+) -> dict[tuple[str, str], float]:
+    """The counts once ``more`` were added to ``before``: the gateway counts a request
+    after its answer's last byte, so just after the client has read it."""
+    wait_until(
+        lambda: all(_outcomes(stack).get(k, 0) >= before.get(k, 0) + n for k, n in more.items()),
+        what=f"the gateway to count {more}",
+    )
+    return _outcomes(stack)
 
 
 def _usage(stack: Stack) -> dict[str, Any]:
