@@ -4,6 +4,7 @@ names the fields it lacks (reconcile/crd_check.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -13,6 +14,9 @@ import yaml
 from sparkllm import __version__
 from sparkllm.api.crd import build_crd
 from sparkllm.keys import ANNOTATION_CRD_VERSION
+from sparkllm.kube.client import KubeAPI
+from sparkllm.reconcile import metrics
+from sparkllm.reconcile.context import OperatorContext
 from sparkllm.reconcile.crd_check import (
     crd_problem,
     extra_fields,
@@ -124,3 +128,42 @@ def test_the_chart_applies_the_crd_as_a_kept_template_unless_told_not_to() -> No
     assert crd == yaml.safe_load((ROOT / "crds" / "sparkllm.io_inferenceclusters.yaml").read_text())
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert not find(render_chart({"crds": {"install": False}}), "CustomResourceDefinition")
+
+
+class _CrdApi(KubeAPI):
+    """Just the three calls the CRD warning makes (no API server: a unit test)."""
+
+    def __init__(self, crd: JSON) -> None:  # no super(): no client is made
+        self.crd = crd
+        self.created: list[JSON] = []
+
+    async def list(self, kind: Any, namespace: str | None = None, **_: Any) -> list[JSON]:
+        return [self.crd] if kind.plural == "customresourcedefinitions" else []
+
+    async def get(self, kind: Any, name: str, namespace: str | None = None) -> JSON | None:
+        return {"apiVersion": "sparkllm.io/v1alpha1", "kind": "InferenceCluster",
+                "metadata": {"name": name, "namespace": namespace, "uid": "u1"}}  # fmt: skip
+
+    async def create(self, obj: Any) -> JSON | None:
+        self.created.append(dict(obj))
+        return dict(obj)
+
+
+def test_a_crd_upgraded_after_the_start_is_no_longer_reported() -> None:
+    """The Event tells the user to upgrade the CRD; after they did, objects reconciled for
+    the first time still got CRDOutdated and the metric kept its count until the operator
+    restarted. The CRD is read again before each warning now."""
+    own = build_crd()
+    api = _CrdApi(_without(own, "spec", "exposure"))
+    ctx = OperatorContext()
+    ctx._runtime["api"] = api
+    ctx.crd_problem = "stale"
+    asyncio.run(ctx._warn_crd(("llm", "one")))
+    assert [e["reason"] for e in api.created] == ["CRDOutdated"]
+    assert "it lacks spec.exposure;" in api.created[0]["message"]
+    assert metrics.CRD_FIELDS_MISSING._value.get() == 1
+    api.crd = copy.deepcopy(own)  # the user applied the new CRD
+    asyncio.run(ctx._warn_crd(("llm", "two")))
+    assert len(api.created) == 1
+    assert ctx.crd_problem is None
+    assert metrics.CRD_FIELDS_MISSING._value.get() == 0

@@ -127,9 +127,15 @@ class OperatorContext:
             self.coalescer.trigger_later(key, max(outcome.retry_after, 0.05))
 
     async def _warn_crd(self, key: Key) -> None:
-        """The CRDOutdated Warning on ``key``, once per operator start."""
+        """The CRDOutdated Warning on ``key``, once per operator start. The CRD is read
+        again first: one upgraded since the start (as the Event tells the user to) is
+        no longer reported, and the metric drops to 0, without restarting the operator."""
         api = self._runtime["api"]
         assert isinstance(api, KubeAPI)
+        try:
+            self.crd_problem = await check_installed_crd(api)
+        except ClusterAPIError as exc:  # keep the last answer
+            logger.warning("could not read the installed CRD to compare its schema: %s", exc)
         obj = await api.get(INFERENCE_CLUSTER, key[1], key[0])
         if obj is None or self.crd_problem is None:
             return

@@ -8,7 +8,8 @@ installed CRD's schema with its own (``api/crd.py``: every property path under `
 and ``status``), and when the installed one lacks any it logs a warning naming them and
 the CRD's ``sparkllm.io/crd-version``, sets ``sparkllm_crd_fields_missing``, and posts a
 Warning Event ``CRDOutdated`` on each InferenceCluster it reconciles (once per object and
-operator start). It goes on serving: what the installed schema keeps is served as before.
+operator start; the CRD is read again before each, so an upgraded one stops them). It
+goes on serving: what the installed schema keeps is served as before.
 A CRD that does not serve this operator's API version is named as such (not as "lacking"
 every field). A CRD NEWER than the operator (rolled back while the kept CRD stays new)
 only gets a log warning naming the fields this operator does not know: objects that do
