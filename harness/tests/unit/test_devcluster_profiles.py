@@ -188,6 +188,13 @@ def test_make_test_and_make_unit_shuffle_and_print_the_slowest() -> None:
         assert "no:randomly" not in recipe, target  # pytest-randomly shuffles, seed printed
         recipes[target] = recipe
     assert "HYPOTHESIS_PROFILE=ci" in recipes["test"]
+    # No-cluster tests on xdist workers; the cluster tests in one process, never in parallel.
+    assert "-n $(WORKERS)" in recipes["unit"]
+    halves = [line for line in recipes["test"].splitlines() if "pytest tests" in line]
+    assert len(halves) == 2
+    assert '-m "not cluster" -n $(WORKERS)' in halves[0]
+    assert "-m cluster " in halves[1] and " -n " not in halves[1]
+    assert '"pytest-xdist==' in (root / "pyproject.toml").read_text()
     assert '-m "not cluster and not needs_binary"' in makefile  # UNIT_TESTS
     assert "$(UNIT_TESTS)" in recipes["unit"]
     # The plugin that shuffles is a pinned dev dependency, loaded in every test run.
