@@ -55,8 +55,15 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from sparkllm_dev.demo import stop_demo_processes, stopped_line
+
     cluster = _cluster(args)
+    # The demo's operator, engines, gateways and Jobs' harnesses are the cluster's too:
+    # left alive they would retry a control plane that is gone (what `demo down` stops).
+    demo = stop_demo_processes(cluster)
     cluster.down()
+    if demo:
+        print(f"[devcluster] stopped the demo's {stopped_line(demo)}")
     print(f"[devcluster] {cluster.paths.profile.name} cluster down; no process of it left")
     return 0
 

@@ -356,17 +356,32 @@ def _ready_upstream(url: str) -> bool:
         return False
 
 
-def demo_down(cluster: DevCluster | None = None) -> int:
-    cluster = cluster or DevCluster()
-    for name in _processes(cluster):
+def stop_demo_processes(cluster: DevCluster) -> list[str]:
+    """Stop the demo's background processes of ``cluster`` (from their pid files); the
+    names of those that were alive. ``sparkllm-dev down`` calls it too: the control plane
+    gone under them, they would otherwise run on, retrying an API server that never comes
+    back."""
+    stopped = []
+    for name in _STOPPED:
         pid_file = _pid_file(cluster, name)
         if pid_file.exists():
             pid = int(pid_file.read_text())
             if _alive(pid):
                 os.kill(pid, signal.SIGTERM)
                 wait_until(partial(_gone, pid), timeout=30, what=f"demo {name} exit")
+                stopped.append(name)
             pid_file.unlink()
+    return stopped
+
+
+def stopped_line(names: list[str]) -> str:
+    """How ``down`` names the demo processes it stopped."""
+    return ", ".join(_STOPPED[n] for n in names)
+
+
+def demo_down(cluster: DevCluster | None = None) -> int:
+    cluster = cluster or DevCluster()
+    stop_demo_processes(cluster)
     cluster.down()
-    stopped = ", ".join(_STOPPED[n] for n in _processes(cluster))
-    print(f"[demo] stopped {stopped} and the dev cluster")
+    print(f"[demo] stopped {stopped_line(list(_STOPPED))} and the dev cluster")
     return 0
