@@ -43,5 +43,8 @@ if [[ $target == *dev* ]]; then
   "$python" -m pip install --quiet --no-cache-dir --no-deps "transformers==$TRANSFORMERS_VERSION"
   # SGLang's ServerArgs is a msgspec Struct: the dev cluster's launch check and its unit
   # test run SGLang's own argument parser from the wheel (sparkllm_dev.sim.launch_check).
-  "$python" -m pip install --quiet --no-cache-dir "msgspec==$MSGSPEC_VERSION"
+  # --no-deps like the wheels above (msgspec depends on nothing): with dependency
+  # resolution pip checks the whole venv and prints an ERROR line for every dependency
+  # sglang declares and the venv deliberately lacks (65 lines on every fresh install).
+  "$python" -m pip install --quiet --no-cache-dir --no-deps "msgspec==$MSGSPEC_VERSION"
 fi
