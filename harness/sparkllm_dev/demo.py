@@ -47,6 +47,7 @@ import yaml
 from sparkllm.api.crd import render_crd_yaml
 from sparkllm.render.names import BENCH_USER, bench_key_secret_name
 from sparkllm_dev.devcluster import DevCluster, wait_until
+from sparkllm_dev.devcluster.gateway_pods import metrics_file
 from sparkllm_dev.devcluster.paths import K8S_VERSION, PROFILE_ENV
 from sparkllm_dev.devcluster.toymodel import write_toy_model
 from sparkllm_dev.errors import DevClusterError
@@ -203,12 +204,14 @@ class DemoAccess:
     kubectl: Path
     front_door: str | None  # the gateway pod's admission URL on this machine, once it runs
     key: str | None  # the demo user's API key, once its Secret exists
+    metrics: str | None = None  # the front door's /metrics (its own port), once it runs
 
 
-def _front_door_url(cluster: DevCluster) -> str | None:
-    """The demo's front door, from the gateway harness's state file (None: not running)."""
+def _front_door_url(cluster: DevCluster, state: str = "gateways.json") -> str | None:
+    """The demo's front door (or, from ``gateways-metrics.json``, its ``/metrics``), from
+    the gateway harness's state files (None: not running)."""
     try:
-        urls: dict[str, str] = json.loads((cluster.paths.state_dir / "gateways.json").read_text())
+        urls: dict[str, str] = json.loads((cluster.paths.state_dir / state).read_text())
     except (OSError, ValueError):
         return None
     return next((url for pod, url in urls.items() if pod.startswith(f"{NAMESPACE}/")), None)
@@ -221,6 +224,7 @@ def demo_access(cluster: DevCluster, *, key: str | None = None) -> DemoAccess:
         kubectl=cluster.paths.binary("kubectl"),
         front_door=_front_door_url(cluster),
         key=key if key is not None else _existing_key(cluster),
+        metrics=_front_door_url(cluster, metrics_file(Path("gateways.json")).name),
     )
 
 
@@ -246,6 +250,11 @@ def access_lines(access: DemoAccess) -> list[str]:
             f".venv/bin/sparkllm bench --base-url {access.front_door} --model deepseek-v4-flash "
             "--api-key-env BENCH_KEY --scenarios short-c1",
         ]
+    if access.front_door is not None and access.metrics is not None:
+        # The admission layer's own port (docs/monitoring.md: a Prometheus here scrapes it).
+        lines.append(
+            f"# front door metrics (the Governance panels' sparkllm_gateway_*): {access.metrics}"
+        )
     return lines
 
 

@@ -365,10 +365,12 @@ def run_gateway_pods(
 
     The admission endpoints (``namespace/pod -> URL``) are written to ``state_file`` as
     JSON whenever they change, so another process (the demo) can tell users where the
-    front door is.
+    front door is; their ``/metrics`` URLs (a port of their own, chosen at start) likewise
+    to :func:`metrics_file` of it, so the demo can say what a Prometheus here scrapes.
     """
     cli_logging("gateways")
     written: dict[str, str] | None = None
+    metrics = metrics_file(state_file)
     with (
         stop_signal() as stop,
         GatewayPods(
@@ -376,12 +378,22 @@ def run_gateway_pods(
         ) as pods,
     ):
         while not stop.wait(timeout=0.5):
-            current = {f"{g.namespace}/{g.pod}": g.admission_url for g in pods.gateways()}
+            gateways = pods.gateways()
+            current = {f"{g.namespace}/{g.pod}": g.admission_url for g in gateways}
             if current != written:
+                urls = {f"{g.namespace}/{g.pod}": g.metrics_url for g in gateways}
+                metrics.write_text(json.dumps(urls, indent=2))
                 state_file.write_text(json.dumps(current, indent=2))
                 written = current
     state_file.unlink(missing_ok=True)
+    metrics.unlink(missing_ok=True)
     return 0
+
+
+def metrics_file(state_file: Path) -> Path:
+    """Where ``run_gateway_pods`` writes the admission layers' ``/metrics`` URLs (a file
+    beside ``state_file``, whose format other readers, the Jobs' harness, rely on)."""
+    return state_file.with_name(f"{state_file.stem}-metrics.json")
 
 
 __all__ = [  # free_port and localize_router_args are re-exported for the benchmarks
@@ -389,5 +401,6 @@ __all__ = [  # free_port and localize_router_args are re-exported for the benchm
     "GatewayPods",
     "free_port",
     "localize_router_args",
+    "metrics_file",
     "run_gateway_pods",
 ]

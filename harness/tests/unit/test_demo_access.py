@@ -15,6 +15,7 @@ from sparkllm_dev import cli
 from sparkllm_dev.demo import DemoAccess, access_lines, demo_access
 from sparkllm_dev.devcluster import DevCluster
 from sparkllm_dev.devcluster.cluster import CONTROLLERS, ENDPOINT_CONTROLLERS
+from sparkllm_dev.devcluster.gateway_pods import metrics_file
 from sparkllm_dev.devcluster.paths import DEMO, K8S_VERSION, PROFILE_ENV, DevPaths
 
 
@@ -60,6 +61,26 @@ def test_the_lines_name_kubectl_the_front_door_and_the_key() -> None:
     assert "--api-key-env BENCH_KEY" in lines[7]
     # Without a running gateway only the kubectl lines: nothing points at a stale port.
     assert access_lines(DemoAccess(access.kubeconfig, access.kubectl, None, None)) == lines[:2]
+
+
+def test_the_lines_name_the_front_doors_metrics_url(tmp_path: Path) -> None:
+    """What a Prometheus here scrapes for the Governance panels: the admission layer's own
+    metrics port, which the gateway harness writes beside its endpoints file."""
+    cluster = demo_cluster(tmp_path)
+    cluster.paths.state_dir.mkdir(parents=True)
+    endpoints = cluster.paths.state_dir / "gateways.json"
+    endpoints.write_text(json.dumps({"llm/g-1": "http://127.0.0.1:2222"}))
+    assert metrics_file(endpoints) == cluster.paths.state_dir / "gateways-metrics.json"
+    metrics_file(endpoints).write_text(
+        json.dumps({"t-other/x-1": "http://127.0.0.1:1/metrics",
+                    "llm/g-1": "http://127.0.0.1:3333/metrics"})
+    )  # fmt: skip
+    access = demo_access(cluster, key="k")
+    assert access.metrics == "http://127.0.0.1:3333/metrics"
+    assert access_lines(access)[-1] == (
+        "# front door metrics (the Governance panels' sparkllm_gateway_*): "
+        "http://127.0.0.1:3333/metrics"
+    )
 
 
 def test_status_names_the_kubectl_even_when_down(
