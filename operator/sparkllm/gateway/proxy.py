@@ -10,7 +10,12 @@ Why this way:
   (``more_body``), so SSE tokens reach the user without buffering;
 * a client that disconnects cancels the upstream exchange, which closes the upstream
   connection and makes the engine abort the generation instead of finishing it for no one
-  — except a non-streamed generation already at the upstream (``drain``): the engine makes
+  — except once a stream's final event (``data: [DONE]``, Messages' ``message_stop``,
+  Responses' ``response.completed``/``incomplete``/``failed``) has passed: the client has
+  the whole answer and may hang up at once (SDKs and the bench do), while the gateway
+  still reads the upstream's end of body; that exchange is complete and ``ok``, charged
+  the usage the engine reported, not ``client_closed`` (``StreamEnd``); and except a
+  non-streamed generation already at the upstream (``drain``): the engine makes
   its whole answer before the first byte, so what it made is known only from the answer's
   ``usage``. The gateway keeps reading that answer (sending nothing: the client is gone),
   within the same bounds as any answer (the read timeout; the meter keeps at most
@@ -37,6 +42,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from sparkllm.gateway import replies, router_errors
 from sparkllm.gateway.asgi import Receive, Send, send_reply, wait_for_disconnect
@@ -95,6 +101,16 @@ class RelayResult:
     no_replica: bool = False  # the router had no replica: the 503 that says why was sent
 
 
+@dataclass(slots=True)
+class _Head:
+    """The router's answer head, once it came (status 0 until then): what a relay cut
+    by the client's hang-up still reports."""
+
+    status: int = 0
+    first_byte_at: float | None = None
+    worker: str | None = None
+
+
 class UpstreamClient:
     """The gateway's one connection pool to the router, and the relay on top of it."""
 
@@ -151,15 +167,29 @@ class UpstreamClient:
         exchanging = asyncio.current_task()
         assert exchanging is not None
         watch = _DisconnectWatch(exchanging, receive, drain=drain)
+        head = _Head()
         try:
             result = await self._exchange(
-                request, send, on_wait=watch.start, on_sent=watch.sent, no_worker=no_worker
+                request,
+                send,
+                head,
+                on_wait=watch.start,
+                on_sent=watch.sent,
+                on_final=watch.stop,  # the client has it all: its hang-up is no abort
+                no_worker=no_worker,
             )
         except asyncio.CancelledError:
             if not watch.fired or exchanging.uncancel() > 0:
                 raise  # not ours: the server is shutting down, or someone else cancelled
+            # A stream cut after its head: the router answered, and what it streamed is
+            # what the engine made (the meter counts it); before it, nothing was answered.
             return RelayResult(
-                0, upstream_answered=False, complete=False, client_closed=True, first_byte_at=None
+                head.status,
+                upstream_answered=head.status != 0,
+                complete=False,
+                client_closed=True,
+                first_byte_at=head.first_byte_at,
+                worker=head.worker,
             )
         finally:
             watch.stop()
@@ -171,9 +201,11 @@ class UpstreamClient:
         self,
         request: bytes,
         send: Send,
+        head: _Head,
         *,
         on_wait: Callable[[], object],
         on_sent: Callable[[], object],
+        on_final: Callable[[], object],
         no_worker: Callable[[], Awaitable[ErrorReply]] | None,
     ) -> RelayResult:
         try:
@@ -181,6 +213,8 @@ class UpstreamClient:
                 first_byte_at = time.perf_counter()
                 status, body, no_replica = response.status, None, False
                 worker = next((v for n, v in response.headers if n == WORKER_HEADER), None)
+                head.status, head.first_byte_at = status, first_byte_at
+                head.worker = None if worker is None else worker.decode("latin-1")
                 own = worker is None and status == 400  # the router's refusal, not the engine's
                 if own or (no_worker is not None and status in ROUTER_NO_WORKER_STATUSES):
                     body = b"".join([chunk async for chunk in response.chunks()])  # small
@@ -193,14 +227,16 @@ class UpstreamClient:
                     await send_reply(send, readable)
                     complete = True
                 else:
-                    complete = await self._stream(response, send, body=body)  # reports breaks
+                    complete = await self._stream(  # reports breaks
+                        response, send, body=body, on_final=on_final
+                    )
                 return RelayResult(
                     status,
                     upstream_answered=True,
                     complete=complete,
                     client_closed=False,
                     first_byte_at=first_byte_at,
-                    worker=None if worker is None else worker.decode("latin-1"),
+                    worker=head.worker,
                     no_replica=no_replica,
                 )
         except UpstreamError as exc:  # no answer: could not connect, no head in time, broken
@@ -215,14 +251,24 @@ class UpstreamClient:
                 first_byte_at=None,
             )
 
-    async def _stream(self, response: Response, send: Send, *, body: bytes | None) -> bool:
+    async def _stream(
+        self,
+        response: Response,
+        send: Send,
+        *,
+        body: bytes | None,
+        on_final: Callable[[], object],
+    ) -> bool:
         """Forward status, headers and body chunks (``body``: already read whole); False
-        if the upstream broke off."""
+        if the upstream broke off. ``on_final`` is called once a stream's final event has
+        been passed on."""
         headers = [
             (name, value)
             for name, value in response.headers
             if name not in _DROPPED_RESPONSE_HEADERS
         ]
+        sse = dict(response.headers).get(b"content-type", b"").startswith(b"text/event-stream")
+        end = StreamEnd() if sse else None
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         complete = True
         if body is not None:
@@ -231,10 +277,12 @@ class UpstreamClient:
         try:
             async for chunk in response.chunks():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if end is not None and end.passed(chunk):
+                    on_final()
         except UpstreamError as exc:
             logger.warning("upstream stream broke off error=%r", exc)
             complete = False
-            if dict(response.headers).get(b"content-type", b"").startswith(b"text/event-stream"):
+            if sse:
                 await send({"type": "http.response.body", "body": _SSE_ERROR, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return complete
@@ -254,6 +302,48 @@ class UpstreamClient:
         if 200 <= response.status < 300:
             return None
         return f"{path} answered {response.status}"
+
+
+# The events that end a stream, as an event's first line: chat and completions' [DONE],
+# Anthropic Messages' message_stop, the Responses API's terminal events (SGLang 0.5.23
+# ends a Responses stream with one of them and sends no [DONE]).
+_FINAL_EVENTS: Final = (
+    b"data: [DONE]",
+    b"event: message_stop",
+    b"event: response.completed",
+    b"event: response.incomplete",
+    b"event: response.failed",
+)
+_EVENT_HEAD_BYTES: Final = 64  # of an event not yet complete: enough to name it
+
+
+class StreamEnd:
+    """Tells when an SSE stream's final event has passed whole, chunk by chunk.
+
+    Why whole events at their start: a model may write "[DONE]" or "message_stop" in its
+    text, but inside a JSON string, never at the start of an event (SSE lines carry no
+    raw newline of the text). Only the head of an unfinished event is kept (plus its last
+    byte, for a boundary split across chunks), so the cost is one split per chunk.
+    """
+
+    __slots__ = ("_pending", "seen")
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self.seen = False
+
+    def passed(self, chunk: bytes) -> bool:
+        """True when ``chunk`` completes the stream's final event (once)."""
+        if self.seen:
+            return False
+        *events, pending = (self._pending + chunk).split(b"\n\n")
+        if len(pending) > _EVENT_HEAD_BYTES + 1:  # \0: no boundary made by the cut
+            pending = pending[:_EVENT_HEAD_BYTES] + b"\0" + pending[-1:]
+        self._pending = pending
+        for event in events:
+            line = event.lstrip(b"\r\n").split(b"\n", 1)[0]  # the event's first line, whole
+            self.seen = self.seen or line in _FINAL_EVENTS
+        return self.seen
 
 
 class _DisconnectWatch:
