@@ -21,12 +21,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.unit.test_docs_blocks import BLOCKS, ROOT, Block, commands_of, following, output_matches
+from tests.unit.test_docs_blocks import BLOCKS, ROOT, Block, following, output_matches
 
 PROFILE = os.environ.get("SPARKLLM_DEVCLUSTER", "")
 pytestmark = [
@@ -37,7 +36,6 @@ pytestmark = [
     ),
 ]
 DEMO_BLOCKS = [block for block in BLOCKS if block.kind == "demo"]
-PHASE_DEADLINE = 300  # seconds: the sized-down acceptance takes about half a minute
 DEV = str(ROOT / ".venv" / "bin" / "sparkllm-dev")
 
 
@@ -89,25 +87,9 @@ def run(command: str, env: dict[str, str]) -> str:
 
 
 def run_block(block: Block, env: dict[str, str]) -> str:
-    """The block's commands in order; a ``get ... phase`` line that the doc says turns from
-    Running to Succeeded is polled until it has (the one wait a reader does by hand)."""
-    commands = commands_of(block)
-    polled = "Succeeded" in block_output(block) and any(
-        ".status.acceptance.phase" in command for command in commands
-    )
-    if not polled:  # one shell: an export reaches the next line
-        return run(block.text, env)
-    printed = []
-    for command in commands:
-        out = run(command, env)
-        if ".status.acceptance.phase" in command:
-            deadline = time.monotonic() + PHASE_DEADLINE
-            while not out.startswith("Succeeded") and time.monotonic() < deadline:
-                assert not out.startswith("Failed"), f"{block.where}: the run failed"
-                time.sleep(2)
-                out = run(command, env)
-        printed.append(out if out.endswith("\n") or not out else out + "\n")
-    return "".join(printed)
+    """The block's commands in one shell, as a reader pastes them (an export reaches the
+    next line; a block that starts a run waits for its answer itself: its ``until`` line)."""
+    return run(block.text, env)
 
 
 def block_output(block: Block) -> str:
