@@ -282,6 +282,9 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     cluster.wait_established("inferenceclusters.sparkllm.io")
     if cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", NAMESPACE)
+    # The printed KUBECONFIG's context defaults to the demo's namespace: `kubectl get icl`
+    # without -n shows the sample (kwokctl writes the file anew when the cluster starts).
+    cluster.kubectl("config", "set-context", "--current", f"--namespace={NAMESPACE}")
     key = _demo_key(cluster)
     # The administrator's policy of a default chart install: the API server refuses an
     # object outside it at apply, the operator checks it again before creating anything.
