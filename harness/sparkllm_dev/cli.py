@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, handler, help_text in (
         ("up", _up, "start the local control plane with simulated DGX Spark nodes"),
-        ("down", _down, "stop the local control plane; no process left"),
+        ("down", _down, "stop the local control plane (and the demo on it); no process left"),
         ("status", _status, "is the local control plane running (exit 3 if not)"),
     ):
         sub.add_parser(name, help=help_text).set_defaults(handler=handler)
