@@ -59,6 +59,29 @@ def test_bearer_keys_map_to_users(keys_dir: Path, header: bytes | None, expected
     assert (result if isinstance(result, str) else _code(result)) == expected
 
 
+@pytest.mark.parametrize(
+    ("authorization", "x_api_key", "expected"),
+    [
+        (None, b"key-alice-1", "alice"),
+        (None, b"  key-bob-2 ", "bob"),
+        (b"Bearer key-alice-1", b"key-alice-1", "alice"),
+        (b"Basic a2V5LWFsaWNlLTE=", b"key-bob-2", "bob"),  # not Bearer: no key there
+        (b"Bearer ", b"key-bob-2", "bob"),
+        (None, b"", "missing_api_key"),
+        (None, b"key-alice-", "invalid_api_key"),
+        (b"Bearer key-alice-1", b"key-bob-2", "conflicting_api_keys"),
+        (b"Bearer key-alice-1", b"nope", "conflicting_api_keys"),
+        (b"Bearer nope", b"key-alice-1", "conflicting_api_keys"),
+    ],
+)
+def test_x_api_key_is_a_key_too_and_two_different_keys_conflict(
+    keys_dir: Path, authorization: bytes | None, x_api_key: bytes, expected: str
+) -> None:
+    """Anthropic's protocol authenticates with ``x-api-key`` (its SDKs' default)."""
+    result = ApiKeyStore(keys_dir).authenticate(authorization, x_api_key)
+    assert (result if isinstance(result, str) else _code(result)) == expected
+
+
 def test_new_key_file_is_picked_up_after_the_reload_interval(
     keys_dir: Path, clock: FakeClock
 ) -> None:

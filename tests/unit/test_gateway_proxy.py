@@ -113,6 +113,8 @@ def _generations(recorder: UpstreamRecorder) -> list[Any]:
         ({}, "missing_api_key"),
         ({"authorization": "Bearer nope"}, "invalid_api_key"),
         ({"authorization": "key-alice"}, "missing_api_key"),
+        ({"x-api-key": "nope"}, "invalid_api_key"),
+        ({**ALICE, "x-api-key": "key-bob"}, "conflicting_api_keys"),
     ],
 )
 def test_requests_without_a_valid_key_get_401_and_never_reach_upstream(
@@ -126,17 +128,25 @@ def test_requests_without_a_valid_key_get_401_and_never_reach_upstream(
     assert recorder.received == []
 
 
+@pytest.mark.parametrize(
+    "key_headers",
+    [ALICE, {"x-api-key": "key-alice"}, {**ALICE, "x-api-key": "key-alice"}],
+    ids=["bearer", "x-api-key", "both-same"],
+)
 def test_user_key_is_replaced_by_the_upstream_key(
-    gateway: httpx.Client, recorder: UpstreamRecorder
+    gateway: httpx.Client, recorder: UpstreamRecorder, key_headers: dict[str, str]
 ) -> None:
+    """Anthropic's protocol sends the key as ``x-api-key``: accepted like a Bearer key,
+    and neither header travels on."""
     response = gateway.post(
-        CHAT, json=_chat(max_tokens=10), headers={**ALICE, "x-request-id": "r1"}
+        CHAT, json=_chat(max_tokens=10), headers={**key_headers, "x-request-id": "r1"}
     )
     assert response.status_code == 200
     (received,) = _generations(recorder)
     assert received.headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     assert received.headers["x-request-id"] == "r1"
     assert "key-alice" not in json.dumps(received.headers)
+    assert "x-api-key" not in received.headers
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -233,7 +233,7 @@ class GatewayApp:
 
     async def _authenticated(self, path: str, scope: Scope, send: Send) -> str | None:
         """The caller's user id, or None once the 401 is sent."""
-        user = self.keys.authenticate(header(scope, b"authorization"))
+        user = self.keys.authenticate(header(scope, b"authorization"), header(scope, b"x-api-key"))
         if isinstance(user, ErrorReply):
             await send_reply(send, user)
             self.metrics.count_request(path, Outcome.UNAUTHORIZED)

@@ -66,8 +66,24 @@ def _read_keys(directory: Path) -> tuple[tuple[str, bytes], ...]:
     return tuple(keys)
 
 
+def presented_key(authorization: bytes | None, x_api_key: bytes | None) -> bytes | ErrorReply:
+    """The key a request presents: ``Authorization: Bearer <key>`` (OpenAI's SDKs, and
+    Anthropic's given ``auth_token``) or ``x-api-key: <key>`` (Anthropic's protocol:
+    its SDKs' default, raw HTTP, many coding agents). Both with different keys is a 401
+    that names the conflict; an Authorization that is not Bearer counts as no key."""
+    bearer = None
+    if authorization is not None and authorization[: len(_BEARER)].lower() == _BEARER:
+        bearer = authorization[len(_BEARER) :].strip() or None
+    header_key = None if x_api_key is None else (x_api_key.strip() or None)
+    both = bearer is not None and header_key is not None
+    if both and not hmac.compare_digest(bearer or b"", header_key or b""):
+        return replies.conflicting_api_keys()
+    presented = bearer if bearer is not None else header_key
+    return replies.missing_api_key() if presented is None else presented
+
+
 class ApiKeyStore:
-    """The users' keys; ``authenticate`` maps an Authorization header to a user id."""
+    """The users' keys; ``authenticate`` maps a request's key headers to a user id."""
 
     def __init__(
         self,
@@ -92,14 +108,15 @@ class ApiKeyStore:
         """The user ids currently holding a key (file names)."""
         return tuple(user for user, _key in self._keys)
 
-    def authenticate(self, authorization: bytes | None) -> str | ErrorReply:
-        """The user id for ``Authorization: Bearer <key>``, or the 401 to send."""
+    def authenticate(
+        self, authorization: bytes | None, x_api_key: bytes | None = None
+    ) -> str | ErrorReply:
+        """The user id for ``Authorization: Bearer <key>`` or ``x-api-key: <key>``, or
+        the 401 to send."""
         self._reload_if_changed()
-        if authorization is None or authorization[: len(_BEARER)].lower() != _BEARER:
-            return replies.missing_api_key()
-        presented = authorization[len(_BEARER) :].strip()
-        if not presented:
-            return replies.missing_api_key()
+        presented = presented_key(authorization, x_api_key)
+        if isinstance(presented, ErrorReply):
+            return presented
         matched: str | None = None
         for user, key in self._keys:  # no early exit: the time does not depend on who
             if hmac.compare_digest(presented, key):

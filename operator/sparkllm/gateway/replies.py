@@ -32,6 +32,7 @@ CODE_NOT_FOUND = "not_found"  # a stored response (the router's code)
 CODE_REQUEST_TOO_LARGE = "request_too_large"
 CODE_MISSING_API_KEY = "missing_api_key"
 CODE_INVALID_API_KEY = "invalid_api_key"
+CODE_CONFLICTING_API_KEYS = "conflicting_api_keys"
 CODE_RATE_LIMITED = "rate_limit_exceeded"
 CODE_UNKNOWN_URL = "unknown_url"
 CODE_METHOD_NOT_ALLOWED = "method_not_allowed"
@@ -119,12 +120,22 @@ def request_too_large(limit_bytes: int) -> ErrorReply:
 
 
 def missing_api_key() -> ErrorReply:
-    """401: no ``Authorization: Bearer`` header."""
+    """401: neither ``Authorization: Bearer`` nor ``x-api-key``."""
     message = (
         "You didn't provide an API key. Provide it in an Authorization header using "
-        "Bearer auth (Authorization: Bearer YOUR_KEY)."
+        "Bearer auth (Authorization: Bearer YOUR_KEY) or in an x-api-key header."
     )
     return ErrorReply(401, message, INVALID_REQUEST, CODE_MISSING_API_KEY)
+
+
+def conflicting_api_keys() -> ErrorReply:
+    """401: ``Authorization: Bearer`` and ``x-api-key`` carry different keys (which one
+    was meant is not guessed; neither key is echoed)."""
+    message = (
+        "The Authorization header and the x-api-key header carry different API keys: "
+        "send one key, in either header."
+    )
+    return ErrorReply(401, message, INVALID_REQUEST, CODE_CONFLICTING_API_KEYS)
 
 
 def invalid_api_key() -> ErrorReply:

@@ -13,13 +13,15 @@ from sparkllm.gateway.rules.context import Request, Verdict
 
 
 class Authenticate:
-    """``Authorization: Bearer <key>`` names ``request.user``, or the 401 to send."""
+    """``Authorization: Bearer <key>`` or ``x-api-key`` names ``request.user``, or the 401
+    to send (auth.py)."""
 
     def __init__(self, keys: ApiKeyStore) -> None:
         self.keys = keys
 
     async def __call__(self, request: Request) -> Verdict:
-        user = self.keys.authenticate(header(request.scope, b"authorization"))
+        scope = request.scope
+        user = self.keys.authenticate(header(scope, b"authorization"), header(scope, b"x-api-key"))
         if isinstance(user, ErrorReply):
             return user
         request.user = user
