@@ -338,6 +338,39 @@ def test_every_marker_is_well_formed() -> None:
     assert not problems, "\n".join(problems)
 
 
+REQUEST = re.compile(r"annotate icl/\S+ sparkllm\.io/(benchmark|acceptance)=")
+
+
+def unanswered_requests(text: str) -> list[str]:
+    """The run requests (benchmark, acceptance annotations) a shell text makes without
+    waiting for their answer: the operator removes the annotation once status has it, so a
+    reader's next line reads this run's result, not an earlier run's or "Running"."""
+    return [
+        kind
+        for kind in dict.fromkeys(REQUEST.findall(text))
+        if f'until [ -z "$(kubectl -n llm get icl/deepseek-v4-flash -o jsonpath='
+        f"'{{.metadata.annotations.sparkllm\\.io/{kind}}}')\" ]" not in text
+    ]
+
+
+def test_a_demo_block_that_requests_a_run_waits_for_its_answer() -> None:
+    problems = [
+        f"{b.where}: requests a {kind} run and reads on without waiting for its answer"
+        for b in BLOCKS
+        if b.kind == "demo"
+        for kind in unanswered_requests(b.text)
+    ]
+    assert not problems, "\n".join(problems)
+    annotate = "kubectl -n llm annotate icl/deepseek-v4-flash sparkllm.io/benchmark=demo\n"
+    read = "kubectl -n llm get icl/deepseek-v4-flash -o jsonpath='{.status.benchmark.phase}'\n"
+    assert unanswered_requests(annotate + read) == ["benchmark"]
+    until = (
+        'until [ -z "$(kubectl -n llm get icl/deepseek-v4-flash -o jsonpath='
+        "'{.metadata.annotations.sparkllm\\.io/benchmark}')\" ]; do sleep 2; done\n"
+    )
+    assert unanswered_requests(annotate + until + read) == []
+
+
 @pytest.mark.parametrize("block", of_kind("run"), ids=_ids(of_kind("run")))
 def test_run_block(block: Block, scratch: Path) -> None:
     result = run_shell(block.text, scratch)
