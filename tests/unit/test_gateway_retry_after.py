@@ -10,7 +10,13 @@ import pytest
 
 from sparkllm.gateway.governance.replies import duration, queue_refused, retry_after_ms
 from sparkllm.gateway.governance.store import Limit
-from sparkllm.gateway.limits import SERVICE_SAMPLES, SERVICE_WINDOW_SECONDS, ConcurrencyLimiter
+from sparkllm.gateway.limits import (
+    COLD_CAP_SECONDS,
+    COLD_SERVICE_SECONDS,
+    SERVICE_SAMPLES,
+    SERVICE_WINDOW_SECONDS,
+    ConcurrencyLimiter,
+)
 
 
 def _limiter(clock: list[float]) -> ConcurrencyLimiter:
@@ -20,7 +26,7 @@ def _limiter(clock: list[float]) -> ConcurrencyLimiter:
 def test_the_wait_follows_the_observed_service_rate() -> None:
     clock = [1000.0]
     limiter = _limiter(clock)
-    assert limiter.expected_wait(1) == 60  # nothing given back yet: the rate is unknown
+    assert limiter.expected_wait(1) == 10  # nothing given back yet: the cold guess, capped
     for _ in range(10):  # a slot every 0.2 s: 5 a second
         assert limiter.try_acquire()
         clock[0] += 0.2
@@ -30,7 +36,23 @@ def test_the_wait_follows_the_observed_service_rate() -> None:
     clock[0] += 1.0  # nothing finished for a second: the rate is lower now
     assert limiter.expected_wait(1) == pytest.approx(2.8 / 9)
     clock[0] += SERVICE_WINDOW_SECONDS + 1  # stale samples say nothing
-    assert limiter.expected_wait(1) == 60
+    assert limiter.expected_wait(1) == 10
+
+
+def test_a_cold_burst_is_told_a_short_capped_guess_not_the_queue_timeout() -> None:
+    """The demo's first burst got ``Retry-After: 60`` (the queue timeout: no slot given
+    back in the last 60 s), and a default SDK slept a minute. With no rate known each
+    slot is assumed busy ``COLD_SERVICE_SECONDS``, shared by the slots, capped."""
+    assert (COLD_SERVICE_SECONDS, COLD_CAP_SECONDS) == (20.0, 10.0)
+    limiter = ConcurrencyLimiter(max_in_flight=8, queue_size=32, timeout=60)
+    assert limiter.expected_wait(1) == 2.5  # the next in line: 20 s over 8 slots
+    assert limiter.expected_wait(3) == 7.5
+    assert limiter.expected_wait(33) == 10  # behind a full queue: the cap
+    short = ConcurrencyLimiter(max_in_flight=8, queue_size=32, timeout=4)
+    assert short.expected_wait(33) == 4  # never past the queue's own bound
+    limiter.try_acquire()
+    limiter.release()  # one slot given back is no rate yet
+    assert limiter.expected_wait(1) == 2.5
 
 
 def test_only_the_latest_samples_count() -> None:

@@ -29,8 +29,15 @@ rate the engine finishes requests, so the ``position``-th in line gets one after
 ``position / rate`` seconds, the rate observed over the last ``SERVICE_SAMPLES`` slots
 given back (at most ``SERVICE_WINDOW_SECONDS`` old). A 429 says that, not the queue
 timeout: an SDK retries after Retry-After, and the timeout (tens of seconds) made every
-client sleep that long while slots freed in a fraction of a second. With nothing given
-back lately the rate is unknown and the timeout, the queue's own bound, is said.
+client sleep that long while slots freed in a fraction of a second. With fewer than two
+slots given back lately the rate is unknown (a cold start, a first burst): each slot is
+then assumed busy for ``COLD_SERVICE_SECONDS`` (a conservative answer time: the
+documents' C8 measurements answer in tens of seconds), so the ``position``-th waits
+``position * COLD_SERVICE_SECONDS / max_in_flight``, capped at ``COLD_CAP_SECONDS`` and
+at the queue timeout. Why a cap rather than the timeout (it said 60 s before): the guess
+errs cheaply on the short side — an early retry costs one more 429, answered without
+touching the engine, and by then slots have usually been given back and the rate is
+known — while a long one makes a default SDK sleep for nothing.
 
 One user's requests are served in arrival order. A freed slot is handed directly to the
 chosen waiter (no thundering herd); a waiter cancelled at the moment it is handed a slot
@@ -52,6 +59,8 @@ from typing import Final
 
 SERVICE_SAMPLES: Final = 32  # slots given back that the service rate is measured over
 SERVICE_WINDOW_SECONDS: Final = 60.0  # older ones say nothing of the rate now
+COLD_SERVICE_SECONDS: Final = 20.0  # a slot's assumed hold while no rate is known
+COLD_CAP_SECONDS: Final = 10.0  # the most a guess (no rate known) tells a client to wait
 
 
 class SlotResult(enum.Enum):
@@ -143,11 +152,13 @@ class ConcurrencyLimiter:
 
     def expected_wait(self, position: int) -> float:
         """Seconds until the ``position``-th in line (1: next) would get a slot, at the
-        rate slots were given back lately; the queue timeout when no rate is known."""
+        rate slots were given back lately; when no rate is known, the capped cold guess
+        (module docstring)."""
         now = self._clock()
         recent = [at for at in self._given_back if now - at <= SERVICE_WINDOW_SECONDS]
         if len(recent) < 2:
-            return self._timeout
+            guess = position * COLD_SERVICE_SECONDS / self._max_in_flight
+            return min(guess, COLD_CAP_SECONDS, self._timeout)
         # The slots given back after the oldest sample, over the time since it (to now: a
         # pause since the last one lowers the rate).
         return position * max(now - recent[0], 1e-3) / (len(recent) - 1)
