@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.gateway.app import GatewayApp
+from sparkllm.gateway.proxy import StreamEnd
 from tests.unit.accept_sim import MODEL
 from tests.unit.gateway_fixtures import wait_until
 from tests.unit.smg_stack import smg_stack
@@ -34,6 +37,7 @@ TPOT_MS = 20
 USER_KEY = "key-alice"
 # One user per route: the ledger's row is per user and day.
 ROUTES = {"/v1/chat/completions": ("alice", USER_KEY), "/v1/messages": ("bob", "key-bob")}
+STREAMER = ("carol", "key-carol")  # the streamed answers' user (their own ledger row)
 
 
 def engine_tokens(sim_url: str) -> dict[str, float]:
@@ -54,9 +58,8 @@ def engine_tokens(sim_url: str) -> dict[str, float]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, GatewayApp, str]]:
     """(the simulator's URL, the gateway app, the gateway's URL), smg between them."""
     sim_options = [f"--sim-tpot-ms={TPOT_MS}", "--sim-answer-tokens=1000"]
-    with smg_stack(
-        tmp_path_factory.mktemp("charges"), keys=dict(ROUTES.values()), sim=sim_options
-    ) as front:
+    keys = {**dict(ROUTES.values()), STREAMER[0]: STREAMER[1]}
+    with smg_stack(tmp_path_factory.mktemp("charges"), keys=keys, sim=sim_options) as front:
         yield front.sim_url, front.app, front.url
 
 
@@ -119,3 +122,52 @@ def test_non_streamed_chats_left_mid_generation_are_charged_what_the_engine_made
     assert row["input_tokens"] == made_prompt
     assert app.limiter.in_flight == 0  # no slot leaked
     assert app.limiter.queued == 0
+
+
+def test_streams_read_to_done_then_closed_at_once_are_ok_and_charged_in_full(
+    stack: tuple[str, GatewayApp, str],
+) -> None:
+    """As ``sparkllm bench`` and the SDKs do: read to ``data: [DONE]``, hang up at once.
+    On the demo some of these raced the router's end of body and were logged
+    ``client_closed status=0`` and charged nothing; the deterministic test of that race
+    is test_gateway_stream_end.py. Here, on the real stack, every one is ``ok`` and the
+    ledger holds exactly what the engine made."""
+    sim_url, app, gateway_url = stack
+    before = engine_tokens(sim_url)
+    body = json.dumps({
+        "model": MODEL, "max_tokens": MAX_TOKENS, "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "tell me a story"}],
+    }).encode()  # fmt: skip
+    headers = {"authorization": f"Bearer {STREAMER[1]}", "content-type": "application/json"}
+    with httpx.Client(base_url=gateway_url, timeout=30) as client, ExitStack() as streams:
+        answers = [
+            streams.enter_context(client.stream("POST", "/v1/chat/completions", content=body,
+                                                headers=headers))
+            for _ in range(REQUESTS)
+        ]  # fmt: skip
+        for answer in answers:  # all generating at once; each read to its end, then closed
+            end, pieces = StreamEnd(), []
+            for piece in answer.iter_raw():
+                pieces.append(piece)
+                if end.passed(piece):  # the gateway's own test of the router's framing
+                    break
+            assert b"".join(pieces).endswith(b"data: [DONE]\n\n"), pieces[-1:]
+            answer.close()  # at once, as the bench does
+
+    def row() -> dict[str, Any]:
+        usage = httpx.get(f"{gateway_url}/v1/usage", headers=headers, timeout=10).json()
+        return dict(usage["data"][0]) if usage["data"] else {"outcomes": {}}
+
+    # The ledger is written after the answer's last byte: read it once all are counted.
+    wait_until(lambda: sum(row()["outcomes"].values()) == REQUESTS, what="all to be counted")
+    assert app.limiter.in_flight == 0
+    after, (counted,) = engine_tokens(sim_url), [row()]
+    made_output = after["generation_tokens_total"] - before["generation_tokens_total"]
+    print(
+        f"\n{REQUESTS} streams closed right after [DONE]: outcomes {counted['outcomes']}, "
+        f"charged {counted['output_tokens']} output tokens, engine made {made_output:.0f}"
+    )
+    assert counted["outcomes"] == {"ok": REQUESTS}
+    assert counted["output_tokens"] == made_output == REQUESTS * MAX_TOKENS
+    assert counted["input_tokens"] == after["prompt_tokens_total"] - before["prompt_tokens_total"]
