@@ -70,10 +70,16 @@ UNIT_TESTS := -m "not cluster and not needs_binary"
 
 # The tests that need no cluster run in $(WORKERS) processes (pytest-xdist): they wait on
 # real processes and sockets more than they compute, so two workers on 2 cores halve the
-# wall time (make unit: 178 s -> 74 s on one run each). The cluster tests share one dev
-# cluster and its simulated Sparks, so they run in one process, after. Both halves run
-# even when the first fails; no test selected in a half (a -k in PYTEST_ARGS) is no failure.
+# wall time (make unit: 178 s -> 74 s on one run each). The cluster tests then run on one
+# worker per dev cluster of $(CLUSTERS) (SPARKLLM_DEVCLUSTERS: each worker its own control
+# plane and six Sparks), a test module's tests together (--dist loadfile: its shared
+# fixtures are made once). Both halves run even when the first fails; no test selected in
+# a half (a -k in PYTEST_ARGS) is no failure.
 WORKERS ?= 2
+CLUSTERS ?= test test2
+comma := ,
+empty :=
+space := $(empty) $(empty)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests harness/tests $(UNIT_TESTS) -n $(WORKERS) --durations=15 $(PYTEST_ARGS)
@@ -82,7 +88,8 @@ test: $(STAMP) binaries tools lint
 	@status=0; started=$$SECONDS; \
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests harness/tests -m "not cluster" -n $(WORKERS) --durations=15 $(PYTEST_ARGS) \
 	  || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests harness/tests -m cluster --durations=15 $(PYTEST_ARGS) \
+	SPARKLLM_DEVCLUSTERS=$(subst $(space),$(comma),$(strip $(CLUSTERS))) HYPOTHESIS_PROFILE=ci \
+	  $(BIN)/pytest tests harness/tests -m cluster -n $(words $(CLUSTERS)) --dist loadfile --durations=15 $(PYTEST_ARGS) \
 	  || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \
 	echo "make test: both halves in $$((SECONDS - started)) s (status $$status)"; \
 	exit $$status

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import pytest
@@ -48,9 +48,43 @@ from sparkllm_dev.devcluster.paths import PROFILE_ENV, TEST, TEST_PROFILES
 from sparkllm_dev.errors import DevClusterError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository (editable install)
-# Never the demo's cluster: a test profile (test, or test2/test3 when chosen for a second
-# run beside the first).
-if os.environ.get(PROFILE_ENV) not in TEST_PROFILES:
+# Several dev clusters for one run on pytest-xdist workers: worker gwN takes the N-th
+# profile of this comma-separated list (`make test` runs the cluster tests on two).
+CLUSTERS_ENV = "SPARKLLM_DEVCLUSTERS"
+
+
+def worker_profile(environ: Mapping[str, str]) -> str | None:
+    """The profile this xdist worker uses from ``$SPARKLLM_DEVCLUSTERS``, or None.
+
+    Why one cluster per worker: the cluster tests place replicas on the cluster's six
+    simulated Sparks and watch its events, so two processes on one cluster would take each
+    other's nodes. A list shorter than the workers, or a name that is no test profile, is
+    refused (a worker silently sharing a cluster would fail in confusing ways)."""
+    names = [name.strip() for name in environ.get(CLUSTERS_ENV, "").split(",") if name.strip()]
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
+    if not names or not worker.startswith("gw"):
+        return None
+    index = int(worker[2:])
+    unknown = [name for name in names if name not in TEST_PROFILES]
+    if unknown:
+        raise pytest.UsageError(
+            f"{CLUSTERS_ENV}: {', '.join(unknown)} is not a test profile "
+            f"({', '.join(sorted(TEST_PROFILES))})"
+        )
+    if index >= len(names):
+        raise pytest.UsageError(
+            f"{CLUSTERS_ENV} names {len(names)} cluster(s) for more xdist workers "
+            f"(worker {worker}): one cluster per worker"
+        )
+    return names[index]
+
+
+# Never the demo's cluster: a test profile (test, or test2..test5 when chosen for a second
+# run beside the first, or one per xdist worker).
+_worker_profile = worker_profile(os.environ)
+if _worker_profile is not None:
+    os.environ[PROFILE_ENV] = _worker_profile
+elif os.environ.get(PROFILE_ENV) not in TEST_PROFILES:
     os.environ[PROFILE_ENV] = TEST.name
 
 

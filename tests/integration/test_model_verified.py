@@ -92,7 +92,10 @@ def rank_summaries(cluster: DevCluster, namespace: str) -> dict[str, ModelSummar
     """Each rank's own verify-model summary, by node, from the pods' init statuses."""
     summaries = {}
     for pod in pods(cluster, namespace):
-        [status] = pod["status"]["initContainerStatuses"]
+        # verify-model's own status (the launch check is another init container)
+        [status] = [
+            s for s in pod["status"]["initContainerStatuses"] if s["name"] == "verify-model"
+        ]
         terminated = status["state"]["terminated"]
         assert (status["name"], terminated["reason"], terminated["exitCode"]) == (
             "verify-model",

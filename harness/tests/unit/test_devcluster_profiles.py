@@ -193,9 +193,25 @@ def test_make_test_and_make_unit_shuffle_and_print_the_slowest() -> None:
     halves = [line for line in recipes["test"].splitlines() if "pytest tests" in line]
     assert len(halves) == 2
     assert '-m "not cluster" -n $(WORKERS)' in halves[0]
-    assert "-m cluster " in halves[1] and " -n " not in halves[1]
+    # The cluster tests: one worker per dev cluster, a module's tests on one worker.
+    assert "-m cluster -n $(words $(CLUSTERS)) --dist loadfile" in halves[1]
+    assert "SPARKLLM_DEVCLUSTERS=" in recipes["test"]
     assert '"pytest-xdist==' in (root / "pyproject.toml").read_text()
     assert '-m "not cluster and not needs_binary"' in makefile  # UNIT_TESTS
     assert "$(UNIT_TESTS)" in recipes["unit"]
     # The plugin that shuffles is a pinned dev dependency, loaded in every test run.
     assert '"pytest-randomly==' in (root / "pyproject.toml").read_text()
+
+
+def test_each_xdist_worker_takes_its_own_cluster() -> None:
+    from sparkllm_dev.testing import CLUSTERS_ENV, worker_profile
+
+    both = {CLUSTERS_ENV: "test, test2"}
+    assert worker_profile({**both, "PYTEST_XDIST_WORKER": "gw0"}) == "test"
+    assert worker_profile({**both, "PYTEST_XDIST_WORKER": "gw1"}) == "test2"
+    assert worker_profile(both) is None  # not a worker: $SPARKLLM_DEVCLUSTER decides
+    assert worker_profile({"PYTEST_XDIST_WORKER": "gw1"}) is None  # no list given
+    with pytest.raises(pytest.UsageError, match="2 cluster\\(s\\) for more xdist workers"):
+        worker_profile({**both, "PYTEST_XDIST_WORKER": "gw2"})
+    with pytest.raises(pytest.UsageError, match="demo is not a test profile"):
+        worker_profile({CLUSTERS_ENV: "test,demo", "PYTEST_XDIST_WORKER": "gw0"})
