@@ -63,7 +63,7 @@ def _down(args: argparse.Namespace) -> int:
     demo = stop_demo_processes(cluster)
     cluster.down()
     if demo:
-        print(f"[devcluster] stopped the demo's {stopped_line(demo)}")
+        print(f"[devcluster] stopped the demo on it: {stopped_line(demo)}")
     print(f"[devcluster] {cluster.paths.profile.name} cluster down; no process of it left")
     return 0
 

@@ -50,7 +50,7 @@ def test_down_stops_the_demo_processes_of_its_cluster(
         assert (other_state / "demo-operator.pid").exists()
         out = capsys.readouterr().out
         stopped = "the operator, the engine harness, the gateway pods' harness"
-        assert f"[devcluster] stopped the demo's {stopped}\n" in out
+        assert f"[devcluster] stopped the demo on it: {stopped}\n" in out
         assert "demo cluster down; no process of it left" in out
     finally:
         for proc in (*procs.values(), other):
