@@ -109,15 +109,22 @@ def _anthropic_system(system: object) -> list[str]:
     return parts
 
 
-def _anthropic_message(out: list[dict[str, Any]], message: object, *, param: str) -> None:
-    message = _object(message, param=param)
+def _role(message: dict[str, Any], *, param: str, system_field: str) -> str:
+    """A conversation turn's role: 'user' or 'assistant'; the system prompt has its own
+    field in both protocols (``system_field``), which the refusal names."""
     role = message.get("role")
     if role not in _ANTHROPIC_ROLES:
         validation.reject(
             f"'{param}.role' must be 'user' or 'assistant' (a system prompt goes in "
-            f"'system'), got {json.dumps(role)}.",
+            f"'{system_field}'), got {json.dumps(role)}.",
             param=f"{param}.role",
         )
+    return str(role)
+
+
+def _anthropic_message(out: list[dict[str, Any]], message: object, *, param: str) -> None:
+    message = _object(message, param=param)
+    role = _role(message, param=param, system_field="system")
     content = _content(message, param=param)
     if isinstance(content, str):
         out.append({"role": role, "content": content})
@@ -291,13 +298,7 @@ def _responses_item(item: object, *, param: str) -> dict[str, Any]:
     item = _object(item, param=param)
     if item.get("type") not in (None, "message"):
         _unsupported(f"A {json.dumps(item.get('type'))} input item", param=f"{param}.type")
-    role = item.get("role")
-    if role not in _ANTHROPIC_ROLES:
-        validation.reject(
-            f"'{param}.role' must be 'user' or 'assistant' (a system prompt goes in "
-            f"'instructions'), got {json.dumps(role)}.",
-            param=f"{param}.role",
-        )
+    role = _role(item, param=param, system_field="instructions")
     content = _content(item, param=param)
     if isinstance(content, str):
         return {"role": role, "content": content}

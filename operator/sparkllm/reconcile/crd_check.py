@@ -22,7 +22,7 @@ The comparison is pure (:func:`crd_problem`); :func:`check_installed_crd` reads 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from sparkllm import __version__
@@ -90,6 +90,12 @@ def _crd_version(installed: Mapping[str, Any]) -> str:
     return str(annotations.get(ANNOTATION_CRD_VERSION, "unrecorded"))
 
 
+def _listed(fields: Sequence[str]) -> str:
+    """The first few field paths, and how many more: one line of a log or an Event."""
+    more = f" and {len(fields) - _SHOWN} more" if len(fields) > _SHOWN else ""
+    return ", ".join(fields[:_SHOWN]) + more
+
+
 def newer_crd_note(installed: Mapping[str, Any] | None, own: Mapping[str, Any]) -> str | None:
     """The log's words when the installed CRD has fields this operator does not know: the
     API server keeps them, and this operator refuses an object that sets one (InvalidSpec
@@ -97,11 +103,9 @@ def newer_crd_note(installed: Mapping[str, Any] | None, own: Mapping[str, Any]) 
     extra = [] if installed is None else extra_fields(installed, own)
     if not extra:
         return None
-    named = ", ".join(extra[:_SHOWN])
-    more = f" and {len(extra) - _SHOWN} more" if len(extra) > _SHOWN else ""
     return (
         f"the installed CRD {CRD_NAME} ({ANNOTATION_CRD_VERSION} {_crd_version(installed or {})}) "
-        f"is newer than this operator ({__version__}): it has {named}{more}, which this "
+        f"is newer than this operator ({__version__}): it has {_listed(extra)}, which this "
         "operator does not know; an InferenceCluster that sets one is InvalidSpec naming "
         "the field until the operator is upgraded"
     )
@@ -123,11 +127,9 @@ def crd_problem(installed: Mapping[str, Any] | None, own: Mapping[str, Any]) -> 
     missing = missing_fields(installed, own)
     if not missing:
         return None
-    named = ", ".join(missing[:_SHOWN])
-    more = f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
     return (
         f"the installed CRD {CRD_NAME} ({ANNOTATION_CRD_VERSION} {version}) is older than "
-        f"this operator ({__version__}): it lacks {named}{more}; the API server drops these "
+        f"this operator ({__version__}): it lacks {_listed(missing)}; the API server drops these "
         "fields from every InferenceCluster, so they act as unset. Upgrade the CRD "
         "(helm upgrade applies it; or kubectl apply --server-side -f crds/)"
     )
