@@ -25,6 +25,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sparkllm.gateway.admission import Admitted
+from sparkllm.gateway.governance import redis_scripts as scripts
 from sparkllm.gateway.governance.gate import Governor, Pass
 from sparkllm.gateway.governance.meter import Used
 from sparkllm.gateway.governance.policy import UNGOVERNED, Policy
@@ -53,6 +54,16 @@ USER = "alice"
 
 
 def store_for(server: RedisServer, prefix: str) -> RedisStore:
+    # The trips counted are a running gateway's: its scripts are in Redis's script cache
+    # after their first use. Load them here, so that a test counts the same trips whether
+    # or not a test before it on this session's server ran the same scripts (a first
+    # EVALSHA of a script is NOSCRIPT, SCRIPT LOAD, EVALSHA).
+    client = server.client()
+    try:
+        for script in (scripts.ADMIT, scripts.SETTLE, scripts.REFRESH, scripts.ACQUIRE_SLOT):
+            client.script_load(script)
+    finally:
+        client.close()
     return RedisStore.connect(server.address, password=server.password, key_prefix=prefix)
 
 

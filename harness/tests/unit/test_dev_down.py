@@ -9,6 +9,7 @@ kwokctl and no control-plane process of it).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ import pytest
 from sparkllm_dev.cli import main
 from sparkllm_dev.demo import stop_demo_processes
 from sparkllm_dev.devcluster import DevCluster
-from sparkllm_dev.devcluster.paths import PROFILES, DevPaths
+from sparkllm_dev.devcluster.paths import PROFILE_ENV, PROFILES, DevPaths
 
 
 def _demo_process(state_dir: Path, name: str) -> subprocess.Popen[bytes]:
@@ -35,6 +36,9 @@ def test_down_stops_the_demo_processes_of_its_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("SPARKLLM_CACHE", str(tmp_path))
+    # `--cluster demo` sets SPARKLLM_DEVCLUSTER for the commands it starts: restored after,
+    # so the tests that run next in this process stay on their own cluster.
+    monkeypatch.setenv(PROFILE_ENV, os.environ.get(PROFILE_ENV, ""))
     demo_state = DevPaths(root=tmp_path, profile=PROFILES["demo"]).state_dir
     other_state = DevPaths(root=tmp_path, profile=PROFILES["test4"]).state_dir
     demo_state.mkdir(parents=True)
