@@ -20,6 +20,9 @@ The file (docs/governance.md has the full table)::
     users:
       batch: {weight: 1, maxConcurrentRequests: 16}
       alice: {weight: 4, tokensPerDay: 50000000}
+      carol@example.com@webui: {tokensPerDay: 1000000}   # a front end's user
+    frontends:                   # keys that may name their end users (forwarded.py)
+      webui: {userHeader: X-OpenWebUI-User-Email, maxUsers: 1000}
 
 A user's fields override the defaults' one by one; a field unset in both is unlimited.
 A file that fails validation is refused as a whole: at start the gateway then refuses
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from sparkllm.gateway.governance.store import TokenWindow, UserLimits
@@ -75,6 +78,30 @@ class UserPolicy(_Model):
     max_queued_requests: int | None = Field(None, ge=0, le=100_000)
 
 
+# Open WebUI's header for the signed-in user's e-mail (ENABLE_FORWARD_USER_INFO_HEADERS):
+# unique and its login name, so readable in usage rows and writable in ``users`` (forwarded.py).
+DEFAULT_USER_HEADER = "X-OpenWebUI-User-Email"
+DEFAULT_MAX_FORWARDED_USERS = 1000
+# Headers a front end may not name users in: the key's own, and the request's framing.
+_RESERVED_HEADERS = frozenset(
+    {"authorization", "x-api-key", "content-type", "content-length", "host", "cookie"}
+)
+
+
+class Frontend(_Model):
+    """A key trusted to name its end users in ``user_header`` (forwarded.py)."""
+
+    user_header: str = Field(DEFAULT_USER_HEADER, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    max_users: int = Field(DEFAULT_MAX_FORWARDED_USERS, ge=1, le=100_000)
+
+    @field_validator("user_header")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value.lower() in _RESERVED_HEADERS:
+            raise ValueError(f"{value} carries the request itself, not a user's name")
+        return value
+
+
 class PolicyDocument(_Model):
     """The policy file as written."""
 
@@ -82,6 +109,7 @@ class PolicyDocument(_Model):
     admins: tuple[str, ...] = ()
     defaults: UserPolicy = UserPolicy()
     users: dict[str, UserPolicy] = Field(default_factory=dict)
+    frontends: dict[str, Frontend] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +162,10 @@ class Policy:
 
     def for_user(self, user: str) -> Governed:
         return self._users.get(user, self._default)
+
+    def frontend(self, user: str) -> Frontend | None:
+        """The front-end marking of key ``user`` (None: its requests name no one else)."""
+        return self.document.frontends.get(user)
 
     @classmethod
     def parse(cls, text: str) -> Policy:
