@@ -146,6 +146,7 @@ class Governor:
         *,
         policy: Policy,
         recount: Callable[[], Admitted | ErrorReply] | None = None,
+        slot: bool = True,
     ) -> Pass | ErrorReply:
         """Reserve the request's tokens under the user's limits, or the 429 to send.
 
@@ -156,9 +157,13 @@ class Governor:
         ``recount`` (the decision with an exact count) is taken, so the grant and any
         refusal come from the exact prompt; a reservation already made for the bound
         is kept whole, and the grant grows by what the bound over-counted.
+
+        ``slot=False``: a reservation only, no slot taken with it (a front end's own
+        total beside its user's reservation, which takes the slot: forwarded.py).
         """
         governed = policy.for_user(user)
-        local = self.limiter.try_acquire()  # free at once: the global slot comes with admit
+        # Free at once: the global slot comes with admit.
+        local = slot and self.limiter.try_acquire()
         try:
             reserved = await self._reserve_exact(
                 user, decision, policy=policy, governed=governed, recount=recount, local=local
