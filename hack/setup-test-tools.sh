@@ -94,3 +94,4 @@ if [[ ! -f $WHEELS/.complete ]]; then
 fi
 PYTHON="$PYTHON" bash hack/setup-torch.sh  # 4. torch's own venv, for the Gloo bandwidth run
 bash hack/fetch-gateway-crds.sh  # 5. Gateway API, Inference Extension and KEDA CRDs (issue 21)
+PYTHON="$PYTHON" bash hack/setup-open-webui.sh  # 6. Open WebUI's venv, chromium and its driver
