@@ -46,6 +46,7 @@ NODE_RANK_LABEL: Final = LABEL_RANK
 
 # Requests a user writes on the InferenceCluster (the operator answers and removes them).
 ANNOTATION_RESTART: Final = "sparkllm.io/restart"  # "now": a planned gang restart
+ANNOTATION_LIFT_QUARANTINE: Final = "sparkllm.io/lift-quarantine"  # node[,node]: lift
 ANNOTATION_BENCHMARK: Final = "sparkllm.io/benchmark"  # <user>: run the benchmark
 ANNOTATION_BENCHMARK_SCENARIOS: Final = "sparkllm.io/benchmark-scenarios"
 ANNOTATION_ACCEPTANCE: Final = "sparkllm.io/acceptance"  # <user>: run the checklist

@@ -14,6 +14,7 @@ from pydantic import Field, StringConstraints, field_validator
 from pydantic_core import PydanticCustomError
 
 from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY
+from sparkllm.api.quarantine import QuarantineSpec
 from sparkllm.api.rules import ApiModel, Rule
 from sparkllm.sglang_contract.fields import ENGINE_HTTP_PORT
 
@@ -172,6 +173,13 @@ class RestartPolicySpec(ApiModel):
         description="maxRestartsPerHour caps gang restarts of one replica in a sliding "
         "hour; past it the replica is marked Degraded, no longer restarted, and an alert "
         "fires. Default 6; 0 (never restart automatically) to 60.",
+    )
+    quarantine: QuarantineSpec = Field(
+        default=QuarantineSpec(),
+        description="quarantine says when a node that keeps failing replicas is kept from "
+        "this object's replicas, and when it is used again (docs/operator.md, Spare groups "
+        "and quarantine). Default: more than 2 failures in 3600 s, used again after 1800 s "
+        "Ready.",
     )
 
 

@@ -43,6 +43,9 @@ class Reason(StrEnum):
     NODE_NOT_READY = "NodeNotReady"  # a rank's node went NotReady
     NODE_MISSING = "NodeMissing"  # a rank's node was deleted
     GANG_RESTART = "GangRestart"  # Event: a whole replica is being restarted
+    NODE_FAILOVER = "NodeFailover"  # Event: a replica moved to a spare node group
+    NODE_QUARANTINED = "NodeQuarantined"  # Event: a failing node is kept from replicas
+    QUARANTINE_LIFTED = "QuarantineLifted"  # Event: settled or lifted by annotation
     RESTART_BACKOFF = "RestartBackoff"  # waiting before the next gang restart
     RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"  # past maxRestartsPerHour: Degraded
     REPLICA_DEGRADED = "ReplicaDegraded"  # Degraded=True for another replica-level cause

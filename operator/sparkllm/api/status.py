@@ -30,6 +30,7 @@ from sparkllm.api.conditions import ORDER, type_description
 from sparkllm.api.engine_status import MAX_REPLICAS, ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus
 from sparkllm.api.network_status import NetworkStatus
+from sparkllm.api.quarantine import MAX_TRACKED_NODES, Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
 
 # metav1.Condition's reason format: CamelCase, starting with a letter.
@@ -164,6 +165,16 @@ class ReplicaStatus(ApiModel):
         description="nodeDown is true while a node of the replica is NotReady or missing; "
         "the replica restarts when the node is back.",
     )
+    node_group: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        default=None,
+        description="nodeGroup is the node group the replica is placed on (group-<i> for "
+        "spec.placement.nodeGroups[i], else the nodeGroupLabel value); kept across "
+        "operator restarts, it changes only by a failover to a spare group.",
+    )
+    last_failover: Failover | None = Field(
+        default=None,
+        description="lastFailover is the replica's latest move to a spare node group.",
+    )
 
     @field_serializer("restart_times")
     def _milliseconds(self, times: tuple[datetime, ...]) -> list[str]:
@@ -254,6 +265,18 @@ class InferenceClusterStatus(ApiModel):
         default=None,
         description="frontDoor is where clients reach the model (the Service, its port, its "
         "URLs); written once the spec is valid.",
+    )
+    quarantine: tuple[QuarantinedNode, ...] | None = Field(
+        default=None,
+        max_length=MAX_TRACKED_NODES,
+        description="quarantine lists the nodes no replica of this object is placed on, "
+        "since when and why (restartPolicy.quarantine).",
+    )
+    node_failures: tuple[NodeFailures, ...] | None = Field(
+        default=None,
+        max_length=MAX_TRACKED_NODES,
+        description="nodeFailures are, per node, the times it failed a replica within "
+        "restartPolicy.quarantine.windowSeconds (what quarantine counts).",
     )
     restarts: int | None = Field(
         default=None,
