@@ -46,6 +46,7 @@ from sparkllm.gateway.auth import ApiKeyStore
 from sparkllm.gateway.chat_template import ChatTemplate
 from sparkllm.gateway.config import GatewayConfig
 from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
+from sparkllm.gateway.forwarded import ForwardedUsers
 from sparkllm.gateway.governance import usage
 from sparkllm.gateway.governance.gate import Governor
 from sparkllm.gateway.governance.meter import UsageMeter
@@ -54,6 +55,7 @@ from sparkllm.gateway.proxy import RelayResult, UpstreamClient
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.response_owners import ResponseOwners, claiming_send, owned_by, owners_for
 from sparkllm.gateway.rules.context import Request, Stop
+from sparkllm.gateway.rules.decide import Decide
 from sparkllm.gateway.rules.pipeline import front_door, walk
 from sparkllm.gateway.serving import ServingState
 from sparkllm.gateway.tokens import TokenCounter
@@ -122,13 +124,20 @@ class GatewayApp:
         self.governor, self.limiter = governor, governor.limiter
         self.upstream = upstream
         self.metrics = metrics
-        metrics.watch_limiter(governor.limiter, users=lambda: keys.users)
+        # The end users front ends named (forwarded.py): their series are kept too.
+        self.forwarded = ForwardedUsers()
+        metrics.watch_limiter(governor.limiter, users=lambda: self.forwarded.known(keys.users))
         self.rules = front_door(
-            keys=keys, governor=governor, admission=admission, max_body_bytes=config.max_body_bytes
+            keys=keys,
+            governor=governor,
+            admission=admission,
+            max_body_bytes=config.max_body_bytes,
+            forwarded=self.forwarded,
         )
         # A token count takes no budget and no slot: it is answered here, costing the
         # engine nothing (the rules up to the admission decision).
-        self.counting_rules = self.rules[:4]
+        decide = next(i for i, rule in enumerate(self.rules) if isinstance(rule, Decide))
+        self.counting_rules = self.rules[: decide + 1]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -232,13 +241,22 @@ class GatewayApp:
         self.metrics.count_request(counted_as or path, _relay_outcome(result))
 
     async def _authenticated(self, path: str, scope: Scope, send: Send) -> str | None:
-        """The caller's user id, or None once the 401 is sent."""
-        user = self.keys.authenticate(header(scope, b"authorization"), header(scope, b"x-api-key"))
-        if isinstance(user, ErrorReply):
-            await send_reply(send, user)
+        """The caller's user id (a front end's end user, if it names one: forwarded.py),
+        or None once the 401 (or the forwarded name's 400 / 403) is sent."""
+        key = self.keys.authenticate(header(scope, b"authorization"), header(scope, b"x-api-key"))
+        if isinstance(key, ErrorReply):
+            await send_reply(send, key)
             self.metrics.count_request(path, Outcome.UNAUTHORIZED)
             return None
-        return user
+        policy = self.governor.policy()
+        if isinstance(policy, ErrorReply):  # no policy, no front ends: the key's own
+            return key
+        identity = self.forwarded.resolve(key, scope, policy)
+        if isinstance(identity, ErrorReply):
+            await send_reply(send, identity)
+            self.metrics.count_request(path, Outcome.BAD_REQUEST)
+            return None
+        return identity.user
 
     async def _serve_model(self, model: str, scope: Scope, receive: Receive, send: Send) -> None:
         """GET /v1/models/{id}: the served model's card (an alias names it too), else 404.
@@ -299,6 +317,10 @@ class GatewayApp:
             if request.granted is not None:
                 await self.governor.finish(
                     request.granted, used=request.used, outcome=request.outcome.value
+                )
+            if request.frontend_granted is not None:  # the front end's total: the same use
+                await self.governor.finish(
+                    request.frontend_granted, used=request.used, outcome=request.outcome.value
                 )
             if request.decision is not None:
                 # Observed after the exchange, not before it: off the time to the first token.

@@ -24,5 +24,5 @@ class Authenticate:
         user = self.keys.authenticate(header(scope, b"authorization"), header(scope, b"x-api-key"))
         if isinstance(user, ErrorReply):
             return user
-        request.user = user
+        request.user = request.key = user
         return None

@@ -243,12 +243,15 @@ class Request:
     scope: Scope
     receive: Receive
     arrived: float  # perf_counter() when the request reached the app
-    user: str | None = None  # authenticate
+    user: str | None = None  # authenticate; forwarded_user: <name>@<frontend> if named
     policy: Policy = UNGOVERNED  # policy_loaded: the governance policy in force
+    key: str | None = None  # authenticate: the key's owner (what it is granted)
+    frontend: str | None = None  # forwarded_user: the front end that named ``user``
     body: bytes = b""  # body_size: the whole body, within max_body_bytes
     decision: Admitted | None = None  # decide
     deciding: float | None = None  # decide: seconds the decision took
     granted: Pass | None = None  # reserve_budget: the reservation to settle
+    frontend_granted: Pass | None = None  # reserve_budget: the front end's total, too
     holder: str | None = None  # take_slot: the slot to release
     outcome: Outcome = Outcome.CLIENT_CLOSED
     used: Used = NOTHING_USED

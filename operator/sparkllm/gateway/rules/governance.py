@@ -5,7 +5,9 @@
 * ``reserve_budget`` (429 naming the limit; 503 when a shared store cannot answer):
   requests per minute, the user's requests in progress and the token windows, reserving
   the prompt plus the granted output (``max_tokens`` lowered in the body when the
-  budget allows less than asked);
+  budget allows less than asked); a front end's user is reserved under the front end's
+  own limits too (forwarded.py), so the front end's key bounds the sum of its users;
+* ``forwarded_user`` (400 / 403): who a front end's key names (forwarded.py);
 * ``take_slot`` (429 naming the queue bound or the timeout): the fair queue's local
   slot, then the store's global one; ``Stop.CLIENT_LEFT`` if the client disconnects
   while queued.
@@ -17,9 +19,11 @@ walk. What ``reserve_budget`` and ``take_slot`` take (``request.granted``,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING
 
+from sparkllm.gateway.forwarded import ForwardedUsers, reserve_frontend
 from sparkllm.gateway.governance.gate import Governor
 from sparkllm.gateway.metrics import Outcome
 from sparkllm.gateway.replies import ErrorReply
@@ -43,6 +47,22 @@ class PolicyLoaded:
         return None
 
 
+class ForwardedUser:
+    """``request.user`` (and ``frontend``): the end user a front end's key names, or the
+    400 / 403 for a name it may not use; any other key's request stays its own."""
+
+    def __init__(self, forwarded: ForwardedUsers) -> None:
+        self.forwarded = forwarded
+
+    async def __call__(self, request: Request) -> Verdict:
+        assert request.key is not None  # authenticated
+        identity = self.forwarded.resolve(request.key, request.scope, request.policy)
+        if isinstance(identity, ErrorReply):
+            return identity
+        request.user, request.frontend = identity.user, identity.frontend
+        return None
+
+
 class ReserveBudget:
     """``request.granted``: the user's reservation (and the body to forward), or the 429.
 
@@ -59,12 +79,27 @@ class ReserveBudget:
         assert decision is not None
         assert user is not None
         recount = functools.partial(
-            self.admission.decide, request.route, decision.body, user=user, exact=True
+            self.admission.decide, request.route, decision.body, user=request.key, exact=True
         )
         granted = await self.governor.admit(user, decision, policy=request.policy, recount=recount)
         if isinstance(granted, ErrorReply):
             return granted
         request.granted = granted
+        if request.frontend is None:
+            return None
+        total = await reserve_frontend(
+            self.governor,
+            request.frontend,
+            granted,
+            decision,
+            policy=request.policy,
+            recount=recount,
+        )
+        if isinstance(total, ErrorReply):
+            request.outcome = Outcome.RATE_LIMITED  # what the user's reservation is settled as
+            return total
+        request.granted = dataclasses.replace(granted, body=total.body)  # lowered by both
+        request.frontend_granted = total
         return None
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from sparkllm.gateway.auth import ApiKeyStore
+from sparkllm.gateway.forwarded import ForwardedUsers
 from sparkllm.gateway.governance.gate import Governor
 from sparkllm.gateway.replies import ErrorReply, RequestRejectedError
 from sparkllm.gateway.rules.allowlist import allowed_fields, tool_features
@@ -26,7 +27,12 @@ from sparkllm.gateway.rules.body_size import BodySize
 from sparkllm.gateway.rules.context import Draft, Request, Verdict
 from sparkllm.gateway.rules.decide import Decide
 from sparkllm.gateway.rules.fit_output import fit_output
-from sparkllm.gateway.rules.governance import PolicyLoaded, ReserveBudget, TakeSlot
+from sparkllm.gateway.rules.governance import (
+    ForwardedUser,
+    PolicyLoaded,
+    ReserveBudget,
+    TakeSlot,
+)
 from sparkllm.gateway.rules.input_cap import input_cap
 from sparkllm.gateway.rules.json_body import json_body
 from sparkllm.gateway.rules.prompt_size import prompt_size
@@ -63,12 +69,18 @@ PAYLOAD_RULES: Final[tuple[PayloadRule, ...]] = (
 
 
 def front_door(
-    *, keys: ApiKeyStore, governor: Governor, admission: Admission, max_body_bytes: int
+    *,
+    keys: ApiKeyStore,
+    governor: Governor,
+    admission: Admission,
+    max_body_bytes: int,
+    forwarded: ForwardedUsers | None = None,
 ) -> tuple[RequestRule, ...]:
     """The request rules of one gateway, in the order every generation request meets them."""
     return (
         Authenticate(keys),  # 401: Authorization: Bearer <a user's key>
         PolicyLoaded(governor),  # 503: a configured governance policy is loaded
+        ForwardedUser(forwarded or ForwardedUsers()),  # 400 / 403: a front end's user
         BodySize(max_body_bytes),  # 413: the body within maxBodyBytes
         Decide(admission),  # 400 / 404: PAYLOAD_RULES on the body
         ReserveBudget(governor, admission),  # 429 / 503: the user's rate and token budget
