@@ -1,10 +1,19 @@
-"""Fair queuing over users (limits.py): by weight, not first come; bounds per user."""
+"""Fair queuing over users (limits.py): by weighted tokens served, decayed, not first come;
+bounds per user."""
 
 from __future__ import annotations
 
 import asyncio
 
-from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
+import pytest
+
+from sparkllm.gateway.limits import (
+    DECAY_HALF_LIFE_SECONDS,
+    OUTPUT_TOKEN_COST,
+    ConcurrencyLimiter,
+    Measure,
+    SlotResult,
+)
 
 
 async def _served_order(
@@ -26,13 +35,15 @@ async def _served_order(
 def test_a_light_user_gets_the_next_slot_ahead_of_a_heavy_backlog() -> None:
     async def scenario() -> list[str]:
         limiter = ConcurrencyLimiter(max_in_flight=2, queue_size=32, timeout=60)
-        assert limiter.try_acquire()
-        assert limiter.try_acquire()
-        heavy = [asyncio.ensure_future(limiter.acquire("heavy")) for _ in range(6)]
+        assert limiter.try_acquire("heavy", input_tokens=500)
+        assert limiter.try_acquire("heavy", input_tokens=500)
+        heavy = [
+            asyncio.ensure_future(limiter.acquire("heavy", input_tokens=500)) for _ in range(6)
+        ]
         await asyncio.sleep(0)
-        limiter.release()  # one heavy request is served: virtual time moves on
+        limiter.release()  # one heavy request is served: heavy's service grows
         await asyncio.sleep(0)
-        light = asyncio.ensure_future(limiter.acquire("light"))
+        light = asyncio.ensure_future(limiter.acquire("light", input_tokens=500))
         await asyncio.sleep(0)
         rest = [w for w in heavy if not w.done()]
         return await _served_order(limiter, [light, *rest], ["light"] + ["heavy"] * len(rest))
@@ -42,23 +53,98 @@ def test_a_light_user_gets_the_next_slot_ahead_of_a_heavy_backlog() -> None:
     assert order.count("heavy") == 5
 
 
-def test_backlogged_users_share_slots_by_weight() -> None:
-    async def scenario() -> list[str]:
-        limiter = ConcurrencyLimiter(max_in_flight=1, queue_size=64, timeout=60)
-        assert limiter.try_acquire()
+def _tokens_served(
+    *, measure: Measure, users: dict[str, tuple[int, int]], grants: int
+) -> dict[str, int]:
+    """Both users backlogged behind one slot; the prompt tokens each was given over
+    ``grants`` slots. ``users``: name -> (prompt tokens per request, weight)."""
+
+    async def scenario() -> dict[str, int]:
+        limiter = ConcurrencyLimiter(
+            max_in_flight=1, queue_size=2 * grants, timeout=60, measure=measure
+        )
+        assert limiter.try_acquire("nobody")
         waiters: list[asyncio.Future[SlotResult]] = []
         names: list[str] = []
-        for _ in range(12):
-            for user, weight in (("gold", 2), ("basic", 1)):
-                waiters.append(asyncio.ensure_future(limiter.acquire(user, weight=weight)))
+        for _ in range(grants):
+            for user, (prompt, weight) in users.items():
+                waiter = limiter.acquire(user, weight=weight, input_tokens=prompt)
+                waiters.append(asyncio.ensure_future(waiter))
                 names.append(user)
         await asyncio.sleep(0)
-        return await _served_order(limiter, waiters, names)
+        served = {user: 0 for user in users}
+        pending = dict(zip(waiters, names, strict=True))
+        for _ in range(grants):
+            limiter.release()
+            await asyncio.sleep(0)
+            done = [w for w in pending if w.done()]
+            assert len(done) == 1
+            served[pending.pop(done[0])] += users[names[waiters.index(done[0])]][0]
+        for waiter in pending:
+            waiter.cancel()
+        await asyncio.sleep(0)
+        return served
 
-    order = asyncio.run(scenario())
-    first_nine = order[:9]
-    assert first_nine.count("gold") == 6  # two to one while both are backlogged
-    assert first_nine.count("basic") == 3
+    return asyncio.run(scenario())
+
+
+def test_a_long_prompt_and_a_short_prompt_user_get_equal_tokens_not_equal_slots() -> None:
+    users = {"long": (8000, 1), "short": (200, 1)}
+    by_tokens = _tokens_served(measure=Measure.TOKENS, users=users, grants=90)
+    # Equal within one long prompt: 80 short prompts for every two long ones.
+    assert abs(by_tokens["long"] - by_tokens["short"]) <= 8000
+    by_slots = _tokens_served(measure=Measure.REQUESTS, users=users, grants=90)
+    assert by_slots["long"] == 40 * by_slots["short"]  # the slot order: 45 grants each
+
+
+def test_backlogged_users_share_tokens_by_weight() -> None:
+    users = {"gold": (100, 2), "basic": (100, 1)}
+    served = _tokens_served(measure=Measure.TOKENS, users=users, grants=30)
+    assert served == {"gold": 2000, "basic": 1000}  # two to one while both are backlogged
+
+
+def test_output_is_charged_at_its_engine_cost_and_a_refund_lowers_service() -> None:
+    limiter = ConcurrencyLimiter(max_in_flight=1, queue_size=1, timeout=1, clock=lambda: 0.0)
+    limiter.charge("alice", input_tokens=100, output_tokens=10)
+    assert limiter.attained("alice") == 100 + OUTPUT_TOKEN_COST * 10
+    limiter.charge("alice", weight=2, input_tokens=-40)
+    assert limiter.attained("alice") == 140 - 20
+    limiter.charge("bob", input_tokens=-5)  # never below zero
+    assert limiter.attained("bob") == 0.0
+
+
+def test_attained_service_decays_by_half_each_half_life() -> None:
+    now = [0.0]
+    limiter = ConcurrencyLimiter(
+        max_in_flight=1, queue_size=1, timeout=1, clock=lambda: now[0], half_life=60
+    )
+    limiter.charge("alice", input_tokens=1000)
+    now[0] = 60.0
+    assert limiter.attained("alice") == pytest.approx(500)
+    limiter.charge("alice", input_tokens=100)
+    now[0] = 180.0
+    assert limiter.attained("alice") == pytest.approx(600 / 4)
+    assert DECAY_HALF_LIFE_SECONDS == 60.0  # the documented default
+
+
+def test_a_user_served_long_ago_goes_before_one_served_just_now() -> None:
+    async def scenario() -> list[str]:
+        now = [0.0]
+        limiter = ConcurrencyLimiter(
+            max_in_flight=1, queue_size=8, timeout=600, clock=lambda: now[0], half_life=60
+        )
+        limiter.charge("old", input_tokens=8000)  # much more, but ten minutes ago
+        now[0] = 600.0
+        limiter.charge("recent", input_tokens=100)
+        assert limiter.try_acquire("other")
+        waiters = [
+            asyncio.ensure_future(limiter.acquire("recent")),
+            asyncio.ensure_future(limiter.acquire("old")),
+        ]
+        await asyncio.sleep(0)
+        return await _served_order(limiter, waiters, ["recent", "old"])
+
+    assert asyncio.run(scenario()) == ["old", "recent"]
 
 
 def test_one_users_requests_keep_their_order() -> None:

@@ -15,6 +15,11 @@ is released — also when the client leaves or the upstream fails; the app calls
    timeout);
 4. after the relay, ``store.settle`` with what was used (meter.py) and the accounting.
 
+The fair queue orders by tokens served (limits.py): a request's prompt is charged to
+its user when it is given a local slot, its output (and the prompt's exact count, when
+the bound was charged) when it settles; ``_charged`` remembers what each request was
+charged, so a request that never held a slot is charged nothing.
+
 Round trips to a shared store: when a local slot is free at once, ``admit`` asks for
 the budget and the global slot in one call, and ``finish`` settles and releases a global
 slot in one; slots.py says how the slots pair up.
@@ -46,7 +51,7 @@ from sparkllm.gateway.governance.store import (
     Limit,
     Refusal,
 )
-from sparkllm.gateway.limits import ConcurrencyLimiter
+from sparkllm.gateway.limits import ConcurrencyLimiter, Priority
 from sparkllm.gateway.metrics import UserMetrics
 from sparkllm.gateway.replies import ErrorReply
 from sparkllm.gateway.rules.context import Admitted
@@ -99,6 +104,7 @@ class Governor:
         self._policy = policy
         self.count_output = count_output  # the model's tokenizer, for streams without usage
         self._clock = clock
+        self._charged: dict[str, int] = {}  # ticket -> the prompt tokens the queue charged
         self.slots = SlotKeeper(
             store=store,
             limiter=limiter,
@@ -162,23 +168,28 @@ class Governor:
         total beside its user's reservation, which takes the slot: forwarded.py).
         """
         governed = policy.for_user(user)
+        self.limiter.reserve(policy.reserved_interactive_slots)
+        prompt, weight, priority = decision.input_tokens, governed.weight, governed.priority
         # Free at once: the global slot comes with admit.
-        local = slot and self.limiter.try_acquire()
+        local = slot and self.limiter.try_acquire(
+            user, weight=weight, input_tokens=prompt, priority=priority
+        )
         try:
             reserved = await self._reserve_exact(
                 user, decision, policy=policy, governed=governed, recount=recount, local=local
             )
         except BaseException:
             if local:
-                self.limiter.release()
+                self._unserved(user, weight=weight, input_tokens=prompt, priority=priority)
             raise
         if not isinstance(reserved, tuple):
             if local:
-                self.limiter.release()
+                self._unserved(user, weight=weight, input_tokens=prompt, priority=priority)
             return reserved
         admitted, holder, decision = reserved
         if local:
-            self.slots.keep(admitted.ticket, holder)
+            self.slots.keep(admitted.ticket, holder, priority)
+            self._charged[admitted.ticket] = prompt
         exact = decision.input_tokens_exact or recount is None
         requested = decision.max_output_tokens * decision.sequences
         reservation = decision.input_tokens + admitted.granted_output_tokens
@@ -201,6 +212,12 @@ class Governor:
             governed=governed,
             recount=None if exact else recount,
         )
+
+    def _unserved(self, user: str, *, weight: int, input_tokens: int, priority: Priority) -> None:
+        """Give back a local slot taken at admission for a request refused there, and
+        what the fair queue was charged for it."""
+        self.limiter.release(priority)
+        self.limiter.charge(user, weight=weight, input_tokens=-input_tokens, requests=-1)
 
     async def _reserve_exact(
         self,
@@ -260,13 +277,18 @@ class Governor:
     async def wait_for_slot(self, granted: Pass, receive: Receive) -> str | ErrorReply | None:
         """A slot's holder id, the 429, or None if the client disconnects first."""
         governed = granted.governed
-        return await self.slots.wait(
+        holder = await self.slots.wait(
             ticket=granted.ticket,
             user=granted.user,
             weight=governed.weight,
             max_queued=governed.max_queued,
             receive=receive,
+            input_tokens=granted.input_tokens,
+            priority=governed.priority,
         )
+        if isinstance(holder, str):  # given a slot: its prompt was charged (if not at admit)
+            self._charged.setdefault(granted.ticket, granted.input_tokens)
+        return holder
 
     async def measure(
         self, meter: UsageMeter, granted: Pass, *, answered: bool, client_closed: bool = False
@@ -301,6 +323,14 @@ class Governor:
         global slot in the same call to the store.
         """
         release = self.slots.finishing(granted.ticket)
+        charged = self._charged.pop(granted.ticket, None)
+        if charged is not None:  # what it really used, less the prompt charged at its slot
+            self.limiter.charge(
+                granted.user,
+                weight=granted.governed.weight,
+                input_tokens=used.input_tokens - charged,
+                output_tokens=used.output_tokens,
+            )
         await self.store.settle(
             granted.ticket,
             input_tokens=used.input_tokens,

@@ -17,6 +17,8 @@ The file (docs/governance.md has the full table)::
       tokensPerDay: 20000000
       weight: 1                  # share of the slots when they are short
       maxQueuedRequests: 16      # the user's waiting requests
+      priority: interactive      # or batch: goes after interactive, off the reserved slots
+    reservedInteractiveSlots: 1  # slots batch requests never take (default 1)
     users:
       batch: {weight: 1, maxConcurrentRequests: 16}
       alice: {weight: 4, tokensPerDay: 50000000}
@@ -31,6 +33,10 @@ not load must not mean "no limits"); on a later reload it keeps the last good po
 An empty file (nothing, only comments, or ``null``) is refused the same way: an emptied
 ConfigMap key is a mistake far more often than a decision, so "no limits" must be said
 explicitly, as ``{}``.
+
+Priority classes: a user unset in both is ``interactive``, except the operator's own
+benchmark and acceptance Jobs (``sparkllm:bench``), which run as ``batch`` unless the
+policy names that user with a priority of its own.
 """
 
 from __future__ import annotations
@@ -41,17 +47,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from sparkllm.gateway.governance.store import TokenWindow, UserLimits
+from sparkllm.gateway.limits import Priority
+from sparkllm.render.names import BENCH_USER
 
 logger = logging.getLogger(__name__)
 
 MAX_POLICY_BYTES = 1024 * 1024
 DEFAULT_MIN_OUTPUT_TOKENS = 16
+DEFAULT_RESERVED_INTERACTIVE_SLOTS = 1
 # The token windows a policy may set: field -> (window name, seconds).
 WINDOWS = {
     "tokens_per_minute": ("minute", 60),
@@ -76,6 +86,7 @@ class UserPolicy(_Model):
     tokens_per_day: int | None = Field(None, ge=1)
     weight: int | None = Field(None, ge=1, le=1000)
     max_queued_requests: int | None = Field(None, ge=0, le=100_000)
+    priority: Literal["interactive", "batch"] | None = None
 
 
 # Open WebUI's header for the signed-in user's e-mail (ENABLE_FORWARD_USER_INFO_HEADERS):
@@ -106,6 +117,7 @@ class PolicyDocument(_Model):
     """The policy file as written."""
 
     min_output_tokens: int = Field(DEFAULT_MIN_OUTPUT_TOKENS, ge=1)
+    reserved_interactive_slots: int = Field(DEFAULT_RESERVED_INTERACTIVE_SLOTS, ge=0, le=100_000)
     admins: tuple[str, ...] = ()
     defaults: UserPolicy = UserPolicy()
     users: dict[str, UserPolicy] = Field(default_factory=dict)
@@ -119,6 +131,7 @@ class Governed:
     limits: UserLimits
     weight: int
     max_queued: int | None
+    priority: Priority = Priority.INTERACTIVE
 
     @property
     def budgeted(self) -> bool:
@@ -126,7 +139,8 @@ class Governed:
         return bool(self.limits.token_windows)
 
 
-def _resolve(defaults: UserPolicy, override: UserPolicy | None) -> Governed:
+def _resolve(defaults: UserPolicy, override: UserPolicy | None, *, batch: bool = False) -> Governed:
+    """The effective policy; ``batch``: the operator's Jobs' user (batch unless named)."""
     merged = (
         defaults
         if override is None
@@ -145,7 +159,15 @@ def _resolve(defaults: UserPolicy, override: UserPolicy | None) -> Governed:
         ),
         weight=merged.weight or 1,
         max_queued=merged.max_queued_requests,
+        priority=Priority(_priority(defaults, override, batch=batch)),
     )
+
+
+def _priority(defaults: UserPolicy, override: UserPolicy | None, *, batch: bool) -> str:
+    """The user's own class, else batch for the operator's Jobs, else the default's."""
+    if override is not None and override.priority is not None:
+        return override.priority
+    return "batch" if batch else defaults.priority or "interactive"
 
 
 class Policy:
@@ -155,10 +177,14 @@ class Policy:
         self.document = document
         self.min_output_tokens = document.min_output_tokens
         self.admins = frozenset(document.admins)
+        self.reserved_interactive_slots = document.reserved_interactive_slots
         self._default = _resolve(document.defaults, None)
         self._users = {
-            user: _resolve(document.defaults, override) for user, override in document.users.items()
+            user: _resolve(document.defaults, override, batch=user == BENCH_USER)
+            for user, override in document.users.items()
         }
+        if BENCH_USER not in self._users:  # the operator's Jobs: batch unless named
+            self._users[BENCH_USER] = _resolve(document.defaults, None, batch=True)
 
     def for_user(self, user: str) -> Governed:
         return self._users.get(user, self._default)

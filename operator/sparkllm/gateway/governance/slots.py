@@ -20,6 +20,10 @@ Spares never outnumber the requests between ``release`` and ``finishing`` (each
 ``finishing`` takes one if there is one, and only ``claim`` takes one for a request,
 which gives it back by its own ``release``), so none is kept once the gateway is idle.
 Slots ``ask`` took and no one came for are given back by ``finishing``.
+
+A local slot is taken as its request's class (limits.py: batch may not take the slots
+reserved for interactive requests), so the keeper remembers each holder's class and
+gives the slot back as that class.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway.asgi import Receive, wait_for_disconnect
 from sparkllm.gateway.governance import replies
 from sparkllm.gateway.governance.store import GovernanceStore, Limit, SlotRequest
-from sparkllm.gateway.limits import ConcurrencyLimiter, SlotResult
+from sparkllm.gateway.limits import ConcurrencyLimiter, Priority, SlotResult
 from sparkllm.gateway.metrics import UserMetrics
 from sparkllm.gateway.replies import ErrorReply
 
@@ -65,9 +69,10 @@ class SlotKeeper:
         self._queue_timeout = queue_timeout
         self._replica = replica
         self._holders = itertools.count(1)
-        # Ticket -> what admission took for it: a local slot and the global slot's holder
-        # (None: the global slot is still to take). Handed out by wait().
-        self._early: dict[str, str | None] = {}
+        # Ticket -> what admission took for it: a local slot (of a class) and the global
+        # slot's holder (None: the global slot is still to take). Handed out by wait().
+        self._early: dict[str, tuple[str | None, Priority]] = {}
+        self._classes: dict[str, Priority] = {}  # holder -> the class its local slot has
         self._spares: list[str] = []  # global slots released locally, not yet in the store
 
     def ask(self) -> SlotRequest:
@@ -78,23 +83,38 @@ class SlotKeeper:
         """
         return SlotRequest(self._new_holder(), self._max_in_flight)
 
-    def keep(self, ticket: str, holder: str | None) -> None:
+    def keep(self, ticket: str, holder: str | None, priority: Priority) -> None:
         """Admitted holding a local slot (and ``holder``'s global one): kept for wait()."""
-        self._early[ticket] = holder
+        self._early[ticket] = (holder, priority)
 
     async def wait(
-        self, *, ticket: str, user: str, weight: int, max_queued: int | None, receive: Receive
+        self,
+        *,
+        ticket: str,
+        user: str,
+        weight: int,
+        max_queued: int | None,
+        receive: Receive,
+        input_tokens: int = 0,
+        priority: Priority = Priority.INTERACTIVE,
     ) -> str | ErrorReply | None:
         """A slot's holder id, the 429, or None if the client disconnects first."""
         if ticket in self._early:  # admission took the local slot (and the global one)
-            holder = self._early.pop(ticket)
+            holder, priority = self._early.pop(ticket)
             if holder is None:
-                return await self.claim(user)
+                return await self.claim(user, priority=priority)
             self.metrics.waited(user, 0.0)
+            self._classes[holder] = priority
             return holder
-        if self.limiter.try_acquire():  # the common case, without a task
-            return await self.claim(user)
-        waiting = asyncio.ensure_future(self.queue(user, weight=weight, max_queued=max_queued))
+        taken = self.limiter.try_acquire(
+            user, weight=weight, input_tokens=input_tokens, priority=priority
+        )
+        if taken:  # the common case, without a task
+            return await self.claim(user, priority=priority)
+        queued = self.queue(
+            user, weight=weight, max_queued=max_queued, input_tokens=input_tokens, priority=priority
+        )
+        waiting = asyncio.ensure_future(queued)
         disconnect = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             await asyncio.wait((waiting, disconnect), return_when=asyncio.FIRST_COMPLETED)
@@ -107,20 +127,32 @@ class SlotKeeper:
         # A client gone just as a slot came is seen by the relay at once.
         return None if waiting.cancelled() else waiting.result()
 
-    async def queue(self, user: str, *, weight: int, max_queued: int | None) -> str | ErrorReply:
+    async def queue(
+        self,
+        user: str,
+        *,
+        weight: int,
+        max_queued: int | None,
+        input_tokens: int = 0,
+        priority: Priority = Priority.INTERACTIVE,
+    ) -> str | ErrorReply:
         """Wait for a local slot (fairly), then the global one: the holder id, or the 429.
 
         A caller cancelled meanwhile (the client left) gives back what it held.
         """
         waited_from = time.perf_counter()
-        queued = await self.limiter.acquire(user, weight=weight, max_queued=max_queued)
+        queued = await self.limiter.acquire(
+            user, weight=weight, input_tokens=input_tokens, max_queued=max_queued, priority=priority
+        )
         if queued is not SlotResult.ACQUIRED:
             limit = _QUEUE_LIMITS[queued]
             self.metrics.refused(user, reason=limit.value)
             return replies.queue_refused(limit, retry_after=self._retry_after())
-        return await self.claim(user, waited_from=waited_from)
+        return await self.claim(user, priority=priority, waited_from=waited_from)
 
-    async def claim(self, user: str, *, waited_from: float | None = None) -> str | ErrorReply:
+    async def claim(
+        self, user: str, *, priority: Priority, waited_from: float | None = None
+    ) -> str | ErrorReply:
         """Holding a local slot: take the global one (or give the local one back, 429)."""
         started = time.perf_counter() if waited_from is None else waited_from
         holder = self._take_spare()  # a global slot this replica just finished with
@@ -129,29 +161,31 @@ class SlotKeeper:
             try:
                 acquired = await self._global_slot(holder, deadline=started + self._queue_timeout)
             except GovernanceStoreError as exc:
-                self.limiter.release()
+                self.limiter.release(priority)
                 return replies.store_unavailable(str(exc))
             except BaseException:
-                self.limiter.release()
+                self.limiter.release(priority)
                 raise
             if not acquired:
-                self.limiter.release()
+                self.limiter.release(priority)
                 self.metrics.refused(user, reason=Limit.QUEUE_TIMEOUT.value)
                 return replies.queue_refused(Limit.QUEUE_TIMEOUT, retry_after=self._retry_after())
         self.metrics.waited(user, time.perf_counter() - started)
+        self._classes[holder] = priority
         return holder
 
     def release(self, holder: str) -> None:
         """Give the local slot back; the global one waits, a spare, for ``finishing``."""
+        priority = self._classes.pop(holder, Priority.INTERACTIVE)
         self._spares.append(holder)  # before a waiter handed the local slot looks for it
-        self.limiter.release()
+        self.limiter.release(priority)
 
     def finishing(self, ticket: str) -> str | None:
         """At settlement: give back what admission kept for ``ticket`` and no one came
         for; the global holder to release with the settlement (a spare), if any."""
         if ticket in self._early:
-            holder = self._early.pop(ticket)
-            self.limiter.release()
+            holder, priority = self._early.pop(ticket)
+            self.limiter.release(priority)
             self._keep_spare(holder)
         return self._spares.pop() if self._spares else None
 
