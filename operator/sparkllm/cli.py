@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("plan", "sparkllm.plan_command", "per-rank memory plan of an InferenceCluster"),
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
         ("verify-network", "sparkllm.preflight.verify", "network preflight (init container)"),
+        ("verify-memory", "sparkllm.preflight.verify_memory", "memory preflight (init container)"),
         ("bench", "sparkllm.bench.cli", "acceptance benchmark against the gateway"),
         ("usage", "sparkllm.usage_command", "usage per user per day (the gateway's ledger)"),
     ):

@@ -33,6 +33,7 @@ class ConditionType(StrEnum):
     CONFIG_APPLIED = "ConfigApplied"
     CAPACITY_PLANNED = "CapacityPlanned"
     NETWORK_VERIFIED = "NetworkVerified"
+    MEMORY_VERIFIED = "MemoryVerified"
     EXPOSED = "Exposed"
     MONITORED = "Monitored"
     UPDATE_PENDING = "UpdatePending"
@@ -142,6 +143,19 @@ CONDITIONS: Final[tuple[ConditionKind, ...]] = (
             Reason.NETWORK_CHECK_FAILED,
         ),
         "reconcile/decide/network_proof.py",
+        ReadyEffect.INFORMATIONAL,
+    ),
+    ConditionKind(
+        ConditionType.MEMORY_VERIFIED,
+        "every rank's node had the memory its plan needs free, without swap in use or memory "
+        "pressure, right before the engine started (spec.memoryPreflight.mode not off; gate "
+        "mode holds the replicas while False)",
+        (
+            Reason.MEMORY_AVAILABLE,
+            Reason.VERIFICATION_PENDING,
+            Reason.MEMORY_CHECK_FAILED,
+        ),
+        "reconcile/decide/memory_proof.py",
         ReadyEffect.INFORMATIONAL,
     ),
     ConditionKind(

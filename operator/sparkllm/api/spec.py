@@ -19,6 +19,7 @@ from sparkllm.api.common import DNS_LABEL_PATTERN, DnsSubdomain
 from sparkllm.api.engine import EngineSpec
 from sparkllm.api.exposure import ExposureSpec
 from sparkllm.api.governance_store import GatewaySpec
+from sparkllm.api.memory import MemoryPreflightSpec
 from sparkllm.api.meta import MAX_NAME_LENGTH
 from sparkllm.api.model_source import ModelSpec
 from sparkllm.api.operations import MonitoringSpec, NetworkSpec, RestartPolicySpec
@@ -133,6 +134,12 @@ class InferenceClusterSpec(ApiModel):
         default=NetworkSpec(),
         description="network is the RoCE host networking between ranks. Default: the DGX "
         "Spark three-node ring of the documents.",
+    )
+    memory_preflight: MemoryPreflightSpec = Field(
+        default=MemoryPreflightSpec(),
+        description="memoryPreflight is the memory check right before each rank's engine "
+        "starts (condition MemoryVerified): MemAvailable against the rank's plan, swap, "
+        "memory pressure. Default mode off.",
     )
     restart_policy: RestartPolicySpec = Field(
         default=RestartPolicySpec(),

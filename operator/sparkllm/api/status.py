@@ -29,6 +29,7 @@ from sparkllm.api.common import LABEL_KEY_PATTERN, MAX_LABEL_KEY, NodeName
 from sparkllm.api.conditions import ORDER, type_description
 from sparkllm.api.engine_status import MAX_REPLICAS, ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus
+from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.quarantine import MAX_TRACKED_NODES, Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
@@ -267,6 +268,11 @@ class InferenceClusterStatus(ApiModel):
         "URLs); written once the spec is valid.",
     )
     quarantine: tuple[QuarantinedNode, ...] | None = Field(
+    memory: MemoryStatus | None = Field(
+        default=None,
+        description="memory is what the memory preflight found (spec.memoryPreflight not "
+        "off): every node's MemAvailable, swap and memory-pressure findings.",
+    )
         default=None,
         max_length=MAX_TRACKED_NODES,
         description="quarantine lists the nodes no replica of this object is placed on, "

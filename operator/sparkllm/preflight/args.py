@@ -39,3 +39,24 @@ class VerifyNetworkArgs:
     root: Path = option("--root", default=Path("/"), help="where sys, proc, etc are")
     node: str = option("--node", default="", help="node name (default: $NODE_NAME)")
     termination_log: str = option("--termination-log", default=DEFAULT_TERMINATION_LOG)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyMemoryArgs:
+    """What ``sparkllm verify-memory`` compares the node's free memory with: the rank's
+    share of the capacity plan (``render/memory_preflight.py`` fills it in)."""
+
+    COMMAND: ClassVar[tuple[str, ...]] = ("verify-memory",)
+
+    rank: int = option("--rank", default=0, always=True, help="the rank's node rank in the plan")
+    weights_gb: float | None = option(
+        "--weights-gb", default=None, help="the rank's weights in the plan (GB); unset: no plan"
+    )
+    kv_pool_gb: float = option("--kv-pool-gb", default=0.0, help="the rank's planned KV pool")
+    reserve_gb: float | None = option(
+        "--reserve-gb", default=None, help="what SGLang takes outside its static budget (GB)"
+    )
+    proc_dir: Path = option("--proc-dir", default=Path("/proc"), help="the host's /proc")
+    gate: bool = option("--gate", default=False, help="exit 1 when a check fails")
+    node: str = option("--node", default="", help="node name (default: $NODE_NAME)")
+    termination_log: str = option("--termination-log", default=DEFAULT_TERMINATION_LOG)

@@ -37,6 +37,10 @@ class Check(StrEnum):
     ADVERTISED_ADDRESS = "AdvertisedAddress"
     BANDWIDTH = "Bandwidth"
     PREFLIGHT = "Preflight"  # the check itself gave no readable result
+    # The memory preflight's (preflight/memory.py, condition MemoryVerified).
+    MEM_AVAILABLE = "MemAvailable"
+    SWAP = "Swap"
+    MEMORY_PRESSURE = "MemoryPressure"
 
 
 @dataclass(frozen=True, slots=True)

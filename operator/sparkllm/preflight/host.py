@@ -163,6 +163,10 @@ class HostView:
     def meminfo_kb(self, key: str) -> int | None:
         return parse_meminfo_kb(self._read("proc/meminfo") or "", key)
 
+    def text(self, relative: str) -> str | None:
+        """A file's text by its kernel path (``proc/meminfo``); None when unreadable."""
+        return self._read(relative)
+
     def memlock(self) -> tuple[int, int] | None:
         return parse_memlock(self._read("proc/self/limits") or "")
 

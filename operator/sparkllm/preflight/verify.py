@@ -76,12 +76,18 @@ def run(namespace: argparse.Namespace) -> int:
         except OSError as exc:
             text = f"cannot copy the bandwidth module to {args.copy_bandwidth_module}: {exc}"
             findings.append(Finding(node, Check.PREFLIGHT, Severity.ERROR, text))
-    write_termination_message(args.termination_log, to_json(findings))
+    return finish(findings, command="verify-network", log=args.termination_log, gate=args.gate)
+
+
+def finish(findings: list[Finding], *, command: str, log: str, gate: bool) -> int:
+    """Leave the findings in the termination message, print them; the exit status (1 for
+    an error in gate mode). verify-memory ends the same way."""
+    write_termination_message(log, to_json(findings))
     for finding in findings:
-        print(f"[verify-network] {finding.line()}", flush=True)
+        print(f"[{command}] {finding.line()}", flush=True)
     errors = failed(findings)
-    print(f"[verify-network] {len(errors)} errors, {len(findings) - len(errors)} other findings")
-    return 1 if errors and args.gate else 0
+    print(f"[{command}] {len(errors)} errors, {len(findings) - len(errors)} other findings")
+    return 1 if errors and gate else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from sparkllm.keys import (
     LABEL_SERVING,
 )
 from sparkllm.render.engine import engine_env
+from sparkllm.render.memory_preflight import memory_preflight
 from sparkllm.render.model_access import model_volume
 from sparkllm.render.names import (
     owner_reference,
@@ -253,6 +254,7 @@ def render_rank_statefulset(
     args = engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip)
     engine_image = plan.engine_image or ic.spec.engine.image
     init_containers.append(launch_check_container(ic, image=engine_image, args=args))
+    init_containers += memory_preflight(ic, rank=rank, image=tools_image, volumes=volumes)
     if ic.spec.model.checksums is not None:
         volumes.append(
             {

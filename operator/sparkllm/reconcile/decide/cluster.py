@@ -24,6 +24,7 @@ from typing import Any
 from sparkllm.api import ConditionType, InferenceCluster, InferenceClusterSpec, Phase, Reason
 from sparkllm.api.engine_status import ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus, RedisStoreSpec, gateway_status
+from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.status import FrontDoorStatus
 from sparkllm.configcheck import compare_server_info
@@ -40,6 +41,8 @@ from sparkllm.reconcile.decide.all_replicas import (
     place,
 )
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
+from sparkllm.reconcile.decide.failover import lost_pods
+from sparkllm.reconcile.decide.memory_proof import memory_report, memory_verdict
 from sparkllm.reconcile.decide.drain import plan_drain
 from sparkllm.reconcile.decide.monitoring import decide_monitors
 from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
@@ -139,6 +142,8 @@ def _act(
     network = network_verdict(ic, observed, previous, generation=generation, force=force)
     net_status = None if network is None else network_report(ic, observed, previous, network)
     phases = {int(r["index"]): str(r.get("phase")) for r in previous.get("replicaStatuses") or []}
+    memory = memory_verdict(ic, observed, previous, generation=generation, force=force)
+    mem_status = None if memory is None else memory_report(ic, observed, previous, memory)
     versions = decide_versions(
         ic, observed, previous, generation=generation, force=force, phases=phases
     )
@@ -146,7 +151,7 @@ def _act(
         previous_status=previous,
         generation=generation,
         force=force,
-        blocked=_blocking(ic, model=model, network=network, launch=versions.launch),
+        blocked=_blocking(ic, model=model, network=network, launch=versions.launch, memory=memory),
         engine_key=key_seen.ref,
         gateway_image=gateway_image,
         now=now,
@@ -176,7 +181,7 @@ def _act(
     events.extend(
         _proof_events(
             previous, model, config, versions.launch, versions.images,
-            *_stuck(report, generation), *exposed,
+            *_stuck(report, generation), *exposed, *(() if memory is None else (memory,)),
         )
     )  # fmt: skip
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
@@ -192,7 +197,8 @@ def _act(
     drain = plan_drain(observed, replicas=ic.spec.replicas, running=running, now=now)
     events.extend(drain.events)
     proofs = (
-        capacity, model, config, *(() if network is None else (network,)), *exposed,
+        capacity, model, config, *(() if network is None else (network,)),
+        *(() if memory is None else (memory,)), *exposed,
         *monitors.conditions, *pending, versions.launch, versions.images,
     )  # fmt: skip
     proven = replace(report, extra_conditions=proofs)
@@ -227,6 +233,7 @@ def _act(
 def _stuck(report: ClusterReport, generation: int) -> tuple[JSON, ...]:
     """Progressing=False for a reason the user must act on (a Warning Event when new)."""
     status, reason, message = progressing_verdict(report)
+            memory=mem_status,
     if status or reason not in {Reason.NODE_GROUP_IN_USE, Reason.UNSCHEDULABLE}:
         return ()
     kind = ConditionType.PROGRESSING
@@ -269,10 +276,15 @@ def exposed_condition(
 
 
 def _blocking(
-    ic: InferenceCluster, *, model: JSON, network: JSON | None, launch: JSON | None = None
+    ic: InferenceCluster,
+    *,
+    model: JSON,
+    network: JSON | None,
+    launch: JSON | None = None,
+    memory: JSON | None = None,
 ) -> str | None:
     """Why the replicas must not run: model copies disagree, the image's SGLang refuses the
-    command line (decide/versions.py), or a gate-mode preflight failed."""
+    command line (decide/versions.py), or a gate-mode preflight (network, memory) failed."""
     if model["status"] == "False":
         return f"model copies disagree: {model['message']}"
     if launch is not None and launch["status"] == "False":
@@ -303,6 +315,9 @@ def _config_results(
     results: dict[int, ConfigResult] = {}
     for replica in report.replicas:
         if replica.phase is not Phase.READY or replica.endpoint is None:
+    gate = ic.spec.memory_preflight.mode == "gate"
+    if gate and memory is not None and memory["status"] == "False":
+        return f"memory preflight failed: {memory['message']}"
             continue
         seen = observation.server_info.get(replica.index)
         if seen is not None and seen.generation == replica.generation:
@@ -359,6 +374,7 @@ def _status(
 
 
 def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...]) -> JSON | None:
+    memory: JSON | None = None,
     """The merge patch removing the request annotations this pass answered (and setting
     what a run asked for: an accepted baseline)."""
     consumed: dict[str, str | None] = {}
@@ -373,6 +389,7 @@ def _blocked(
     observation: Observation,
     obj: JSON,
     message: str,
+        memory=None if memory is None else MemoryStatus.model_validate(memory),
     *,
     reason: Reason = Reason.INVALID_SPEC,
     extra: tuple[JSON, ...] = (),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from sparkllm.api import ConditionType, InferenceCluster, Reason
 from sparkllm.api.network_status import MAX_FINDINGS
@@ -40,17 +40,37 @@ def _unreadable(node: str, container: str, code: int | None, message: str) -> Fi
     return Finding(node, Check.PREFLIGHT, Severity.ERROR, text)
 
 
-def _network_findings(pod: Mapping[str, Any]) -> list[Finding] | None:
-    """The verify-network findings of one rank pod; None while its check has not ended."""
+def preflight_findings(
+    pod: Mapping[str, Any], container: str = NETWORK_CONTAINER
+) -> list[Finding] | None:
+    """The findings one rank pod's check container (verify-network by default; the memory
+    preflight's too) left, on the pod's node; None while it has not ended."""
     node = _node(pod)
-    message, code = init_container_result(pod, NETWORK_CONTAINER)
+    message, code = init_container_result(pod, container)
     if not message and code in (None, 0):
         return None  # not ended, or ended without writing (kwok's stand-in status)
     message = message or ""
     try:
         return [replace(f, node=node) for f in from_json(message)]
     except (ValueError, KeyError, TypeError):
-        return [_unreadable(node, NETWORK_CONTAINER, code, message)]
+        return [_unreadable(node, container, code, message)]
+
+
+def ordered_findings(findings: Sequence[Finding]) -> JSON:
+    """A status's ``findings`` (errors first, bounded) and ``omittedFindings``."""
+    ordered = sorted(findings, key=lambda f: _ORDER[f.severity])
+    return {
+        "findings": [
+            {
+                "node": f.node,
+                "check": f.check.value,
+                "severity": f.severity.value,
+                "message": f.message[:1024],
+            }
+            for f in ordered[:MAX_FINDINGS]
+        ],
+        "omittedFindings": max(0, len(ordered) - MAX_FINDINGS),
+    }
 
 
 def _measures(pod: Mapping[str, Any]) -> bool:
@@ -82,7 +102,7 @@ class NetworkEvidence:
     measurements: list[JSON] = field(default_factory=list)
 
     def add(self, pod: Mapping[str, Any]) -> None:
-        found = _network_findings(pod)
+        found = preflight_findings(pod)
         if found is None:
             return
         self.findings.extend(found)
@@ -159,20 +179,7 @@ def network_condition(
 def network_status(pods: Sequence[Mapping[str, Any]]) -> JSON:
     """``status.network``: every finding (errors first, bounded) and the measurements."""
     evidence = collect(pods)
-    ordered = sorted(evidence.findings, key=lambda f: _ORDER[f.severity])
-    return {
-        "findings": [
-            {
-                "node": f.node,
-                "check": f.check.value,
-                "severity": f.severity.value,
-                "message": f.message[:1024],
-            }
-            for f in ordered[:MAX_FINDINGS]
-        ],
-        "omittedFindings": max(0, len(ordered) - MAX_FINDINGS),
-        "bandwidth": evidence.measurements,
-    }
+    return {**ordered_findings(evidence.findings), "bandwidth": evidence.measurements}
 
 
 def network_verdict(
@@ -189,16 +196,51 @@ def network_verdict(
     a model mismatch, it is kept until the spec changes or a restart is requested, which
     runs the check again.
     """
-    mode = ic.spec.network.preflight.mode
+    return preflight_verdict(
+        ic.spec.network.preflight.mode,
+        observed,
+        previous_status,
+        ConditionType.NETWORK_VERIFIED,
+        network_condition,
+        generation=generation,
+        force=force,
+    )
+
+
+class Judge(Protocol):
+    """A preflight's condition from the rank pods (network_condition, memory_condition)."""
+
+    def __call__(
+        self, pods: Sequence[Mapping[str, Any]], *, generation: int, expected: int = 0
+    ) -> JSON: ...
+
+
+def preflight_verdict(
+    mode: str,
+    observed: Observed,
+    previous_status: Mapping[str, Any],
+    kind: ConditionType,
+    judge: Judge,
+    *,
+    generation: int,
+    force: bool,
+) -> JSON | None:
+    """A preflight's condition in its mode: None when off; in gate mode a failure is kept
+    (the stop takes the pods and their messages) until the spec changes or a restart."""
     if mode == "off":
         return None
     engine_pods, expected = rank_pods(observed)
-    network = network_condition(engine_pods, generation=generation, expected=expected)
+    verdict = judge(engine_pods, generation=generation, expected=expected)
     if mode != "gate":
-        return network
-    return keep_failed(
-        network, previous_status, ConditionType.NETWORK_VERIFIED, generation=generation, force=force
-    )
+        return verdict
+    return keep_failed(verdict, previous_status, kind, generation=generation, force=force)
+
+
+def kept_report(verdict: JSON, report: JSON, previous: Mapping[str, Any] | None) -> JSON:
+    """A preflight's status part; while a failed verdict is kept, so are its findings."""
+    if verdict["status"] == "False" and not report["findings"] and previous:
+        return dict(previous)
+    return report
 
 
 def network_report(
@@ -212,8 +254,4 @@ def network_report(
     if ic.spec.network.preflight.mode == "off":
         return None
     engine_pods, _ = rank_pods(observed)
-    report = network_status(engine_pods)
-    previous = previous_status.get("network")
-    if verdict["status"] == "False" and not report["findings"] and previous:
-        return dict(previous)
-    return report
+    return kept_report(verdict, network_status(engine_pods), previous_status.get("network"))

@@ -328,3 +328,4 @@ def cause_class(cause: str) -> str:
         if word in cause:
             return name
     return "other"
+        ("memory preflight", "memory_preflight"),

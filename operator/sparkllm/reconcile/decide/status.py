@@ -23,6 +23,7 @@ from sparkllm.api import Condition, ConditionType, Phase, Reason
 from sparkllm.api.conditions import ORDER, ready_blockers
 from sparkllm.api.engine_status import ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus
+from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.rules import ApiModel
 from sparkllm.api.status import (
@@ -325,6 +326,7 @@ def derive_status(
     """The full status object for ``report`` and the other steps' ``parts``, reusing
     transition times from ``previous``: one typed InferenceClusterStatus, serialised once."""
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
+    memory: MemoryStatus | None = None
     given = parts or StatusParts()
     previous_conditions = previous.get("conditions") or []
     conditions, hand_made = _set_conditions(previous_conditions, _conditions(report), now)
@@ -348,3 +350,4 @@ def derive_status(
     if hand_made:  # only a hand-made previous status has them; kept as they were
         out["conditions"] = _ordered([*out["conditions"], *hand_made])
     return out
+        memory=given.memory,
