@@ -59,9 +59,9 @@ class Reason(StrEnum):
     CONFIG_MATCHES = "ConfigMatches"  # ConfigApplied=True
     NETWORK_CHECKS_PASSED = "NetworkChecksPassed"  # NetworkVerified=True
     NETWORK_CHECK_FAILED = "NetworkCheckFailed"  # a node failed a network preflight check
-    CONFIG_MISMATCH = "ConfigMismatch"  # rank 0 runs with settings the spec did not ask for
     MEMORY_AVAILABLE = "MemoryAvailable"  # MemoryVerified=True
     MEMORY_CHECK_FAILED = "MemoryCheckFailed"  # a node lacks free memory or is under pressure
+    CONFIG_MISMATCH = "ConfigMismatch"  # rank 0 runs with settings the spec did not ask for
     LAUNCH_ACCEPTED = "LaunchAccepted"  # LaunchChecked=True: each rank's SGLang accepts its args
     LAUNCH_REFUSED = "LaunchRefused"  # LaunchChecked=False: the image's SGLang refuses a flag
     IMAGES_MATCH = "ImagesMatch"  # ImagesConsistent=True: one digest and version per replica

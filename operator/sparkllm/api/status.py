@@ -255,6 +255,11 @@ class InferenceClusterStatus(ApiModel):
         description="network is what the network preflight found (spec.network.preflight "
         "not off): every node's findings and each replica's measured bus bandwidth.",
     )
+    memory: MemoryStatus | None = Field(
+        default=None,
+        description="memory is what the memory preflight found (spec.memoryPreflight not "
+        "off): every node's MemAvailable, swap and memory-pressure findings.",
+    )
     engines: tuple[ReplicaEngineStatus, ...] | None = Field(
         default=None,
         max_length=MAX_REPLICAS,
@@ -268,11 +273,6 @@ class InferenceClusterStatus(ApiModel):
         "URLs); written once the spec is valid.",
     )
     quarantine: tuple[QuarantinedNode, ...] | None = Field(
-    memory: MemoryStatus | None = Field(
-        default=None,
-        description="memory is what the memory preflight found (spec.memoryPreflight not "
-        "off): every node's MemAvailable, swap and memory-pressure findings.",
-    )
         default=None,
         max_length=MAX_TRACKED_NODES,
         description="quarantine lists the nodes no replica of this object is placed on, "

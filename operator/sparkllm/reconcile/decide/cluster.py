@@ -41,9 +41,8 @@ from sparkllm.reconcile.decide.all_replicas import (
     place,
 )
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
-from sparkllm.reconcile.decide.failover import lost_pods
-from sparkllm.reconcile.decide.memory_proof import memory_report, memory_verdict
 from sparkllm.reconcile.decide.drain import plan_drain
+from sparkllm.reconcile.decide.memory_proof import memory_report, memory_verdict
 from sparkllm.reconcile.decide.monitoring import decide_monitors
 from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
 from sparkllm.reconcile.decide.observation import Observation
@@ -141,9 +140,9 @@ def _act(
     model = model_verdict(observed, previous, generation=generation, force=force)
     network = network_verdict(ic, observed, previous, generation=generation, force=force)
     net_status = None if network is None else network_report(ic, observed, previous, network)
-    phases = {int(r["index"]): str(r.get("phase")) for r in previous.get("replicaStatuses") or []}
     memory = memory_verdict(ic, observed, previous, generation=generation, force=force)
     mem_status = None if memory is None else memory_report(ic, observed, previous, memory)
+    phases = {int(r["index"]): str(r.get("phase")) for r in previous.get("replicaStatuses") or []}
     versions = decide_versions(
         ic, observed, previous, generation=generation, force=force, phases=phases
     )
@@ -216,6 +215,7 @@ def _act(
             previous,
             now,
             network=net_status,
+            memory=mem_status,
             gateway=gateway,
             runs=runs,
             front_door=front_door_status(ic),
@@ -233,7 +233,6 @@ def _act(
 def _stuck(report: ClusterReport, generation: int) -> tuple[JSON, ...]:
     """Progressing=False for a reason the user must act on (a Warning Event when new)."""
     status, reason, message = progressing_verdict(report)
-            memory=mem_status,
     if status or reason not in {Reason.NODE_GROUP_IN_USE, Reason.UNSCHEDULABLE}:
         return ()
     kind = ConditionType.PROGRESSING
@@ -292,6 +291,9 @@ def _blocking(
     gate = ic.spec.network.preflight.mode == "gate"
     if gate and network is not None and network["status"] == "False":
         return f"network preflight failed: {network['message']}"
+    gate = ic.spec.memory_preflight.mode == "gate"
+    if gate and memory is not None and memory["status"] == "False":
+        return f"memory preflight failed: {memory['message']}"
     return None
 
 
@@ -315,9 +317,6 @@ def _config_results(
     results: dict[int, ConfigResult] = {}
     for replica in report.replicas:
         if replica.phase is not Phase.READY or replica.endpoint is None:
-    gate = ic.spec.memory_preflight.mode == "gate"
-    if gate and memory is not None and memory["status"] == "False":
-        return f"memory preflight failed: {memory['message']}"
             continue
         seen = observation.server_info.get(replica.index)
         if seen is not None and seen.generation == replica.generation:
@@ -351,6 +350,7 @@ def _status(
     now: datetime,
     *,
     network: JSON | None = None,
+    memory: JSON | None = None,
     gateway: JSON | None = None,
     runs: tuple[BenchmarkOutcome, ...],
     front_door: JSON | None = None,
@@ -364,6 +364,7 @@ def _status(
     parts = StatusParts(
         front_door=None if front_door is None else FrontDoorStatus.model_validate(front_door),
         network=None if network is None else NetworkStatus.model_validate(network),
+        memory=None if memory is None else MemoryStatus.model_validate(memory),
         gateway=None if gateway is None else GatewayStatus.model_validate(gateway),
         benchmark=kept.get("benchmark"),
         acceptance=kept.get(ACCEPTANCE_FIELD),
@@ -374,7 +375,6 @@ def _status(
 
 
 def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...]) -> JSON | None:
-    memory: JSON | None = None,
     """The merge patch removing the request annotations this pass answered (and setting
     what a run asked for: an accepted baseline)."""
     consumed: dict[str, str | None] = {}
@@ -389,7 +389,6 @@ def _blocked(
     observation: Observation,
     obj: JSON,
     message: str,
-        memory=None if memory is None else MemoryStatus.model_validate(memory),
     *,
     reason: Reason = Reason.INVALID_SPEC,
     extra: tuple[JSON, ...] = (),

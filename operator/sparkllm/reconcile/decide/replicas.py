@@ -315,6 +315,7 @@ def cause_class(cause: str) -> str:
         ("pipeline hung", "pipeline_hung"),
         ("model copies", "model_mismatch"),
         ("network preflight", "network_preflight"),
+        ("memory preflight", "memory_preflight"),
         ("container exited", "container_exit"),
         ("init container", "init_failed"),
         ("pod failed", "pod_failed"),
@@ -328,4 +329,3 @@ def cause_class(cause: str) -> str:
         if word in cause:
             return name
     return "other"
-        ("memory preflight", "memory_preflight"),

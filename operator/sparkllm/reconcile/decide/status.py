@@ -311,6 +311,7 @@ class StatusParts:
 
     front_door: FrontDoorStatus | None = None
     network: NetworkStatus | None = None
+    memory: MemoryStatus | None = None
     gateway: GatewayStatus | None = None
     benchmark: JSON | None = None
     acceptance: JSON | None = None
@@ -326,7 +327,6 @@ def derive_status(
     """The full status object for ``report`` and the other steps' ``parts``, reusing
     transition times from ``previous``: one typed InferenceClusterStatus, serialised once."""
     ready = sum(1 for r in report.replicas if r.phase is Phase.READY)
-    memory: MemoryStatus | None = None
     given = parts or StatusParts()
     previous_conditions = previous.get("conditions") or []
     conditions, hand_made = _set_conditions(previous_conditions, _conditions(report), now)
@@ -341,6 +341,7 @@ def derive_status(
         restarts=sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
         front_door=given.front_door,
         network=given.network,
+        memory=given.memory,
         engines=given.engines or None,
         gateway=given.gateway,
         benchmark=given.benchmark,
@@ -350,4 +351,3 @@ def derive_status(
     if hand_made:  # only a hand-made previous status has them; kept as they were
         out["conditions"] = _ordered([*out["conditions"], *hand_made])
     return out
-        memory=given.memory,
