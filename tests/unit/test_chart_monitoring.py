@@ -99,6 +99,8 @@ RESOURCE_ALERTS = {
     "SparkLLMReplicaRestarted": "sparkllm_gang_restarts_total",
     "SparkLLMNodeMemoryPressure": "node_pressure_memory_waiting_seconds_total",
     "SparkLLMNodeSwapInUse": "node_memory_SwapFree_bytes",
+    "SparkLLMNodeMemoryPressureFull": "node_pressure_memory_stalled_seconds_total",
+    "SparkLLMNodeMemAvailableLow": "node_memory_MemAvailable_bytes",
     "SparkLLMNodeOOMKill": "node_vmstat_oom_kill",
     "SparkLLMGPUXIDError": "DCGM_FI_DEV_XID_ERRORS",
     "SparkLLMRDMAPortErrors": "node_infiniband_port_errors_received_total",
@@ -195,6 +197,8 @@ CHANGED_THRESHOLDS = {
     "restartsPerHour": 4,
     "memoryPressureRatio": 0.25,
     "swapUsedBytes": 1048576,
+    "memoryPressureFullRatio": 0.02,
+    "memAvailableBytes": 16000000000,
 }
 
 
@@ -202,6 +206,8 @@ def test_thresholds_come_from_values() -> None:
     rules = alerts(rule_of({"prometheusRule": CHANGED_THRESHOLDS}))
     assert rules["SparkLLMNodeMemoryPressure"]["expr"].endswith("> 0.25")
     assert rules["SparkLLMNodeSwapInUse"]["expr"].endswith("> 1048576")
+    assert rules["SparkLLMNodeMemoryPressureFull"]["expr"].endswith("> 0.02")
+    assert rules["SparkLLMNodeMemAvailableLow"]["expr"].endswith("< 16000000000")
     assert rules["SparkLLMTimeToFirstTokenHigh"]["expr"].endswith("> 7.5")
     assert rules["SparkLLMKVCacheNearlyFull"]["expr"].endswith("> 0.8")
     assert "> 12 and" in rules["SparkLLMQueueGrowing"]["expr"]
