@@ -31,6 +31,7 @@ from sparkllm.gateway.governance.meter import Used
 from sparkllm.gateway.governance.policy import UNGOVERNED, Policy
 from sparkllm.gateway.governance.redis_scripts import WINDOW_GRACE_SECONDS
 from sparkllm.gateway.governance.redis_store import RedisStore
+from sparkllm.gateway.governance.redis_wire import parse
 from sparkllm.gateway.governance.store import (
     Admit,
     AdmitRequest,
@@ -108,7 +109,8 @@ async def settle(store: RedisStore, ticket: str, *, output: int, release: str) -
 
 
 class Trips:
-    """The commands a store sends to Redis (each one a round trip)."""
+    """The commands a store sends to Redis (each one a round trip), on either of its
+    connections: redis-py's and the lean one of the request path's scripts."""
 
     def __init__(self, store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[str] = []
@@ -120,6 +122,17 @@ class Trips:
             return await send(*args, **options)
 
         monkeypatch.setattr(client, "execute_command", counted)
+        wire = store.wire
+        exchange: Callable[..., Awaitable[Any]] = wire._exchange
+
+        async def written(protocol: Any, command: bytes) -> Any:
+            words, _ = parse(command, 0)
+            assert isinstance(words, list)
+            assert isinstance(words[0], bytes)
+            self.sent.append(words[0].decode())
+            return await exchange(protocol, command)
+
+        monkeypatch.setattr(wire, "_exchange", written)
 
     def take(self) -> list[str]:
         sent, self.sent = self.sent, []

@@ -131,7 +131,7 @@ def init_container_failed() -> Observation:
 
 def node_down(**faults: tuple[str, ...]) -> Callable[[], Observation]:
     def build() -> Observation:
-        obs = serving()
+        obs = serving(groups=1)  # no spare group: the replica waits for its node
         return replace(obs, observed=replace(obs.observed, nodes=nodes(**faults)))
 
     return build

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -125,8 +126,16 @@ READY = {"type": "Ready", "status": "True"}
         pytest.param(
             {"metadata": {"name": "n"},
              "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}},
-            NodeFacts(name="n", internal_ip=None, ready=False),
-            id="ready-unknown-is-not-ready",
+            NodeFacts(name="n", internal_ip=None, ready=False, heartbeat_lost=True),
+            id="ready-unknown-is-not-ready-and-heartbeat-lost",
+        ),
+        pytest.param(
+            {"metadata": {"name": "n"},
+             "status": {"conditions": [{"type": "Ready", "status": "True",
+                                        "lastTransitionTime": "2026-12-01T10:00:00Z"}]}},
+            NodeFacts(name="n", internal_ip=None, ready=True,
+                      ready_changed=datetime(2026, 12, 1, 10, 0, tzinfo=UTC)),
+            id="ready-since-its-last-transition",
         ),
         pytest.param(
             {

@@ -48,6 +48,9 @@ async def execute(api: KubeAPI, plan: Plan, *, clock: Callable[[], datetime]) ->
     for pod in plan.pod_patches:
         await api.merge_patch(POD, pod.name, pod.namespace, pod.patch)
         metrics.WRITES.labels(verb="patch", kind="Pod").inc()
+    for removal in plan.delete_pods:  # on a lost node: no kubelet will confirm the end
+        await api.delete(POD, removal.name, removal.namespace, uid=removal.uid, grace_seconds=0)
+        metrics.WRITES.labels(verb="delete", kind="Pod").inc()
     for obj in plan.apply:
         await api.apply(obj)
         metrics.WRITES.labels(verb="apply", kind=obj["kind"]).inc()
@@ -62,6 +65,12 @@ async def execute(api: KubeAPI, plan: Plan, *, clock: Callable[[], datetime]) ->
         metrics.WRITES.labels(verb="patch", kind=KIND).inc()
     if plan.replica_phases is not None:
         metrics.record_replica_phases(meta["namespace"], meta["name"], list(plan.replica_phases))
+    if plan.quarantined_nodes is not None:
+        gauge = metrics.QUARANTINED_NODES.labels(namespace=meta["namespace"], cluster=meta["name"])
+        gauge.set(plan.quarantined_nodes)
+    if plan.failovers:
+        counter = metrics.FAILOVERS.labels(namespace=meta["namespace"], cluster=meta["name"])
+        counter.inc(plan.failovers)
 
 
 async def benchmark_jobs(api: KubeAPI, plan: Plan) -> None:

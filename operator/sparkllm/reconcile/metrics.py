@@ -38,6 +38,16 @@ GANG_RESTARTS: Final = Counter(
     "Whole-replica restarts, by cause.",
     ["namespace", "cluster", "cause"],
 )
+QUARANTINED_NODES: Final = Gauge(
+    "sparkllm_quarantined_nodes",
+    "Nodes an InferenceCluster places no replica on (status.quarantine).",
+    ["namespace", "cluster"],
+)
+FAILOVERS: Final = Counter(
+    "sparkllm_node_failovers_total",
+    "Replicas moved to a spare node group after a node of their group failed.",
+    ["namespace", "cluster"],
+)
 WRITES: Final = Counter(
     "sparkllm_api_writes_total",
     "Writes the operator made to the Kubernetes API, by verb and kind.",
@@ -56,6 +66,9 @@ def forget_cluster(namespace: str, cluster: str) -> None:
     for phase in Phase:
         with contextlib.suppress(KeyError):
             REPLICAS.remove(namespace, cluster, phase.value)
+    for series in (QUARANTINED_NODES, FAILOVERS):
+        with contextlib.suppress(KeyError):
+            series.remove(namespace, cluster)
     for labels in list(GANG_RESTARTS._metrics):  # prometheus-client has no prefix removal
         if labels[:2] == (namespace, cluster):
             GANG_RESTARTS.remove(*labels)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sparkllm.api import InferenceClusterSpec
@@ -34,6 +35,18 @@ class NodeFacts:
     ready: bool
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
+    # When the Ready condition last flipped (the start of a NotReady spell, or of a Ready
+    # one: a quarantine's settle time counts from it), and whether the kubelet stopped
+    # posting at all (Ready=Unknown: the heartbeat is lost, as when a Spark wedges).
+    ready_changed: datetime | None = None
+    heartbeat_lost: bool = False
+
+
+def _time(text: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text)) if text else None
+    except ValueError:
+        return None
 
 
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
@@ -42,13 +55,17 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     addresses = status.get("addresses") or []
     internal = next((a["address"] for a in addresses if a.get("type") == "InternalIP"), None)
     conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    ready_condition: Mapping[str, Any] = next(
+        (c for c in conditions if c.get("type") == "Ready"), {}
+    )
     return NodeFacts(
         name=node["metadata"]["name"],
         internal_ip=internal,
-        ready=ready,
+        ready=ready_condition.get("status") == "True",
         labels=dict(node["metadata"].get("labels") or {}),
         unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        ready_changed=_time(ready_condition.get("lastTransitionTime")),
+        heartbeat_lost=ready_condition.get("status") == "Unknown",
     )
 
 
@@ -186,6 +203,7 @@ def assign_groups(
     groups: Sequence[NodeGroup],
     current: Mapping[int, str],
     holders: Sequence[NodeHolder] = (),
+    avoid: frozenset[str] = frozenset(),
 ) -> Assignment:
     """Give each replica 0..replicas-1 a group, keeping the groups replicas already hold.
 
@@ -193,7 +211,8 @@ def assign_groups(
     StatefulSets). A replica whose group vanished is left unplaced rather than moved: its
     ranks' nodes are physical and a move would be a different replica. A group another
     InferenceCluster holds (``holders``) goes to no new replica; a replica keeps its
-    group unless an older object holds it too (both placed it at the same time).
+    group unless an older object holds it too (both placed it at the same time). A group
+    in ``avoid`` (one of its nodes is quarantined) goes to no new replica either.
     """
     by_key = {g.key: g for g in groups}
     taken = {key for index, key in current.items() if index < replicas and key in by_key}
@@ -202,7 +221,7 @@ def assign_groups(
               for g in groups if users[g.key] is not None}  # fmt: skip
     assigned: dict[int, NodeGroup] = {}
     unplaced: list[int] = []
-    free = [g for g in groups if g.key not in taken and g.key not in in_use]
+    free = [g for g in groups if g.key not in taken | avoid and g.key not in in_use]
     for index in range(replicas):
         key = current.get(index)
         if key is not None:

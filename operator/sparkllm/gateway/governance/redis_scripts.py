@@ -64,10 +64,14 @@ local function release_user(prefix, user)
 end
 
 -- Take one of `limit` global slots for `holder` (kept if it holds one): 1, or 0 if full.
+-- Two calls while slots are free; lapsed slots are dropped only when the set looks full
+-- (they can only make it look fuller than it is).
 local function take_slot(slots, holder, limit, lease, now)
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-  if not redis.call('ZSCORE', slots, holder) and redis.call('ZCARD', slots) >= limit then
-    return 0
+  if redis.call('ZCARD', slots) >= limit then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+    if not redis.call('ZSCORE', slots, holder) and redis.call('ZCARD', slots) >= limit then
+      return 0
+    end
   end
   redis.call('ZADD', slots, now + lease, holder)
   return 1

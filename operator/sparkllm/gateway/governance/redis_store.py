@@ -16,7 +16,10 @@ frees the slot. Nothing held by a dead gateway leaks for longer than one lease.
 a lease (a refresh that failed, or found it gone, makes it untrusted at once).
 
 Round trips per request: ``admit`` (with the slot when asked) and ``settle`` (with the
-release when asked) are one script each; redis_scripts.py says which costs what.
+release when asked) are one script each; redis_scripts.py says which costs what. The
+scripts of the request path (``admit``, ``settle``, ``acquire_slot``) go over a lean
+connection of their own (redis_wire.py: redis-py's asyncio client costs about a round
+trip's time again around each command); the refresh, the ledger and ``ping`` use redis-py.
 
 Failures: ``admit`` and ``acquire_slot`` raise ``GovernanceStoreError`` when Redis
 cannot answer (the gateway answers 503: it cannot promise a budget it cannot check).
@@ -41,6 +44,7 @@ from redis.exceptions import RedisError
 from sparkllm.errors import GovernanceStoreError
 from sparkllm.gateway.governance import redis_scripts as scripts
 from sparkllm.gateway.governance.redis_ledger import epoch_day, read_rows
+from sparkllm.gateway.governance.redis_wire import Script, ScriptConnection
 from sparkllm.gateway.governance.store import (
     MINUTE_SECONDS,
     Admit,
@@ -105,10 +109,11 @@ class RedisStore:
         self._lease_ms = max(1, round(lease_seconds * 1000))
         self._leases_key = f"{key_prefix}:leases"
         self._slots_key = f"{key_prefix}:slots"
-        self._admit = client.register_script(scripts.ADMIT)
-        self._settle = client.register_script(scripts.SETTLE)
+        self._admit = Script(scripts.ADMIT)
+        self._settle = Script(scripts.SETTLE)
+        self._acquire = Script(scripts.ACQUIRE_SLOT)
         self._refresh = client.register_script(scripts.REFRESH)
-        self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
+        self.wire = _wire_for(client)
         self._tickets: set[str] = set()  # leases this process must keep alive
         self._holders: set[str] = set()  # as members of the slots zset: _member(holder)
         self._confirmed: dict[str, float] = {}  # member -> when its lease was last extended
@@ -183,7 +188,7 @@ class RedisStore:
         asked = time.monotonic()
         try:
             keys = [self._leases_key, self._slots_key]
-            state = [int(value) for value in await self._admit(keys, args)]
+            state = [int(value) for value in await self.wire.evalsha(self._admit, keys, args)]
         except RedisError as exc:
             raise _unavailable("admit the request", exc) from exc
         admitted, granted, in_progress, this_minute, taken, *charged = state
@@ -220,7 +225,7 @@ class RedisStore:
         args: list[str | int] = [self._prefix, ticket, input_tokens, output_tokens, outcome]
         args += [day, member]
         try:
-            await self._settle([self._leases_key, self._slots_key], args)
+            await self.wire.evalsha(self._settle, [self._leases_key, self._slots_key], args)
         except RedisError as exc:
             log.warning(
                 "governance settle failed; the reservation is charged (and any slot "
@@ -241,7 +246,8 @@ class RedisStore:
         member = self._member(holder)
         asked = time.monotonic()
         try:
-            got = await self._acquire([self._slots_key], [member, limit, self._lease_ms])
+            slots = [self._slots_key]
+            got = await self.wire.evalsha(self._acquire, slots, [member, limit, self._lease_ms])
         except RedisError as exc:
             raise _unavailable("take a slot", exc) from exc
         if got:
@@ -298,6 +304,7 @@ class RedisStore:
             self._refresher.cancel()
             await asyncio.wait({self._refresher}, timeout=COMMAND_TIMEOUT_SECONDS * 2)
             self._refresher = None
+        await self.wire.aclose()
         await self._client.aclose()
 
     def _member(self, holder: str) -> str:
@@ -331,6 +338,23 @@ class RedisStore:
                 await self.refresh()
             except RedisError as exc:
                 log.warning("governance lease refresh failed", extra={"error": str(exc)})
+
+
+def _wire_for(client: redis.Redis) -> ScriptConnection:
+    """A lean connection to the Redis ``client`` is configured for (its pool's settings)."""
+    settings = client.connection_pool.connection_kwargs
+    if "host" not in settings:
+        raise ValueError("the governance store needs Redis over TCP (host and port)")
+    timeout = settings.get("socket_timeout") or COMMAND_TIMEOUT_SECONDS
+    return ScriptConnection(
+        host=settings["host"],
+        port=int(settings.get("port", DEFAULT_PORT)),
+        password=settings.get("password"),
+        username=settings.get("username"),
+        database=int(settings.get("db", 0)),
+        timeout=timeout,
+        connect_timeout=settings.get("socket_connect_timeout") or CONNECT_TIMEOUT_SECONDS,
+    )
 
 
 def open_store(config: GatewayConfig) -> GovernanceStore:

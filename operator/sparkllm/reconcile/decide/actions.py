@@ -78,12 +78,15 @@ class Plan:
     delete_jobs: tuple[Removal, ...] = ()
     create_jobs: tuple[JSON, ...] = ()
     pod_patches: tuple[PodPatch, ...] = ()
+    delete_pods: tuple[Removal, ...] = ()  # rank pods stuck on a lost node (failover.py)
     apply: tuple[JSON, ...] = ()  # only objects whose live copy differs, in apply order
     prune: tuple[Removal, ...] = ()  # in reverse apply order
     status: JSON | None = None  # the full status to write; None when unchanged
     events: tuple[PendingEvent, ...] = ()
     annotations: JSON | None = None  # merge patch of metadata.annotations (None: none)
     replica_phases: tuple[Phase, ...] | None = None  # metric gauge; None: leave it
+    quarantined_nodes: int | None = None  # metric gauge; None: leave it
+    failovers: int = 0  # metric: replicas moved to a spare group
     retry_after: float | None = None
     nodes: frozenset[str] = field(default_factory=frozenset)
     waiting_for_nodes: bool = False
@@ -96,6 +99,7 @@ class Plan:
             + len(self.delete_jobs)
             + len(self.create_jobs)
             + len(self.pod_patches)
+            + len(self.delete_pods)
             + len(self.apply)
             + len(self.prune)
             + (self.status is not None)

@@ -1,7 +1,7 @@
-"""The replicas' part of ``decide``: placement, one decision per replica, desired objects.
+"""The replicas' part of ``decide``: one decision per replica, desired objects.
 
-Why apart from ``decide.py``: this is the loop over replicas — place them on node
-groups, plan each (run, gang-restart, wait, hold; ``replicas.plan_replica``) with the
+Why apart from ``decide.py``: this is the loop over replicas — placed on node groups by
+``spares.place`` (moves to spare groups, quarantined nodes), plan each (run, gang-restart, wait, hold; ``replicas.plan_replica``) with the
 decisions made earlier in the same pass in view, so two replicas never stop for an
 update in one pass — and it yields the desired objects (the front door first, then the
 ranks), the replica reports for status, and the names to keep while a replica cannot be
@@ -10,21 +10,20 @@ rendered. Pure, like everything ``decide`` calls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sparkllm.api import InferenceCluster, Phase
-from sparkllm.keys import LABEL_NODE_GROUP, LABEL_REPLICA
 from sparkllm.reconcile.decide.actions import JSON, PendingEvent, PodPatch, earliest
 from sparkllm.reconcile.decide.drain import mark_patch, restart_drain, undrain_patch
+from sparkllm.reconcile.decide.moves import Move
 from sparkllm.reconcile.decide.replica_state import pods_by_rank
 from sparkllm.reconcile.decide.replicas import (
     Observed,
     ReplicaInputs,
     cause_class,
-    label,
     plan_replica,
 )
 from sparkllm.reconcile.decide.status import ClusterReport, ReplicaReport
@@ -33,7 +32,7 @@ from sparkllm.render import EngineKeyRef
 from sparkllm.render.exposure import render_exposure
 from sparkllm.render.gateway import render_gateway
 from sparkllm.render.names import cluster_selector
-from sparkllm.render.placement import Assignment, NodeHolder, assign_groups, discover_groups
+from sparkllm.render.placement import Assignment
 from sparkllm.render.product_image import ProductImage
 
 
@@ -67,25 +66,9 @@ class PassFacts:
     absent_apis: frozenset[tuple[str, str]] = frozenset()  # (apiVersion, kind) not served
     pins: Mapping[int, str] = field(default_factory=dict)  # replica -> image@digest (versions.py)
     upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)  # operator updates
-
-
-def place(
-    ic: InferenceCluster, observed: Observed, *, holders: Sequence[NodeHolder] = ()
-) -> tuple[Assignment, tuple[str, ...]]:
-    """Replica -> node group (keeping the groups replicas hold, skipping those another
-    InferenceCluster holds), and placement problems."""
-    current = {
-        int(r): g
-        for sts in observed.statefulsets
-        if (r := label(sts, LABEL_REPLICA)) is not None
-        and r.isdigit()
-        and (g := label(sts, LABEL_NODE_GROUP)) is not None
-    }
-    discovery = discover_groups(ic.spec, list(observed.nodes.values()))
-    assignment = assign_groups(
-        replicas=ic.spec.replicas, groups=discovery.groups, current=current, holders=holders
-    )
-    return assignment, discovery.problems
+    moves: Mapping[int, Move] = field(default_factory=dict)  # failovers to spares (spares.py)
+    quarantined: frozenset[str] = frozenset()  # nodes no replica runs on (quarantine.py)
+    settle_after: float | None = None  # when a quarantined node settles: look again then
 
 
 def decide_replicas(
@@ -97,7 +80,7 @@ def decide_replicas(
     # A replica rolls for an update only while every other one serves; decisions made
     # earlier in this pass count, so two replicas never stop in the same pass.
     phases = {i: str(p.get("phase")) for i, p in previous.items()}
-    out = ReplicasDecision()
+    out = ReplicasDecision(retry_after=facts.settle_after)
     replicas = ic.spec.replicas
     for index in range(replicas):
         group = assignment.replicas.get(index)
@@ -124,6 +107,8 @@ def decide_replicas(
             drain=restart_drain(rank0, running=running, now=facts.now),
             upgrade=facts.upgrade,
             engine_image=facts.pins.get(index),
+            failover=facts.moves.get(index),
+            quarantined=facts.quarantined,
         )
         result = plan_replica(ic, observed, inputs)
         if result.drain_mark is not None and rank0 is not None:

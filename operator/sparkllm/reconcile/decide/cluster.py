@@ -29,7 +29,7 @@ from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.status import FrontDoorStatus
 from sparkllm.configcheck import compare_server_info
 from sparkllm.errors import SpecError
-from sparkllm.keys import ANNOTATION_RESTART
+from sparkllm.keys import ANNOTATION_LIFT_QUARANTINE, ANNOTATION_RESTART
 from sparkllm.reconcile.decide import owned
 from sparkllm.reconcile.decide.acceptance import STATUS_FIELD as ACCEPTANCE_FIELD
 from sparkllm.reconcile.decide.acceptance import acceptance_keep, decide_acceptance
@@ -38,10 +38,10 @@ from sparkllm.reconcile.decide.all_replicas import (
     PassFacts,
     cluster_report,
     decide_replicas,
-    place,
 )
 from sparkllm.reconcile.decide.benchmark import BenchmarkOutcome, decide_benchmark
 from sparkllm.reconcile.decide.drain import plan_drain
+from sparkllm.reconcile.decide.failover import lost_pods
 from sparkllm.reconcile.decide.memory_proof import memory_report, memory_verdict
 from sparkllm.reconcile.decide.monitoring import decide_monitors
 from sparkllm.reconcile.decide.network_proof import network_report, network_verdict
@@ -59,6 +59,7 @@ from sparkllm.reconcile.decide.secrets import (
     generated_bench_key,
     generated_key_secret,
 )
+from sparkllm.reconcile.decide.spares import Placement, place
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
     StatusParts,
@@ -159,7 +160,18 @@ def _act(
         upgrade=upgrade,
         pins=versions.pins,
     )
-    assignment, problems = place(ic, observed, holders=node_holders(obj, observation.others))
+    placement = place(
+        ic, observed, previous=previous, annotations=obj["metadata"].get("annotations"),
+        holders=node_holders(obj, observation.others), now=now,
+    )  # fmt: skip
+    assignment, problems = placement.assignment, placement.problems
+    facts = replace(
+        facts,
+        moves=placement.moves,
+        quarantined=placement.quarantine.nodes,
+        settle_after=placement.retry_after,
+    )
+    events.extend(placement.events)
     replicas = decide_replicas(ic, observed, assignment, facts)
     events.extend(replicas.events)
     report = cluster_report(
@@ -219,11 +231,15 @@ def _act(
             gateway=gateway,
             runs=runs,
             front_door=front_door_status(ic),
+            placement=placement,
             engines=versions.engines,
         ),
         events=tuple(events),
-        annotations=_consumed(obj, runs),
+        annotations=_consumed(obj, runs, lifted=placement.lifted),
         replica_phases=tuple(r.phase for r in report.replicas),
+        delete_pods=lost_pods(observed, ic.metadata.namespace or "default"),
+        quarantined_nodes=len(placement.quarantine.entries),
+        failovers=len(placement.moves),
         retry_after=earliest(replicas.retry_after, drain.retry_after, stuck.retry_after),
         nodes=frozenset(replicas.nodes),
         waiting_for_nodes=bool(assignment.unplaced),
@@ -355,6 +371,7 @@ def _status(
     runs: tuple[BenchmarkOutcome, ...],
     front_door: JSON | None = None,
     engines: tuple[ReplicaEngineStatus, ...] = (),
+    placement: Placement | None = None,
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write). The other
     steps' JSON becomes the typed status here, the one place it is assembled."""
@@ -369,17 +386,21 @@ def _status(
         benchmark=kept.get("benchmark"),
         acceptance=kept.get(ACCEPTANCE_FIELD),
         engines=engines,
+        quarantine=None if placement is None else placement.quarantine_status,
+        node_failures=None if placement is None else placement.failures_status,
     )
     status = derive_status(report, previous, now, parts)
     return None if all(previous.get(k) == v for k, v in status.items()) else status
 
 
-def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...]) -> JSON | None:
+def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...], *, lifted: bool = False) -> JSON | None:
     """The merge patch removing the request annotations this pass answered (and setting
     what a run asked for: an accepted baseline)."""
     consumed: dict[str, str | None] = {}
     if restart_request(obj["metadata"].get("annotations")).answered:
         consumed[ANNOTATION_RESTART] = None
+    if lifted:  # the quarantine lift it asked for is in this pass's status
+        consumed[ANNOTATION_LIFT_QUARANTINE] = None
     for run in runs:
         consumed.update(run.annotation_patch)
     return {"metadata": {"annotations": consumed}} if consumed else None

@@ -49,6 +49,7 @@ class ReplicaState:
     ranks: tuple[RankState, ...]
     nodes_not_ready: tuple[str, ...]
     nodes_missing: tuple[str, ...]
+    nodes_quarantined: tuple[str, ...] = ()  # Ready, but kept from replicas (quarantine.py)
 
     @property
     def pods_present(self) -> int:

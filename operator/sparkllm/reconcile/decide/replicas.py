@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster, Phase, Reason
 from sparkllm.keys import LABEL_GENERATION, LABEL_REPLICA
 from sparkllm.reconcile.decide.actions import PendingEvent, PodPatch
 from sparkllm.reconcile.decide.hang import unready_since
+from sparkllm.reconcile.decide.moves import Move
 from sparkllm.reconcile.decide.replica_state import ReplicaState, observe_replica, pods_by_rank
 from sparkllm.reconcile.decide.restarts import (
     FORCE_CAUSE,
@@ -89,6 +90,8 @@ class ReplicaInputs:
     drain: DrainFacts = field(default_factory=DrainFacts)  # the drain before a planned restart
     upgrade: UpgradeSettings = field(default_factory=UpgradeSettings)  # the chart's upgrade.*
     engine_image: str | None = None  # pinned to one digest after a split (versions.py)
+    failover: Move | None = None  # placement moved the replica to a spare group this pass
+    quarantined: frozenset[str] = frozenset()  # nodes kept from replicas (quarantine.py)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,8 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
     )
     pods = observed.by_replica(observed.pods, index)
     state = observe_replica(index=index, nodes=nodes, pods=pods, node_facts=observed.nodes)
+    held = tuple(n for n in nodes if n in inputs.quarantined and n not in state.nodes_not_ready)
+    state = replace(state, nodes_quarantined=held)
     history = history_from_status(previous, reset_budget=inputs.reset_budget)
     rank0_pod = pods_by_rank(pods).get(0)
     current = rank0_pod is not None and label(rank0_pod, LABEL_GENERATION) == str(generation)
@@ -217,6 +222,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         blocked=inputs.blocked,
         unready_since=unready_since(rank0_pod) if current else None,
         drain=inputs.drain,
+        failover=None if inputs.failover is None else inputs.failover.reason,
     )
     if decision.action is Action.STOP:
         generation += 1
@@ -234,7 +240,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         report=report,
         objects=None if render is None else render(generation, running=running),
         retry_after=None if retry is None else retry.total_seconds(),
-        events=_events(index, previous, decision),
+        events=(*moved_events(inputs), *_events(index, previous, decision)),
         restart_cause=decision.cause if decision.action is Action.STOP else None,
         drain_mark=decision.drain_reason if decision.drain_mark else None,
         serving=decision.action is Action.RUN,
@@ -254,6 +260,9 @@ def _report(
 ) -> ReplicaReport:
     """What status says about the replica after this pass's decision."""
     last_restart = (inputs.previous or {}).get("lastRestart")
+    last_failover = (inputs.previous or {}).get("lastFailover")
+    if inputs.failover is not None:
+        last_failover = inputs.failover.status(inputs.now)
     if decision.action is Action.STOP:  # generation is already the new one
         restarts += 1
         last_restart = {"time": timestamp(inputs.now), "reason": decision.cause or ""}
@@ -271,6 +280,8 @@ def _report(
         budget_exhausted=decision.exhausted,
         node_down=decision.node_down,
         message=decision.message,
+        node_group=inputs.group_key,
+        last_failover=last_failover,
     )
 
 
@@ -289,6 +300,14 @@ def _events(
         warning=True, reason=Reason.GANG_RESTART, message=f"replica {index}: {decision.cause}"
     )
     return (restart, *events)
+
+
+def moved_events(inputs: ReplicaInputs) -> tuple[PendingEvent, ...]:
+    """The Warning that says from which group to which the replica moved, and why."""
+    move = inputs.failover
+    if move is None:
+        return ()
+    return (PendingEvent(True, Reason.NODE_FAILOVER, move.message()),)
 
 
 def transition_events(

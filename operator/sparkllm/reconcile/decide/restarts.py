@@ -19,7 +19,10 @@ pod was replaced or deleted after the replica's generation had formed (``members
 pod uids recorded once every rank of the generation existed). A NotReady or missing
 node is not restarted around — the ranks are pinned by cable: the replica is stopped at
 once (its survivors would only hang), marked Degraded, and started again when the node is
-back. A spec change that needs new pods rolls replica by replica: a replica restarts for
+back — or, when a free healthy spare group exists, moved there at once (``failover``,
+decided by placement: ``failover.py``), as a gang restart on the new group's nodes that
+does not spend the budget. A quarantined node holds its replica like a NotReady one. A
+spec change that needs new pods rolls replica by replica: a replica restarts for
 an update only while every other replica serves.
 
 A hung pipeline — rank 0 alive but NotReady after it had served (``hang.py``) — is a
@@ -158,6 +161,7 @@ def decide(
     drain: DrainFacts = DrainFacts(),
     update_cause: str = UPDATE_CAUSE,
     force_cause: str = FORCE_CAUSE,
+    failover: str | None = None,
 ) -> Decision:
     """What to do with one replica this pass, the first rule that applies winning.
 
@@ -167,9 +171,12 @@ def decide(
     ``blocked`` is a reason the replica must not run (the ranks' model copies disagree):
     it is stopped and held, uncounted, until the spec changes or a restart is requested.
     ``unready_since``: rank 0 lost readiness after serving, container alive (``hang.py``).
+    ``failover``: why placement moved the replica to a spare group this pass.
     """
     times = recent(history.restart_times, now)
-    if state.nodes_not_ready or state.nodes_missing:
+    if failover is not None and not stopped:  # stop the old group's ranks, start anew
+        return _stop(cause=f"failover: {failover}", times=times, now=now, counted=False)
+    if state.nodes_not_ready or state.nodes_missing or state.nodes_quarantined:
         return _node_down(state, stopped=stopped, history=history, times=times, now=now)
     members = current_members(state, generation, history.members)
     crashed = None if stopped else dropped_rank(state, generation, members)
@@ -286,6 +293,7 @@ def _node_down(
     which = ", ".join(
         [f"{n} NotReady" for n in state.nodes_not_ready]
         + [f"{n} missing" for n in state.nodes_missing]
+        + [f"{n} quarantined" for n in state.nodes_quarantined]
     )
     if not stopped:
         # The survivors would hang in NCCL: stop them now (out of routing at once);

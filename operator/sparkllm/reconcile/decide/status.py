@@ -25,6 +25,7 @@ from sparkllm.api.engine_status import ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus
 from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
+from sparkllm.api.quarantine import Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
 from sparkllm.api.status import (
     FrontDoorStatus,
@@ -55,6 +56,8 @@ class ReplicaReport:
     budget_exhausted: bool = False
     node_down: bool = False
     message: str = ""
+    node_group: str | None = None  # the group it is placed on (spares.py)
+    last_failover: JSON | None = None  # its latest move to a spare group
 
     def to_status(self) -> ReplicaStatus:
         """The typed ``status.replicaStatuses[]`` entry (absent = not so: no message, no
@@ -74,6 +77,8 @@ class ReplicaReport:
             members=self.members,
             budget_exhausted=True if self.budget_exhausted else None,
             node_down=True if self.node_down else None,
+            node_group=self.node_group,
+            last_failover=_failover(self.last_failover),
         )
 
     def to_json(self) -> JSON:
@@ -95,6 +100,10 @@ class ClusterReport:
     spec_error: str | None = None
     spec_error_reason: Reason = Reason.INVALID_SPEC
     extra_conditions: tuple[JSON, ...] = field(default_factory=tuple)
+
+
+def _failover(last: JSON | None) -> Failover | None:
+    return None if last is None else Failover.model_validate(last)
 
 
 def condition(
@@ -316,6 +325,8 @@ class StatusParts:
     benchmark: JSON | None = None
     acceptance: JSON | None = None
     engines: tuple[ReplicaEngineStatus, ...] = ()
+    quarantine: tuple[QuarantinedNode, ...] | None = None  # quarantine.py ([]: all lifted)
+    node_failures: tuple[NodeFailures, ...] | None = None
 
 
 def derive_status(
@@ -343,6 +354,8 @@ def derive_status(
         network=given.network,
         memory=given.memory,
         engines=given.engines or None,
+        quarantine=given.quarantine,
+        node_failures=given.node_failures,
         gateway=given.gateway,
         benchmark=given.benchmark,
         acceptance=given.acceptance,
