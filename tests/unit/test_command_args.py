@@ -27,14 +27,16 @@ from sparkllm.cli import build_parser
 from sparkllm.cli_args import CommandArgs, command_line, from_namespace, parse_args, to_argv
 from sparkllm.integrity.args import VerifyModelArgs
 from sparkllm.preflight import bandwidth
-from sparkllm.preflight.args import VerifyNetworkArgs
+from sparkllm.preflight.args import VerifyMemoryArgs, VerifyNetworkArgs
 from sparkllm.preflight.bandwidth import BandwidthArgs
 from sparkllm.preflight.verify import copy_bandwidth_module
 from sparkllm.render.network_preflight import BANDWIDTH_CONTAINER, NETWORK_CONTAINER
 from sparkllm.render.ranks import VERIFY_CONTAINER
 from tests.unit.test_preflight_render import _pods
 
-ARGS_TYPES: tuple[type[Any], ...] = (VerifyModelArgs, VerifyNetworkArgs, BandwidthArgs, BenchArgs)
+ARGS_TYPES: tuple[type[Any], ...] = (
+    VerifyModelArgs, VerifyNetworkArgs, VerifyMemoryArgs, BandwidthArgs, BenchArgs,
+)  # fmt: skip
 
 
 def _changed(kind: Any, field: dataclasses.Field[Any]) -> Any:
