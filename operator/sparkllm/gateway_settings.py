@@ -200,6 +200,22 @@ MAX_PROMPTS_PER_REQUEST: Final = Setting(
     "may batch; the limits then see all of them together. Default 1; 1 to 64.",
     summary="Most prompts in one /v1/completions request.",
 )
+DEFAULT_NO_REPLICA_HOLD_SECONDS: Final = 30
+NO_REPLICA_HOLD_SECONDS: Final = Setting(
+    field="no_replica_hold_seconds",
+    spec="admission.noReplicaHoldSeconds",
+    default=DEFAULT_NO_REPLICA_HOLD_SECONDS,
+    minimum=0,
+    maximum=600,
+    omit_default=True,
+    description="noReplicaHoldSeconds is how long a request is held, keeping its slot, "
+    "while no replica serves but one is expected (a restart, a failover, a scale-up: "
+    "spec.replicas above 0 and a replica not stopped by its restart budget); it is "
+    "relayed as soon as the router has a replica again, else answered HTTP 503 with the "
+    "reason. Scaled to 0 or a spent restart budget is answered at once. "
+    f"Default {DEFAULT_NO_REPLICA_HOLD_SECONDS}; 0 (answer at once) to 600.",
+    summary="Seconds a request is held while no replica serves but one is expected.",
+)
 # In the order the renderer writes them (a default spec renders as it always has).
 SETTINGS: Final = (
     MAX_INPUT_TOKENS,
@@ -211,6 +227,7 @@ SETTINGS: Final = (
     MAX_BODY_BYTES,
     MAX_CHOICES,
     MAX_PROMPTS_PER_REQUEST,
+    NO_REPLICA_HOLD_SECONDS,
 )
 
 
@@ -337,6 +354,7 @@ __all__ = [
     "MAX_INPUT_TOKENS",
     "MAX_PROMPTS_PER_REQUEST",
     "MAX_TOKENS_POLICY",
+    "NO_REPLICA_HOLD_SECONDS",
     "OPTIONAL_EXTENSIONS",
     "QUEUE_SIZE",
     "QUEUE_TIMEOUT_SECONDS",

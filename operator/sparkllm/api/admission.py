@@ -22,6 +22,7 @@ from sparkllm.gateway_settings import (
     MAX_INPUT_TOKENS,
     MAX_PROMPTS_PER_REQUEST,
     MAX_TOKENS_POLICY,
+    NO_REPLICA_HOLD_SECONDS,
     OPTIONAL_EXTENSIONS,
     QUEUE_SIZE,
     QUEUE_TIMEOUT_SECONDS,
@@ -153,6 +154,7 @@ class AdmissionSpec(ApiModel):
     )
     max_choices: int = setting_field(MAX_CHOICES)
     max_prompts_per_request: int = setting_field(MAX_PROMPTS_PER_REQUEST)
+    no_replica_hold_seconds: int = setting_field(NO_REPLICA_HOLD_SECONDS)
     governance: GovernanceSpec = Field(
         default=GovernanceSpec(),
         description="governance is per-user governance: a policy of limits and token "

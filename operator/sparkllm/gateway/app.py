@@ -49,7 +49,7 @@ from sparkllm.gateway.deepseek_prompt import DeepSeekV4Prompt
 from sparkllm.gateway.forwarded import ForwardedUsers
 from sparkllm.gateway.governance import usage
 from sparkllm.gateway.governance.gate import Governor
-from sparkllm.gateway.governance.meter import UsageMeter
+from sparkllm.gateway.governance.meter import NOTHING_USED, UsageMeter
 from sparkllm.gateway.metrics import GatewayMetrics, Outcome
 from sparkllm.gateway.proxy import RelayResult, UpstreamClient
 from sparkllm.gateway.replies import ErrorReply
@@ -362,6 +362,7 @@ class GatewayApp:
                 send=meter.send,
                 receive=request.receive,
                 no_worker=self.metrics.counting_no_replica(self.serving.reply),
+                hold=self.serving.holding(),  # while a replica is expected (serving.py)
                 # A non-streamed answer is made whole before its first byte: read it
                 # even for a client that left, to charge what the engine produced.
                 drain=not decision.stream,
@@ -369,9 +370,29 @@ class GatewayApp:
         finally:
             await self.governor.release(holder)
         request.outcome = self._done(request, result)
+        if result.held_seconds:
+            self._held(request, result)
+        if not result.engine_saw:  # held, and the client left: no engine had it
+            request.used = NOTHING_USED
+            return
         closed, answered = result.client_closed, result.upstream_answered
         request.used = await self.governor.measure(
             meter, granted, answered=answered, client_closed=closed
+        )
+
+    def _held(self, request: Request, result: RelayResult) -> None:
+        """Count and log a request held while no replica served."""
+        if result.client_closed:
+            ended = "client_closed"
+        else:
+            ended = "refused" if result.no_replica else "served"
+        self.metrics.held.labels(ended).observe(result.held_seconds)
+        logger.info(
+            "request held while no replica served route=%s user=%s seconds=%.3f ended=%s",
+            request.route.value,
+            request.user,
+            result.held_seconds,
+            ended,
         )
 
     def _done(self, request: Request, result: RelayResult) -> Outcome:
@@ -455,6 +476,13 @@ def build_gateway_app(config: GatewayConfig) -> GatewayApp:
         logger.warning("tokenizer is not a plain byte-level BPE: every prompt is tokenised")
     key = config.upstream_api_key.get_secret_value() if config.upstream_api_key else None
     metrics = GatewayMetrics()
+    upstream = UpstreamClient(
+        base_url=config.upstream_url,
+        api_key=key,
+        connect_timeout=config.upstream_connect_timeout_seconds,
+        read_timeout=config.upstream_read_timeout_seconds,
+        max_connections=config.max_concurrent_requests + 8,
+    )
     return GatewayApp(
         config=config,
         admission=Admission(
@@ -466,17 +494,13 @@ def build_gateway_app(config: GatewayConfig) -> GatewayApp:
             metrics=metrics.users,
             count_output=functools.partial(counter.count, add_special_tokens=False),
         ),
-        upstream=UpstreamClient(
-            base_url=config.upstream_url,
-            api_key=key,
-            connect_timeout=config.upstream_connect_timeout_seconds,
-            read_timeout=config.upstream_read_timeout_seconds,
-            max_connections=config.max_concurrent_requests + 8,
-        ),
+        upstream=upstream,
         metrics=metrics,
         serving=ServingState(
             model=config.served_model_name,
             namespace=config.cluster_namespace,
             name=config.cluster_name,
+            hold_seconds=config.no_replica_hold_seconds,
+            probe=functools.partial(upstream.probe, config.upstream_ready_path),
         ),
     )

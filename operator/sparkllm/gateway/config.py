@@ -46,6 +46,7 @@ from sparkllm.gateway_settings import (
     MAX_INPUT_TOKENS,
     MAX_PROMPTS_PER_REQUEST,
     MAX_TOKENS_POLICY,
+    NO_REPLICA_HOLD_SECONDS,
     OPTIONAL_EXTENSIONS,
     QUEUE_SIZE,
     QUEUE_TIMEOUT_SECONDS,
@@ -106,6 +107,7 @@ class GatewayConfig(BaseModel):
     queue_size: int = setting_field(QUEUE_SIZE)
     queue_timeout_seconds: float = setting_field(QUEUE_TIMEOUT_SECONDS)
     max_body_bytes: int = setting_field(MAX_BODY_BYTES)
+    no_replica_hold_seconds: int = setting_field(NO_REPLICA_HOLD_SECONDS)
     api_keys_dir: Path = Field(
         description="Directory of user keys (a mounted Secret): one file per user, name = user id."
     )

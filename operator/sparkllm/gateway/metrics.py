@@ -161,6 +161,16 @@ class GatewayMetrics:
             ["code"],
             registry=self.registry,
         )
+        # Requests held while no replica served but one was expected (serving.py), by
+        # how the hold ended: served (a replica came back), refused (the 503 after the
+        # bound), client_closed (left while held, charged nothing).
+        self.held = Histogram(
+            PREFIX + "no_replica_hold_seconds",
+            "Seconds generation requests were held while no replica served, by how it ended.",
+            ["outcome"],
+            buckets=_HOLD_BUCKETS,
+            registry=self.registry,
+        )
         self.users = UserMetrics(self.registry)
 
     def watch_limiter(self, limiter: Limiter, *, users: Callable[[], Iterable[str]]) -> None:
@@ -202,6 +212,7 @@ class GatewayMetrics:
 _KINDS = {True: "exact", False: "upper_bound"}
 
 
+_HOLD_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 _QUEUE_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
 
 

@@ -25,8 +25,9 @@ Why this way:
   unchanged; when it could not be reached, the client gets 503; a broken exchange gets
   502, no response in time 504 — in OpenAI's error format (replies.py);
 * the router's answers that it has no replica to take a generation (404
-  ``model_not_found``, 503 ``no_available_workers``) never pass: they become the 503
-  that says why (serving.py);
+  ``model_not_found``, 503 ``no_available_workers``) never pass: while a replica is
+  expected the request is held and sent again once the router has one (``hold``), else
+  they become the 503 that says why (serving.py);
 * the router's own 400s (its type checks, before any engine sees the request) pass with
   their status, ``param`` and ``code`` but a readable message instead of Rust's debug
   text (router_errors.py).
@@ -47,7 +48,7 @@ from typing import Final
 from sparkllm.gateway import replies, router_errors
 from sparkllm.gateway.asgi import Receive, Send, send_reply, wait_for_disconnect
 from sparkllm.gateway.replies import ErrorReply
-from sparkllm.gateway.serving import ROUTER_NO_WORKER_STATUSES, is_no_worker
+from sparkllm.gateway.serving import ROUTER_NO_WORKER_STATUSES, Hold, HoldEnd, is_no_worker
 from sparkllm.gateway.upstream import (
     Response,
     UpstreamBrokenError,
@@ -99,6 +100,8 @@ class RelayResult:
     first_byte_at: float | None
     worker: str | None = None  # the engine the router chose (its WORKER_HEADER), if said
     no_replica: bool = False  # the router had no replica: the 503 that says why was sent
+    held_seconds: float = 0.0  # held while no replica served (serving.py), in all
+    engine_saw: bool = True  # False: no engine had the request (held, then the client left)
 
 
 @dataclass(slots=True)
@@ -146,6 +149,7 @@ class UpstreamClient:
         send: Send,
         receive: Receive,
         no_worker: Callable[[], Awaitable[ErrorReply]] | None = None,
+        hold: Hold | None = None,
         drain: bool = False,
     ) -> RelayResult:
         """Send the request upstream and stream the answer to ``send``.
@@ -155,10 +159,56 @@ class UpstreamClient:
         does not end the exchange: the answer is still read to its end (and passed to
         ``send``, which drops it for a gone client), and the result says
         ``client_closed``. When the router answers that it has no replica for the model
-        and ``no_worker`` is given, the client gets ``await no_worker()`` instead
+        and ``no_worker`` is given, the request is held while ``hold`` says to retry
+        (sent again each time), and the client then gets ``await no_worker()``
         (serving.py).
         """
         request = self._pool.request_bytes(method=method, path=path, headers=headers, body=body)
+        held = 0.0
+        while True:
+            result = await self._attempt(
+                request, send, receive, detect_no_worker=no_worker is not None, drain=drain
+            )
+            if not result.no_replica:  # answered (or not) by a replica, as ever
+                return dataclasses.replace(result, held_seconds=held) if held else result
+            if result.client_closed:  # left during the exchange the router refused
+                return dataclasses.replace(result, held_seconds=held, engine_saw=False)
+            assert no_worker is not None  # only then is no_replica detected
+            started = time.perf_counter()
+            end = HoldEnd.ANSWER if hold is None else await hold(receive)
+            if end is not HoldEnd.ANSWER or held:  # ANSWER at once: never held
+                held += time.perf_counter() - started
+            if end is HoldEnd.RETRY:
+                continue
+            if end is HoldEnd.CLIENT_LEFT:
+                return RelayResult(
+                    0,
+                    upstream_answered=False,
+                    complete=False,
+                    client_closed=True,
+                    first_byte_at=None,
+                    no_replica=True,
+                    held_seconds=held,
+                    engine_saw=False,
+                )
+            reply = await no_worker()
+            await send_reply(send, reply)
+            return RelayResult(
+                reply.status,
+                upstream_answered=True,
+                complete=True,
+                client_closed=False,
+                first_byte_at=time.perf_counter(),
+                worker=result.worker,
+                no_replica=True,
+                held_seconds=held,
+            )
+
+    async def _attempt(
+        self, request: bytes, send: Send, receive: Receive, *, detect_no_worker: bool, drain: bool
+    ) -> RelayResult:
+        """One exchange of ``request``; a router's "no replica" answer is not sent on
+        (``no_replica`` with status 0: the caller decides)."""
         # The exchange runs in this task; one watcher task cancels it if the client goes.
         # The watcher starts when the exchange first waits — usually once the request is
         # written, so creating it is off the path to the first token; a client gone
@@ -176,7 +226,7 @@ class UpstreamClient:
                 on_wait=watch.start,
                 on_sent=watch.sent,
                 on_final=watch.stop,  # the client has it all: its hang-up is no abort
-                no_worker=no_worker,
+                detect_no_worker=detect_no_worker,
             )
         except asyncio.CancelledError:
             if not watch.fired or exchanging.uncancel() > 0:
@@ -206,7 +256,7 @@ class UpstreamClient:
         on_wait: Callable[[], object],
         on_sent: Callable[[], object],
         on_final: Callable[[], object],
-        no_worker: Callable[[], Awaitable[ErrorReply]] | None,
+        detect_no_worker: bool,
     ) -> RelayResult:
         try:
             async with self._pool.exchange(request, on_wait=on_wait, on_sent=on_sent) as response:
@@ -216,13 +266,12 @@ class UpstreamClient:
                 head.status, head.first_byte_at = status, first_byte_at
                 head.worker = None if worker is None else worker.decode("latin-1")
                 own = worker is None and status == 400  # the router's refusal, not the engine's
-                if own or (no_worker is not None and status in ROUTER_NO_WORKER_STATUSES):
+                if own or (detect_no_worker and status in ROUTER_NO_WORKER_STATUSES):
                     body = b"".join([chunk async for chunk in response.chunks()])  # small
                 readable = router_errors.readable(status, body) if own and body else None
-                if body is not None and no_worker and is_no_worker(status, response.headers, body):
-                    reply = await no_worker()
-                    await send_reply(send, reply)
-                    status, complete, no_replica = reply.status, True, True
+                no_worker = detect_no_worker and body is not None
+                if no_worker and is_no_worker(status, response.headers, body or b""):
+                    status, complete, no_replica = 0, False, True  # relay() decides
                 elif readable is not None:
                     await send_reply(send, readable)
                     complete = True

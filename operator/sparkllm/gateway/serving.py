@@ -21,19 +21,39 @@ that no replica is ready, without the why. The router's answer is always the tri
 the gateway never refuses on the object's word alone, so a stale status can at worst
 make a message less precise, never turn a serving model away.
 
-``no_replica_reply`` is pure (tested with plain dicts); ``ServingState`` is the I/O.
+Held, not refused, through short gaps (issue 29): while no replica serves but one is
+expected, a request waits up to ``no_replica_hold_seconds`` and is relayed as soon as
+the router has a replica again; then (or at once, when none is expected) the 503 above.
+"Expected" is the InferenceCluster's word, not the router's: ``spec.replicas`` above 0
+and not every replica stopped by its restart budget (``replica_expected``). The router
+knows only that it has no worker registered — it cannot tell a scale to 0 or a spent
+restart budget (nothing will come: hold no one) from a restart, a failover or a
+scale-up in progress (a replica is coming). So a hold needs the object read: a gateway
+that cannot read it (run by hand, no credentials) answers at once, as before. The
+router stays the trigger and the oracle: held requests wait for its ``/readiness``
+(one poll every ``HOLD_POLL_SECONDS`` for all of them, only while someone waits), then
+are sent again; a request the router still cannot place waits on until its bound. A
+client that leaves while held frees its place and is charged nothing (no engine saw
+the request).
+
+``no_replica_reply`` and ``replica_expected`` are pure (tested with plain dicts);
+``ServingState`` is the I/O.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import enum
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from sparkllm.api.meta import API_VERSION, KIND
 from sparkllm.errors import ClusterAPIError
+from sparkllm.gateway.asgi import Receive, wait_for_disconnect
 from sparkllm.gateway.replies import SERVER_ERROR, ErrorReply
 from sparkllm.kube.client import KubeAPI, load_configuration
 from sparkllm.kube.kinds import lookup_kind
@@ -56,6 +76,21 @@ RETRY_NOT_READY_SECONDS: Final = 30
 RETRY_BUDGET_EXHAUSTED_SECONDS: Final = 300
 CACHE_SECONDS: Final = 2.0  # one read of the object serves a burst of refused requests
 READ_TIMEOUT_SECONDS: Final = 2.0
+# How often held requests' shared poll asks the router whether it has a replica again: a
+# held request is sent again within this of the router's readiness (loopback, ~1 ms).
+HOLD_POLL_SECONDS: Final = 0.25
+
+
+class HoldEnd(enum.Enum):
+    """How one wait of a held request ended."""
+
+    RETRY = "retry"  # the router says it has a replica: send the request again
+    ANSWER = "answer"  # none expected (or the bound had passed): the 503 now, not held
+    EXPIRED = "expired"  # waited to the bound, no replica came: the 503 now
+    CLIENT_LEFT = "client_left"  # the client disconnected while held
+
+
+Hold = Callable[[Receive], Awaitable[HoldEnd]]
 
 
 def is_no_worker(status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> bool:
@@ -70,6 +105,15 @@ def is_no_worker(status: int, headers: Sequence[tuple[bytes, bytes]], body: byte
     except (ValueError, AttributeError):
         return False
     return isinstance(error, dict) and (status, error.get("code")) in ROUTER_NO_WORKER
+
+
+def replica_expected(cluster: Mapping[str, Any] | None) -> bool:
+    """Whether a replica is expected to serve soon, as far as ``cluster`` (the object as
+    read; None: not known) tells: replicas wanted, and not every one stopped by its
+    restart budget. Unknown is not expected: a hold must not outlast a scale to 0. Pure."""
+    if cluster is None:
+        return False
+    return no_replica_reply(cluster, model="").code == CODE_NO_REPLICA_READY
 
 
 def _unavailable(message: str, *, code: str, retry_after: int) -> ErrorReply:
@@ -133,7 +177,9 @@ def no_replica_reply(
 class ServingState:
     """Reads the gateway's InferenceCluster when the router has no replica; cached briefly.
 
-    ``namespace``/``name`` unset (the gateway run by hand): no reads, the generic reply.
+    ``namespace``/``name`` unset (the gateway run by hand): no reads, the generic reply,
+    no holds. ``probe`` asks the router whether it is ready (None: yes; else why not):
+    held requests wait for it, at most ``hold_seconds`` each.
     """
 
     def __init__(
@@ -143,6 +189,8 @@ class ServingState:
         namespace: str | None,
         name: str | None,
         clock: Callable[[], float] = time.monotonic,
+        hold_seconds: float = 0.0,
+        probe: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         self._model = model
         self._namespace, self._name = namespace, name
@@ -151,14 +199,71 @@ class ServingState:
         self._cluster: Mapping[str, Any] | None = None
         self._api: KubeAPI | None = None  # made at the first read
         self._said = ""  # the last reply's message, logged when it changes
+        self.hold_seconds = hold_seconds
+        self._probe = probe
+        self._waiting = 0  # held requests now waiting for the router
+        self._ready = asyncio.Event()  # set at the next poll that finds the router ready
+        self._poller: asyncio.Task[None] | None = None
 
-    async def reply(self) -> ErrorReply:
-        """The 503 to send now that the router said it has no replica."""
+    async def _current(self) -> Mapping[str, Any] | None:
+        """The InferenceCluster as last read (read again when older than CACHE_SECONDS)."""
         namespace, name = self._namespace, self._name
         if namespace and name and self._clock() - self._read_at >= CACHE_SECONDS:
             self._read_at = self._clock()
             self._cluster = await self._read(namespace, name)
-        reply = no_replica_reply(self._cluster, model=self._model, name=self._name)
+        return self._cluster
+
+    def holding(self) -> Hold:
+        """One request's hold: each call (after the router said it has no replica) waits
+        for the router's next readiness (RETRY) while a replica is expected and the
+        request's bound (from its first call) has not passed; EXPIRED when the bound
+        passes while it waits; else ANSWER."""
+        deadline: float | None = None
+
+        async def hold(receive: Receive) -> HoldEnd:
+            nonlocal deadline
+            now = self._clock()
+            deadline = now + self.hold_seconds if deadline is None else deadline
+            if deadline <= now or self._probe is None:
+                return HoldEnd.ANSWER
+            if not replica_expected(await self._current()):
+                return HoldEnd.ANSWER
+            return await self._wait(receive, deadline - now)
+
+        return hold
+
+    async def _wait(self, receive: Receive, seconds: float) -> HoldEnd:
+        """Wait for the poll to find the router ready, the client to leave, or ``seconds``."""
+        self._waiting += 1
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll())
+        ready = asyncio.ensure_future(self._ready.wait())
+        left = asyncio.ensure_future(wait_for_disconnect(receive))
+        try:
+            done, _pending = await asyncio.wait(
+                {ready, left}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            self._waiting -= 1
+            for task in (ready, left):
+                task.cancel()
+        if left in done:
+            return HoldEnd.CLIENT_LEFT
+        return HoldEnd.RETRY if ready in done else HoldEnd.EXPIRED
+
+    async def _poll(self) -> None:
+        """Ask the router while anyone is held; wake them all when it is ready."""
+        assert self._probe is not None
+        while self._waiting:
+            if await self._probe() is None:
+                ready, self._ready = self._ready, asyncio.Event()
+                ready.set()  # those waiting now retry; later ones wait for the next poll
+            await asyncio.sleep(HOLD_POLL_SECONDS)
+
+    async def reply(self) -> ErrorReply:
+        """The 503 to send now that the router said it has no replica."""
+        cluster = await self._current()
+        reply = no_replica_reply(cluster, model=self._model, name=self._name)
         if reply.message != self._said:  # a transition is logged once, not per request
             self._said = reply.message
             logger.warning("no replica serves: %s code=%s", reply.message, reply.code)
@@ -178,6 +283,10 @@ class ServingState:
         return cluster
 
     async def aclose(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
         if self._api is not None:
             await self._api.aclose()
 
@@ -186,7 +295,10 @@ __all__ = [
     "CODE_NO_REPLICA_READY",
     "CODE_RESTART_BUDGET_EXHAUSTED",
     "CODE_SCALED_TO_ZERO",
+    "Hold",
+    "HoldEnd",
     "ServingState",
     "is_no_worker",
     "no_replica_reply",
+    "replica_expected",
 ]
