@@ -32,8 +32,9 @@ class QuarantineSpec(ApiModel):
         default=2,
         ge=0,
         le=50,
-        description="maxNodeFailures is how many failures a node may have: a node that failed a replica (NotReady, gone, or a "
-        "rank pod that could not run there) more than this many times within "
+        description="maxNodeFailures is how many failures a node may have: a node that "
+        "failed a replica (NotReady, gone, or a rank pod that could not run there) more "
+        "than this many times within "
         "windowSeconds is quarantined. Default 2; 0 (the first failure quarantines) to 50.",
     )
     window_seconds: int = Field(
@@ -47,8 +48,9 @@ class QuarantineSpec(ApiModel):
         default=1800,
         ge=0,
         le=604_800,
-        description="settleSeconds is how long a quarantined node must stay Ready: it is used again once it has been "
-        "Ready this long without a break (or when lifted with the annotation "
+        description="settleSeconds is how long a quarantined node must stay Ready: it is "
+        "used again once it has been Ready this long without a break (or when lifted with "
+        "the annotation "
         "sparkllm.io/lift-quarantine). Default 1800; 0 to 604800.",
     )
 

@@ -1,11 +1,12 @@
 """The replicas' part of ``decide``: one decision per replica, desired objects.
 
 Why apart from ``decide.py``: this is the loop over replicas — placed on node groups by
-``spares.place`` (moves to spare groups, quarantined nodes), plan each (run, gang-restart, wait, hold; ``replicas.plan_replica``) with the
-decisions made earlier in the same pass in view, so two replicas never stop for an
-update in one pass — and it yields the desired objects (the front door first, then the
-ranks), the replica reports for status, and the names to keep while a replica cannot be
-rendered. Pure, like everything ``decide`` calls.
+``spares.place`` (moves to spare groups, quarantined nodes) — planning each (run,
+gang-restart, wait, hold; ``replicas.plan_replica``) with the decisions made earlier in
+the same pass in view, so two replicas never stop for an update in one pass; it yields
+the desired objects (the front door first, then the ranks), the replica reports for
+status, and the names to keep while a replica cannot be rendered. Pure, like everything
+``decide`` calls.
 """
 
 from __future__ import annotations

@@ -393,7 +393,9 @@ def _status(
     return None if all(previous.get(k) == v for k, v in status.items()) else status
 
 
-def _consumed(obj: JSON, runs: tuple[BenchmarkOutcome, ...], *, lifted: bool = False) -> JSON | None:
+def _consumed(
+    obj: JSON, runs: tuple[BenchmarkOutcome, ...], *, lifted: bool = False
+) -> JSON | None:
     """The merge patch removing the request annotations this pass answered (and setting
     what a run asked for: an accepted baseline)."""
     consumed: dict[str, str | None] = {}
