@@ -7,7 +7,8 @@ here, smg discovering the rank-0 pods through the API server as the gateway's
 ServiceAccount. Shown: a streamed chat request goes through; a 9,000-token prompt is
 refused with 400 and never reaches an engine; no key is 401; a key added to the Secret
 works without a restart; killing one replica's engine loses (almost) nothing, and
-afterwards every request succeeds.
+afterwards every request succeeds. Scaled to 0, a chat is a 503 saying why at once; scaled
+up again, chats sent while no replica serves yet are held and answered, not refused.
 
 The harness's pure helpers are pinned without a cluster in
 harness/tests/unit/test_devcluster_gateway_io.py.
@@ -22,6 +23,7 @@ import random
 import secrets
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +46,8 @@ NAME = "front"
 GROUPS = [["spark-a0", "spark-a1", "spark-a2"], ["spark-b0", "spark-b1", "spark-b2"]]
 FAILOVER_FAILURES_ALLOWED = 3
 AFTER_SWITCH = 20
+HOLD_SECONDS = 180  # admission.noReplicaHoldSeconds here: a replica's whole start, on 2 cores
+HELD_CLIENTS = 4
 
 
 # --- the front door on the dev cluster -------------------------------------------------
@@ -96,6 +100,7 @@ def served(
         model_dir=model_dir,
         groups=GROUPS,
         log_dir=tmp_path / "gw",
+        admission={"noReplicaHoldSeconds": HOLD_SECONDS},
     ) as serving:
         yield serving
 
@@ -424,6 +429,7 @@ def test_gateway_pod_is_2_of_2_ready_and_nothing_serving_is_a_503_saying_why(
     )
     door = Door(url=f"{gateway.admission_url}/v1/chat/completions", key=alice)
     _scaled_to_zero_is_a_503_saying_why(devcluster, namespace, door)
+    _a_scale_up_is_held_not_refused(devcluster, namespace, door, gateway)
 
 
 def _scaled_to_zero_is_a_503_saying_why(cluster: DevCluster, namespace: str, door: Door) -> None:
@@ -448,6 +454,71 @@ def _scaled_to_zero_is_a_503_saying_why(cluster: DevCluster, namespace: str, doo
     assert error["code"] == "model_scaled_to_zero"
     assert f"InferenceCluster {namespace}/{NAME} is scaled to 0 replicas" in error["message"]
     assert "No worker available" not in answer.text
+
+
+def _held(gateway: GatewayInfo) -> dict[str, tuple[float, float]]:
+    """The admission layer's hold histogram: outcome -> (count, seconds in all)."""
+    held: dict[str, list[float]] = {}
+    text = httpx.get(gateway.metrics_url, timeout=10).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "sparkllm_gateway_no_replica_hold_seconds":
+            for sample in family.samples:
+                slot = held.setdefault(sample.labels["outcome"], [0.0, 0.0])
+                if sample.name.endswith("_count"):
+                    slot[0] = sample.value
+                elif sample.name.endswith("_sum"):
+                    slot[1] = sample.value
+    return {outcome: (count, total) for outcome, (count, total) in held.items()}
+
+
+def _a_scale_up_is_held_not_refused(
+    cluster: DevCluster, namespace: str, door: Door, gateway: GatewayInfo
+) -> None:
+    """From 0 to 2 replicas: while none serves yet, chats are held (the object says
+    replicas are coming) and answered once smg has a replica — never the 503
+    no_replica_ready. Until the gateway re-reads the object (2 s), a chat may still get
+    the scaled-to-0 503 at once; each client sends again until answered."""
+    cluster.kubectl("scale", f"icl/{NAME}", "-n", namespace, "--replicas=2")
+    results: list[tuple[list[str], float]] = []
+
+    def client(index: int) -> None:
+        codes: list[str] = []
+        last = 0.0
+
+        def answered() -> bool:
+            nonlocal last
+            started = time.monotonic()
+            answer = httpx.post(
+                door.url,
+                json=_chat(f"held question {index}"),
+                headers={"Authorization": f"Bearer {door.key}"},
+                timeout=HOLD_SECONDS + 60,
+            )
+            last = time.monotonic() - started
+            codes.append("200" if answer.is_success else answer.json()["error"]["code"])
+            return answer.status_code == 200
+
+        wait_until(answered, timeout=HOLD_SECONDS + 120, interval=0.5, what="an answer")
+        results.append((codes, last))
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(HELD_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=HOLD_SECONDS + 180)
+    count, seconds = _held(gateway).get("served", (0.0, 0.0))
+    waits = ", ".join(f"{wait:.1f} s" for _codes, wait in sorted(results, key=lambda r: r[1]))
+    print(
+        f"scale-up from 0: {count:.0f} requests held and then served ({seconds:.1f} s held in "
+        f"all); each client's answered request took {waits}; before it: "
+        f"{[codes[:-1] for codes, _ in results]}"
+    )
+    assert len(results) == HELD_CLIENTS
+    for codes, _wait in results:
+        assert codes[-1] == "200"
+        assert set(codes[:-1]) <= {"model_scaled_to_zero"}, codes  # never no_replica_ready
+    assert count >= 1  # held while no replica served, then answered
+    assert "refused" not in _held(gateway)
 
 
 def _engine_key(cluster: DevCluster, namespace: str) -> str | None:

@@ -6,8 +6,9 @@ a pod while discovery has no Ready rank 0. In front, the real gateway, whose
 InferenceCluster is a fixed object (the API read replaced, as test_gateway_no_replica.py
 does): scaled to 0 -> the 503 at once; a replica Restarting -> requests are held, up to
 ``no_replica_hold_seconds``. Shown: the bound passes -> today's 503 with its reason; a
-client leaving while held is charged nothing and frees its slot; held requests are
-answered (200) once the engine comes up and smg registers it.
+client leaving while held is charged nothing and frees its slot; a scale to 0 while held
+ends the hold with its 503; held requests are answered (200) once the engine comes up
+and smg registers it.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ def test_requests_are_held_through_a_gap_and_answered_when_a_replica_is_back(
             _scaled_to_zero_is_answered_at_once(app, client)
             _the_bound_passes_then_the_503_with_its_reason(app, client)
             _a_client_leaving_while_held_is_charged_nothing(app, client, gateway.url)
+            _a_scale_to_zero_while_held_ends_the_hold(app, gateway.url)
             _held_requests_are_served_once_the_replica_is_up(app, gateway.url, replica)
     finally:
         router.kill()  # ours; a graceful stop waits out smg's drain window
@@ -220,6 +222,26 @@ def _a_client_leaving_while_held_is_charged_nothing(
     (row,) = client.get("/v1/usage", headers=CAROL).json()["data"]
     assert row["outcomes"]["client_closed"] == 1
     assert (row["input_tokens"], row["output_tokens"]) == (0, 0)  # no engine saw it
+
+
+def _a_scale_to_zero_while_held_ends_the_hold(app: GatewayApp, url: str) -> None:
+    """The object is read again while a request waits: scaled to 0 meanwhile, nothing
+    will come, and the held request gets that 503 (not the rest of its 60 s bound)."""
+    app.serving = serving = _FixedObject(RESTARTING, app, hold_seconds=60)
+    answers: list[httpx.Response] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{url}{CHAT}", json=_chat(max_tokens=4), headers=CAROL, timeout=90)
+        ),
+        daemon=True,
+    )
+    asking.start()
+    wait_until(lambda: serving._waiting == 1, timeout=20, what="the request held")
+    serving.cluster = _cluster(0)
+    asking.join(timeout=30)
+    (answer,) = answers
+    assert (answer.status_code, answer.json()["error"]["code"]) == (503, CODE_SCALED_TO_ZERO)
+    assert _held(app)["refused"][0] == 2  # held, then refused: counted as held
 
 
 def _held_requests_are_served_once_the_replica_is_up(

@@ -216,19 +216,25 @@ class ServingState:
     def holding(self) -> Hold:
         """One request's hold: each call (after the router said it has no replica) waits
         for the router's next readiness (RETRY) while a replica is expected and the
-        request's bound (from its first call) has not passed; EXPIRED when the bound
-        passes while it waits; else ANSWER."""
+        request's bound (from its first call) has not passed. The object is read again
+        while it waits (each CACHE_SECONDS): a scale to 0 meanwhile ends the hold.
+        ANSWER: not held at all; EXPIRED: held, and now the 503."""
         deadline: float | None = None
 
         async def hold(receive: Receive) -> HoldEnd:
             nonlocal deadline
-            now = self._clock()
-            deadline = now + self.hold_seconds if deadline is None else deadline
-            if deadline <= now or self._probe is None:
+            if self._probe is None:
                 return HoldEnd.ANSWER
-            if not replica_expected(await self._current()):
-                return HoldEnd.ANSWER
-            return await self._wait(receive, deadline - now)
+            deadline = self._clock() + self.hold_seconds if deadline is None else deadline
+            waited = False
+            while True:
+                now = self._clock()
+                if deadline <= now or not replica_expected(await self._current()):
+                    return HoldEnd.EXPIRED if waited else HoldEnd.ANSWER
+                end = await self._wait(receive, min(deadline - now, CACHE_SECONDS))
+                if end is not HoldEnd.EXPIRED:
+                    return end
+                waited = True
 
         return hold
 
