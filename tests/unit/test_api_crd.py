@@ -69,8 +69,8 @@ def test_subresources() -> None:
 
 
 def test_printer_columns() -> None:
-    """kubectl get icl shows the first six; -o wide (priority 1) adds where the front door
-    is, why Ready is what it is, and the restarts."""
+    """kubectl get icl shows the first seven (Start: a start you can watch); -o wide
+    (priority 1) adds where the front door is, why Ready is what it is, and the restarts."""
     columns = [
         (c["name"], c["jsonPath"], c.get("priority", 0))
         for c in VERSION["additionalPrinterColumns"]
@@ -79,6 +79,7 @@ def test_printer_columns() -> None:
         ("Replicas", ".spec.replicas", 0),
         ("Ready", ".status.readyReplicas", 0),
         ("Phase", ".status.phase", 0),
+        ("Start", ".status.start", 0),
         ("Model", ".spec.model.servedName", 0),
         ("PP", ".spec.engine.pipelineParallel", 0),
         ("Age", ".metadata.creationTimestamp", 0),

@@ -496,8 +496,9 @@ def _fake(text: str, lang: str = "") -> Block:
 
 
 ICL_WIDE = (  # README's table, which check_demo_output passes
-    "NAME REPLICAS READY PHASE MODEL PP AGE ENDPOINT REASON RESTARTS\n"
-    "deepseek-v4-flash 1 1 Ready deepseek-v4-flash 3 15s http://x.llm.svc:8000 AllReplicasReady 0"
+    "NAME REPLICAS READY PHASE START MODEL PP AGE ENDPOINT REASON RESTARTS\n"
+    "deepseek-v4-flash 1 1 Ready Ready:15s deepseek-v4-flash 3 15s http://x.llm.svc:8000 "
+    "AllReplicasReady 0"
 )
 
 

@@ -51,6 +51,11 @@ PRINTER_COLUMNS: tuple[dict[str, str | int], ...] = (
      "description": "Replicas serving"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
      "description": "Summary of the observed state"},
+    # A start of many minutes, watched (kubectl get icl -w): the least advanced rank's
+    # stage, shards, time against startupGraceSeconds and the last start's duration.
+    {"name": "Start", "type": "string", "jsonPath": ".status.start",
+     "description": "Start stage of the least advanced rank, e.g. "
+                    "LoadingWeights:12/46:95s/1200s~300s; Ready:<last start, s>"},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.servedName",
      "description": "Model name clients request"},
     {"name": "PP", "type": "integer", "jsonPath": ".spec.engine.pipelineParallel",

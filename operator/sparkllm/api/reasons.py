@@ -33,6 +33,7 @@ class Reason(StrEnum):
     RANKS_STARTING = "RanksStarting"  # ranks are pulling, verifying or loading
     STARTUP_TIMEOUT = "StartupTimeout"  # not ready within restartPolicy.startupGraceSeconds
     REPLICA_READY = "ReplicaReady"  # Event: a replica started serving
+    START_STAGE = "StartStage"  # Event: a starting replica's ranks moved to a new stage
     ALL_REPLICAS_READY = "AllReplicasReady"  # Ready=True
     REPLICAS_NOT_READY = "ReplicasNotReady"  # Ready=False: fewer ready than desired
     SCALED_TO_ZERO = "ScaledToZero"  # Ready=False because replicas is 0

@@ -33,6 +33,7 @@ from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.quarantine import MAX_TRACKED_NODES, Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
+from sparkllm.api.start_status import ReplicaStart
 
 # metav1.Condition's reason format: CamelCase, starting with a letter.
 REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
@@ -165,6 +166,18 @@ class ReplicaStatus(ApiModel):
         default=None,
         description="nodeDown is true while a node of the replica is NotReady or missing; "
         "the replica restarts when the node is back.",
+    )
+    start: ReplicaStart | None = Field(
+        default=None,
+        description="start is, while the replica starts, each rank's stage (from its pod, "
+        "then SGLang's own log lines), the time since the start against "
+        "startupGraceSeconds and the last start's duration as the estimate.",
+    )
+    last_start_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="lastStartSeconds is how long the replica's last completed start took, "
+        "from its first rank pod's creation to rank 0 Ready.",
     )
     node_group: Annotated[str, StringConstraints(max_length=253)] | None = Field(
         default=None,
@@ -312,4 +325,10 @@ class InferenceClusterStatus(ApiModel):
         "baseline (set or not, when asked for), and summary (pass/fail/notMeasured counts, "
         "each row's verdict, why failed rows failed, startedAt/endedAt, the stress figures); "
         "the summary's keys are open.",
+    )
+    start: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None,
+        description="start is the printer column's summary of the least advanced starting "
+        "rank, one word: stage[:shards]:elapsed/grace[~estimate] (e.g. "
+        "LoadingWeights:12/46:95s/1200s~300s), or Ready:<seconds the last start took>.",
     )

@@ -123,6 +123,21 @@ class KubeAPI:
         items: list[JSON] = response.json().get("items", [])
         return items
 
+    async def pod_log(
+        self, name: str, namespace: str, *, container: str, tail_lines: int, limit_bytes: int
+    ) -> str | None:
+        """The last ``tail_lines`` lines (at most ``limit_bytes``) of a pod's container log;
+        None when the pod or its log is not there (not started, gone; 400/404)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/log"
+        params = {
+            "container": container, "tailLines": str(tail_lines), "limitBytes": str(limit_bytes)
+        }  # fmt: skip
+        response = await self._request("GET", path, params=params)
+        if response.status_code in {400, 404}:
+            return None
+        self._raise_for(response, f"log of pod {namespace}/{name}")
+        return response.text
+
     async def kind_served(self, kind: Kind) -> bool:
         """Whether the API server serves this kind (e.g. the Prometheus operator's CRDs)."""
         group_version = kind.api_version

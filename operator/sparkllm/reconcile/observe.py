@@ -38,6 +38,12 @@ from sparkllm.reconcile.decide.drain import draining_replicas, rank0_address
 from sparkllm.reconcile.decide.observation import ApiKind, Key, Observation, ServerInfo
 from sparkllm.reconcile.decide.replica_state import pod_ready, pods_by_rank
 from sparkllm.reconcile.decide.replicas import Observed, label
+from sparkllm.reconcile.decide.start_stages import (
+    ENGINE_CONTAINER,
+    LOG_LIMIT_BYTES,
+    LOG_TAIL_LINES,
+    pods_to_read,
+)
 from sparkllm.reconcile.engines import ConfigProbe, Engines
 from sparkllm.reconcile.reads import (
     read_acceptance,
@@ -127,6 +133,7 @@ async def _read(
         ic, observed, probe=engines.config_probe, api_key=engine_key.value
     )
     absent = await absent_apis(api, ic)
+    start_logs = await read_start_logs(api, observed)
     # spec.monitoring's PodMonitors: asked only while wanted (when off, read_owned's list
     # still finds any left to prune).
     monitors = ic.spec.monitoring.service_monitor and await api.kind_served(owned.POD_MONITOR)
@@ -144,6 +151,7 @@ async def _read(
         server_info=server_info,
         absent_apis=absent,
         pod_monitors_served=monitors,
+        start_logs=start_logs,
     )
 
 
@@ -155,6 +163,30 @@ async def absent_apis(api: KubeAPI, ic: InferenceCluster) -> frozenset[ApiKind]:
         if str(o["apiVersion"]).startswith(OPTIONAL_API_GROUPS)
     }
     return frozenset([pair for pair in wanted if not await api.kind_served(lookup_kind(*pair))])
+
+
+async def read_start_logs(api: KubeAPI, observed: Observed) -> dict[str, str]:
+    """The recent engine log of each rank pod of a replica not serving yet, by pod uid:
+    its start stage (decide/start_stages.py). Through the API server, not a probe the
+    engine pod exposes: SGLang serves nothing during a start (rank 0 opens its port at
+    the end, ranks > 0 only a dummy health server), so a probe would mean a sidecar in
+    every rank pod; a log read is one bounded GET per starting rank per pass (the last
+    400 lines, 128 KiB at most), none once the replica serves. A log that cannot be read
+    (the node's kubelet unreachable) leaves the stage to the pod's state."""
+    logs: dict[str, str] = {}
+    for pod in pods_to_read(observed):
+        meta = pod.get("metadata") or {}
+        try:
+            text = await api.pod_log(
+                str(meta.get("name")), str(meta.get("namespace") or "default"),
+                container=ENGINE_CONTAINER, tail_lines=LOG_TAIL_LINES,
+                limit_bytes=LOG_LIMIT_BYTES,
+            )  # fmt: skip
+        except ClusterAPIError:
+            continue
+        if text is not None:
+            logs[str(meta.get("uid") or "")] = text
+    return logs
 
 
 def ready_rank0_pods(observed: Observed) -> dict[int, JSON]:

@@ -60,6 +60,7 @@ from sparkllm.reconcile.decide.secrets import (
     generated_key_secret,
 )
 from sparkllm.reconcile.decide.spares import Placement, place
+from sparkllm.reconcile.decide.start_stages import decide_starts, with_starts
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
     StatusParts,
@@ -179,6 +180,11 @@ def _act(
     )
     stuck = unschedulable(observed.pods, now=now)
     report = replace(report, in_use=assignment.in_use, unschedulable=stuck.messages)
+    starts = decide_starts(
+        ic, observed, report.replicas, previous=previous, logs=observation.start_logs, now=now
+    )
+    report = with_starts(report, starts)
+    events.extend(starts.events)
     config = config_condition(_config_results(observation, ic.spec, report), generation=generation)
     exposed = exposed_condition(observation.absent_apis, previous, generation=generation)
     pending = update_pending_condition(
@@ -240,7 +246,9 @@ def _act(
         delete_pods=lost_pods(observed, ic.metadata.namespace or "default"),
         quarantined_nodes=len(placement.quarantine.entries),
         failovers=len(placement.moves),
-        retry_after=earliest(replicas.retry_after, drain.retry_after, stuck.retry_after),
+        retry_after=earliest(
+            replicas.retry_after, drain.retry_after, stuck.retry_after, starts.retry_after
+        ),
         nodes=frozenset(replicas.nodes),
         waiting_for_nodes=bool(assignment.unplaced),
     )

@@ -59,3 +59,4 @@ class Observation:
     others: tuple[JSON, ...] = ()
     absent_apis: frozenset[ApiKind] = frozenset()  # optional kinds the cluster lacks
     pod_monitors_served: bool = False  # the cluster serves PodMonitor (asked when wanted)
+    start_logs: Mapping[str, str] = field(default_factory=dict)  # starting pods' log, by uid

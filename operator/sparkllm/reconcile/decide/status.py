@@ -27,6 +27,7 @@ from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.quarantine import Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
+from sparkllm.api.start_status import ReplicaStart
 from sparkllm.api.status import (
     FrontDoorStatus,
     InferenceClusterStatus,
@@ -55,6 +56,8 @@ class ReplicaReport:
     members: tuple[str, ...] = ()
     budget_exhausted: bool = False
     node_down: bool = False
+    start: ReplicaStart | None = None  # while starting: each rank's stage (start_stages.py)
+    last_start_seconds: int | None = None
     message: str = ""
     node_group: str | None = None  # the group it is placed on (spares.py)
     last_failover: JSON | None = None  # its latest move to a spare group
@@ -77,6 +80,8 @@ class ReplicaReport:
             members=self.members,
             budget_exhausted=True if self.budget_exhausted else None,
             node_down=True if self.node_down else None,
+            start=self.start,
+            last_start_seconds=self.last_start_seconds,
             node_group=self.node_group,
             last_failover=_failover(self.last_failover),
         )
@@ -100,6 +105,7 @@ class ClusterReport:
     spec_error: str | None = None
     spec_error_reason: Reason = Reason.INVALID_SPEC
     extra_conditions: tuple[JSON, ...] = field(default_factory=tuple)
+    start_summary: str | None = None  # status.start, the Start printer column
 
 
 def _failover(last: JSON | None) -> Failover | None:
@@ -347,6 +353,7 @@ def derive_status(
         replicas=len(report.replicas),
         ready_replicas=ready,
         selector=report.selector,
+        start=report.start_summary,
         conditions=tuple(conditions),
         replica_statuses=tuple(r.to_status() for r in report.replicas),
         restarts=sum(r.restarts for r in report.replicas),  # kubectl get icl -o wide
