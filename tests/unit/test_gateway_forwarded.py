@@ -158,11 +158,12 @@ class HeaderRecorder:
 
     def __init__(self) -> None:
         self.headers: list[dict[str, str]] = []
+        self.bodies: list[dict[str, Any]] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        await read_request_body(receive)
+        self.bodies.append(json.loads(await read_request_body(receive) or b"{}"))
         self.headers.append({k.decode().lower(): v.decode("latin-1") for k, v in scope["headers"]})
         usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
         body = json.dumps({"object": "chat.completion", "choices": [], "usage": usage}).encode()
@@ -257,3 +258,48 @@ def test_each_named_user_has_their_own_row_and_the_front_end_bounds_their_sum(
         if family.name == "sparkllm_gateway_user_requests"
     }
     assert {"carol@example.com@webui", "dave@example.com@webui", "webui", "alice"} <= users
+
+
+def test_the_front_ends_token_budget_lowers_and_refuses_its_users_together(
+    model_dir: Path, tmp_path: Path, engine: tuple[HeaderRecorder, str]
+) -> None:
+    """Each user has 1000 tokens an hour, the front end 100 for all of them: the grant is
+    the smaller, max_tokens lowered to it, and the front end's window runs out for all."""
+    recorder, url = engine
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "minOutputTokens: 8\n"
+        "defaults: {tokensPerHour: 1000}\n"
+        "users: {webui: {tokensPerHour: 100}}\n"
+        "frontends: {webui: {}}\n"
+    )
+    keys = write_keys(tmp_path / "keys", {"webui": "key-webui"})
+    config = gateway_config(
+        model_dir=model_dir, keys_dir=keys, upstream_url=url, governance_policy_path=policy
+    )
+    app = build_gateway_app(config)
+    now = time.time()
+    mid_hour = now - now % 3600 + 1800
+    app.governor._clock = lambda: mid_hour
+
+    def ask(email: str) -> httpx.Response:
+        body = {**_chat(), "max_tokens": 500}
+        headers = {"authorization": "Bearer key-webui", EMAIL: email}
+        return client.post(CHAT, json=body, headers=headers)
+
+    with running(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        assert ask("u0@example.com").status_code == 200
+        first = recorder.bodies[-1]["max_tokens"]
+        assert first < 100  # the front end's 100, not the user's 1000
+        answers = [ask(f"u{i}@example.com") for i in range(1, 10)]  # a new user each time
+        ledger = client.get("/v1/usage", headers={"authorization": "Bearer key-webui"}).json()
+    statuses = [answer.status_code for answer in answers]
+    assert 429 in statuses  # 18 tokens each: the front end's 100 run out, not any user's
+    refused = answers[statuses.index(429)]
+    message = refused.json()["error"]["message"]
+    assert "front end 'webui' has one budget for all its users" in message
+    assert "tokens_per_hour" in message
+    (total,) = ledger["data"]  # the front end's own row: the sum of its users'
+    assert total["user"] == "webui"
+    assert total["input_tokens"] + total["output_tokens"] <= 100
+    assert total["outcomes"] == {"ok": statuses.count(200) + 1}

@@ -152,8 +152,8 @@ async def reserve_frontend(
         body=granted.body,
         input_tokens=granted.input_tokens,
         input_tokens_exact=exact,
-        max_output_tokens=min(
-            decision.max_output_tokens, granted.reserved_output // decision.sequences
+        max_output_tokens=max(
+            1, min(decision.max_output_tokens, granted.reserved_output // decision.sequences)
         ),
     )
     recount = None if exact else recount
