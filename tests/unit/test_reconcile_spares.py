@@ -152,6 +152,7 @@ def test_no_spare_free_keeps_todays_behaviour() -> None:
     assert "lastFailover" not in status["replicaStatuses"][0]
     assert not events([plan], Reason.NODE_FAILOVER)
     assert _groups(plan) <= {"group-0"}
+    assert plan.waiting_for_nodes  # any node change looks again: a spare may free up
 
 
 def test_a_spare_with_a_quarantined_node_is_skipped() -> None:

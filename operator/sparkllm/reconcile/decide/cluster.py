@@ -250,7 +250,8 @@ def _act(
             replicas.retry_after, drain.retry_after, stuck.retry_after, starts.retry_after
         ),
         nodes=frozenset(replicas.nodes),
-        waiting_for_nodes=bool(assignment.unplaced),
+        # a replica held for a node looks again at any node change: a spare may free up
+        waiting_for_nodes=bool(assignment.unplaced) or any(r.node_down for r in report.replicas),
     )
 
 
