@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from sparkllm.errors import SpecError
 from sparkllm.sglang_contract.command import ENGINE_LAUNCHER_CODE, launched_args
 from sparkllm_dev.sim.deepseek_v4 import FAULTS
+from sparkllm_dev.sim.start import StartModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class SimOptions:
     """Hang (process alive, generation stalls) after N generation requests; also SIGUSR1."""
     faults: tuple[str, ...] = ()
     """Output faults (``deepseek_v4.FAULTS``) that make one acceptance check fail each."""
+    start: StartModel = field(default_factory=StartModel)
+    """The start's phases (weights, JIT cold or warm, graphs): ``sim/start.py``."""
     health_check_timeout: int | None = None
     """SGLang's /health window (``SGLANG_HEALTH_CHECK_TIMEOUT``) for this process instead of
     the rank's env: a test waiting for a hang to be seen needs no 20 s windows (same rule)."""
@@ -154,6 +157,20 @@ def _sim_parser() -> argparse.ArgumentParser:
         choices=FAULTS,
         help="break one output property (repeatable): " + ", ".join(FAULTS),
     )
+    start = StartModel()
+    parser.add_argument(
+        "--sim-start-scale",
+        type=float,
+        default=start.scale,
+        metavar="FACTOR",
+        help="multiply the start model's real-scale seconds (sim/start.py) by FACTOR; 0 "
+        "(default): print SGLang's start lines without waiting",
+    )
+    parser.add_argument("--sim-weights-gb", type=float, help="this rank's weights (GB)")
+    parser.add_argument("--sim-load-seconds-per-gb", type=float, default=start.load_seconds_per_gb)
+    parser.add_argument("--sim-jit-cold-seconds", type=float, default=start.jit_cold_seconds)
+    parser.add_argument("--sim-jit-warm-seconds", type=float, default=start.jit_warm_seconds)
+    parser.add_argument("--sim-graph-seconds", type=float, default=start.graph_seconds)
     parser.add_argument(
         "--sim-health-check-timeout",
         type=int,
@@ -181,6 +198,18 @@ def parse_sim_options(sim_args: Sequence[str]) -> SimOptions:
         raise SpecError("simulator latencies must not be negative")
     if namespace.sim_health_check_timeout is not None and namespace.sim_health_check_timeout < 1:
         raise SpecError("--sim-health-check-timeout must be at least 1 second")
+    start = StartModel(
+        scale=namespace.sim_start_scale,
+        weights_gb=namespace.sim_weights_gb,
+        load_seconds_per_gb=namespace.sim_load_seconds_per_gb,
+        jit_cold_seconds=namespace.sim_jit_cold_seconds,
+        jit_warm_seconds=namespace.sim_jit_warm_seconds,
+        graph_seconds=namespace.sim_graph_seconds,
+    )
+    figures = (start.scale, start.load_seconds_per_gb, start.jit_cold_seconds,
+               start.jit_warm_seconds, start.graph_seconds, start.weights_gb or 0.0)  # fmt: skip
+    if min(figures) < 0:
+        raise SpecError("simulator start figures must not be negative")
     return SimOptions(
         host=namespace.sim_host,
         port=namespace.sim_port,
@@ -195,4 +224,5 @@ def parse_sim_options(sim_args: Sequence[str]) -> SimOptions:
         hang_after=namespace.sim_hang_after,
         faults=tuple(namespace.sim_fault),
         health_check_timeout=namespace.sim_health_check_timeout,
+        start=start,
     )

@@ -17,6 +17,7 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from sparkllm_dev.sim.asgi import ASGIApp
 from sparkllm_dev.sim.engine_config import EngineConfig, build_engine_config
 from sparkllm_dev.sim.model_files import load_model_files
 from sparkllm_dev.sim.options import parse_sim_options, split_command
+from sparkllm_dev.sim.start import cache_dir, fired_up, simulate_start
 from sparkllm_dev.sim.worker import WorkerApp
 
 logger = logging.getLogger("sparkllm_dev.sim")
@@ -114,6 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"SIMULATOR startup failed: {exc}", file=sys.stderr)
         return EXIT_STARTUP
     logger.info(describe(rank))
+    config = rank.config
+    simulate_start(
+        config.sim.start, pp_size=config.pp_size, rank=config.node_rank,
+        cache=cache_dir(os.environ), log=logging.getLogger("sglang"),
+    )  # fmt: skip
     server = _Server(
         uvicorn.Config(
             rank.app,
@@ -143,6 +150,12 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._app = app
         self.crashed = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's, then rank 0's "fired up" line once it listens (as SGLang's)."""
+        await super().startup(sockets)
+        if self.started and isinstance(self._app, EngineApp):
+            fired_up(logging.getLogger("sglang"))
 
     def crash(self) -> None:
         self.crashed = True
