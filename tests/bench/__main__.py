@@ -11,6 +11,9 @@ Benchmarks (in this order; ``--only`` picks some, ``--list`` shows them):
 * ``governance`` per-user governance's cost on the admission path at concurrency 1, and
                  a heavy and a light user's queue waits behind 8 slots
                  (bench_governance.py), a subprocess; no cluster.
+* ``fair_tokens`` a long-prompt and a short-prompt user's shares ordered by requests
+                 and by tokens (Jain's index), and interactive TTFT alone and beside a
+                 batch flood (bench_fair_tokens.py), a subprocess; no cluster.
 * ``reconcile``  create -> StatefulSets -> Ready -> garbage collected, and the
                  operator's memory with many InferenceClusters (bench_reconcile.py).
 * ``faults``     gang restart after a container exit or a pod deletion
@@ -121,6 +124,8 @@ def run_front_door(options: Options) -> list[Row]:
 
 
 GOVERNANCE_ADDS = re.compile(r"^\s*governance adds \((.+)\): ([+-][\d.]+) ms p50")
+REDIS_OVER = re.compile(r"^\s*redis over in-process \((.+)\): ([+-][\d.]+) ms p50")
+REDIS_TRIP = re.compile(r"^\s*redis round trip beside it \((.+)\): ([\d.]+) ms p50")
 GOVERNANCE_WAIT = re.compile(r"^(heavy|light)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
 
 
@@ -133,9 +138,42 @@ def run_governance(options: Options) -> list[Row]:
         if match := GOVERNANCE_ADDS.match(line):
             figure = f"c=1 admission path, {match[1]}: governance adds"
             rows.append(["governance", figure, f"{match[2]} ms p50", "goal <= 0.2 ms"])
+        elif match := REDIS_OVER.match(line):
+            figure = f"c=1 admission path, {match[1]}: redis over in-process"
+            rows.append(["governance", figure, f"{match[2]} ms p50", "goal <= 0.3 ms"])
+        elif match := REDIS_TRIP.match(line):
+            figure = f"redis round trip beside it ({match[1]})"
+            rows.append(["governance", figure, f"{match[2]} ms p50", "bare PING, same runs"])
         elif match := GOVERNANCE_WAIT.match(line):
             figure = f"{match[1]} user's mean queue wait ({match[2]} requests)"
             rows.append(["governance", figure, f"{match[3]} ms", "one slot turnover 250 ms"])
+    return rows
+
+
+JAIN_ROW = re.compile(
+    r"^\s*order by (\w+): Jain's index over requests \(slots\) ([\d.]+), "
+    r"over weighted tokens ([\d.]+)"
+)
+SHARE_ROW = re.compile(r"^(requests|tokens)\s+(long|short)\s+\d+\s+[\d.]+%\s+\d+\s+([\d.]+%)")
+TTFT_ROW = re.compile(r"^TTFT (.+?)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s*$")
+
+
+def run_fair_tokens(options: Options) -> list[Row]:
+    seconds = "6" if options.quick else "12"
+    print("\n== fair_tokens: shares by requests vs by tokens, and interactive over batch")
+    lines = _subprocess("tests.bench.bench_fair_tokens", "--seconds", seconds)
+    rows: list[Row] = []
+    shares: dict[str, list[str]] = {}
+    for line in lines:
+        if match := SHARE_ROW.match(line):
+            shares.setdefault(match[1], []).append(f"{match[2]} {match[3]}")
+        elif match := JAIN_ROW.match(line):
+            figure = f"ordered by {match[1]}: Jain's index, slots / tokens"
+            share = ", ".join(shares.get(match[1], []))
+            rows.append(["fair_tokens", figure, f"{match[2]} / {match[3]}", f"token share {share}"])
+        elif match := TTFT_ROW.match(line):
+            figure = f"interactive TTFT {match[1]}"
+            rows.append(["fair_tokens", figure, f"{match[3]} / {match[4]} ms", "p50 / p95"])
     return rows
 
 
@@ -196,6 +234,7 @@ BENCHMARKS: dict[str, Callable[[Options], list[Row]]] = {
     "admission": run_admission,
     "front_door": run_front_door,
     "governance": run_governance,
+    "fair_tokens": run_fair_tokens,
     "reconcile": run_reconcile,
     "faults": run_faults,
 }

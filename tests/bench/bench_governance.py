@@ -35,7 +35,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import GatewayApp, build_gateway_app
 from sparkllm.gateway.governance.meter import UsageMeter
 from sparkllm.gateway.replies import ErrorReply
-from sparkllm_dev.redis_fixture import start_redis_server
+from sparkllm_dev.redis_fixture import RedisServer, start_redis_server
 from tests.bench.common import percentile
 from tests.unit.gateway_fixtures import (
     MODEL,
@@ -80,18 +80,21 @@ def _app(
     *,
     policy: str | None,
     upstream_url: str = "http://127.0.0.1:9",
-    **store: str,
+    users: Sequence[str] = ("heavy", "light"),
+    **overrides: Any,
 ) -> Any:
+    """A gateway app of SLOTS slots for ``users`` (key ``key-<user>``); ``overrides``:
+    more of its config (a Redis store, the queue)."""
     model = workdir / "model"
     if not model.exists():
         write_model_dir(model, train_tokenizer())
-    keys = write_keys(workdir / "keys", {"heavy": "key-heavy", "light": "key-light"})
-    overrides: dict[str, Any] = {"max_concurrent_requests": SLOTS, "queue_size": 32, **store}
+    keys = write_keys(workdir / "keys", {user: f"key-{user}" for user in users})
+    settings: dict[str, Any] = {"max_concurrent_requests": SLOTS, "queue_size": 32, **overrides}
     if policy is not None:
         path = workdir / "policy.yaml"
         path.write_text(policy)
-        overrides["governance_policy_path"] = path
-    config = gateway_config(model_dir=model, keys_dir=keys, upstream_url=upstream_url, **overrides)
+        settings["governance_policy_path"] = path
+    config = gateway_config(model_dir=model, keys_dir=keys, upstream_url=upstream_url, **settings)
     return build_gateway_app(config)
 
 
@@ -142,9 +145,14 @@ def _timed(function: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def _paths(app: GatewayApp, body: bytes, *, runs: int) -> tuple[list[float], list[Cycle]]:
-    """Per run: the decision alone, and the decision plus governance (then the store closes)."""
+def _paths(
+    app: GatewayApp, body: bytes, *, runs: int, server: RedisServer | None = None
+) -> tuple[list[float], list[Cycle], list[float]]:
+    """Per run: the decision alone, and the decision plus governance (then the store
+    closes); with ``server``, a bare PING on a socket of its own after each governed run
+    (the round trip under the same load as the run beside it)."""
     loop = asyncio.new_event_loop()
+    pings: list[float] = []
     try:
         for _ in range(WARM_UP_RUNS):  # connects, loads the scripts, warms the caches
             loop.run_until_complete(_governed_path(app, body))
@@ -152,14 +160,35 @@ def _paths(app: GatewayApp, body: bytes, *, runs: int) -> tuple[list[float], lis
             _timed(lambda: app.admission.decide(Route.CHAT, body, user="heavy"))
             for _ in range(runs)
         ]
-        governed = [loop.run_until_complete(_governed_path(app, body)) for _ in range(runs)]
+        ping = None if server is None else loop.run_until_complete(_pinger(server))
+        governed = []
+        for _ in range(runs):
+            governed.append(loop.run_until_complete(_governed_path(app, body)))
+            if ping is not None:
+                pings.append(loop.run_until_complete(ping()))
         loop.run_until_complete(app.governor.store.aclose())
     finally:
         loop.close()
-    return decide, governed
+    return decide, governed, pings
 
 
-def _print_mode(name: str, decide: list[float], governed: list[Cycle]) -> None:
+async def _pinger(server: RedisServer) -> Callable[[], Awaitable[float]]:
+    """A bare PING written to its own socket: the round trip every store call stands on."""
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(f"AUTH {server.password}\r\n".encode())
+    await reader.readline()
+
+    async def ping() -> float:
+        started = time.perf_counter()
+        writer.write(b"PING\r\n")
+        await reader.readline()
+        return time.perf_counter() - started
+
+    return ping
+
+
+def _print_mode(name: str, decide: list[float], governed: list[Cycle], pings: list[float]) -> float:
+    """Print one mode's rows; what governance adds to the admission path (p50, s)."""
     admission = [cycle.admission for cycle in governed]
     total = [cycle.total for cycle in governed]
     for label, samples in (
@@ -173,27 +202,35 @@ def _print_mode(name: str, decide: list[float], governed: list[Cycle]) -> None:
     cycle = statistics.median(t - d for t, d in zip(total, decide, strict=True))
     print(f"  governance adds ({name}): {adds * 1000:+.3f} ms p50 (paired median, admission path)")
     print(f"  whole cycle ({name}): {cycle * 1000:+.3f} ms p50 (paired median, with settle)")
+    if pings:
+        print(f"  redis round trip beside it ({name}): {statistics.median(pings) * 1000:.3f} ms "
+              f"p50 (a bare PING on a socket, after each run)")  # fmt: skip
+    return adds
 
 
 def overhead(workdir: Path, *, runs: int) -> None:
     body = _body()
     print(f"\n{'path':<48} {'p50 ms':>8} {'p99 ms':>8}   ({runs} runs, concurrency 1)")
+    local: dict[str, float] = {}
     for name, policy in (("no policy", None), ("token budgets", BUDGET_POLICY)):
-        _print_mode(name, *_paths(_app(workdir, policy=policy), body, runs=runs))
+        local[name] = _print_mode(name, *_paths(_app(workdir, policy=policy), body, runs=runs))
     binary = shutil.which("redis-server")
     if binary is None:
         print("redis store: not measured (redis-server missing: bash hack/setup-test-tools.sh)")
         return
     server = start_redis_server(binary, workdir=workdir)
     try:
-        for name, policy in (("redis, no policy", None), ("redis, token budgets", BUDGET_POLICY)):
+        for name, policy in (("no policy", None), ("token budgets", BUDGET_POLICY)):
             store = {
                 "governance_redis_address": server.address,
                 "governance_redis_password": server.password,
                 "governance_key_prefix": f"sparkllm-bench:{{{uuid.uuid4().hex[:8]}}}",
             }
             app = _app(workdir, policy=policy, **store)
-            _print_mode(name, *_paths(app, body, runs=runs))
+            runs_ = _paths(app, body, runs=runs, server=server)
+            shared = _print_mode(f"redis, {name}", *runs_)
+            over = (shared - local[name]) * 1000
+            print(f"  redis over in-process ({name}): {over:+.3f} ms p50 (admission path)")
     finally:
         server.stop()
 

@@ -156,7 +156,7 @@ class ConcurrencyLimiter:
         self._max_in_flight = max_in_flight
         self._queue_size = queue_size
         self._timeout = timeout
-        self._measure = measure
+        self.measure = measure  # what counts as service (the benchmark compares both)
         self._decay = math.log(2) / half_life
         self._in_flight = 0
         self._batch_in_flight = 0
@@ -254,7 +254,7 @@ class ConcurrencyLimiter:
         requests: int = 0,
     ) -> None:
         """Add to ``user``'s service (negative: give back what was charged too much)."""
-        if self._measure is Measure.REQUESTS:
+        if self.measure is Measure.REQUESTS:
             units = float(requests)
         else:
             units = input_tokens + OUTPUT_TOKEN_COST * output_tokens
