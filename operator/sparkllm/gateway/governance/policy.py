@@ -15,7 +15,7 @@ The file (docs/governance.md has the full table)::
       requestsPerMinute: 120
       tokensPerHour: 2000000     # input + output, aligned UTC windows
       tokensPerDay: 20000000
-      weight: 1                  # share of the slots when they are short
+      weight: 1                  # share of the engine's tokens when slots are short
       maxQueuedRequests: 16      # the user's waiting requests
       priority: interactive      # or batch: goes after interactive, off the reserved slots
     reservedInteractiveSlots: 1  # slots batch requests never take (default 1)
