@@ -141,6 +141,7 @@ def test_conditions_are_ordered_by_type_unknown_types_last() -> None:
         cond(ConditionType.MONITORED, False),
         cond(ConditionType.EXPOSED, False),
         cond(ConditionType.NETWORK_VERIFIED, True),
+        cond(ConditionType.MEMORY_VERIFIED, False),
         cond(ConditionType.UPDATE_PENDING, False),
         cond(ConditionType.IMAGES_CONSISTENT, True),
         cond(ConditionType.LAUNCH_CHECKED, None),
@@ -148,10 +149,10 @@ def test_conditions_are_ordered_by_type_unknown_types_last() -> None:
     merged = merge_conditions(previous, updates, NOW)
     assert [c["type"] for c in merged] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
-        "NetworkVerified", "Exposed", "Monitored", "UpdatePending", "LaunchChecked",
-        "ImagesConsistent", "Custom.example.com/B", "Custom.example.com/A",
+        "NetworkVerified", "MemoryVerified", "Exposed", "Monitored", "UpdatePending",
+        "LaunchChecked", "ImagesConsistent", "Custom.example.com/B", "Custom.example.com/A",
     ]  # fmt: skip
-    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:12]]
+    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:13]]
 
 
 def test_a_later_update_of_the_same_type_wins() -> None:
