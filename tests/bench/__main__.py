@@ -18,8 +18,10 @@ Benchmarks (in this order; ``--only`` picks some, ``--list`` shows them):
                  operator's memory with many InferenceClusters (bench_reconcile.py).
 * ``faults``     gang restart after a container exit or a pod deletion
                  (bench_faults.py).
+* ``failover``   node failure -> replica serving on the spare group, and the quarantine
+                 decision time (bench_failover.py).
 
-The last two run the real operator and the engine harness against the shared dev
+The last three run the real operator and the engine harness against the shared dev
 cluster (started if it is not running, never stopped; every object lives in a namespace
 of the benchmark's own, deleted at the end). On two cores a full run takes about five
 minutes (up to ten when the machine is busy), ``--quick`` about two. A benchmark that
@@ -38,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sparkllm_dev.devcluster import DevCluster
-from tests.bench import bench_faults, bench_reconcile
+from tests.bench import bench_failover, bench_faults, bench_reconcile
 from tests.bench.common import ROOT, machine_facts, percentile, print_table
 
 Row = list[str]  # benchmark, figure, value, basis or goal
@@ -230,6 +232,26 @@ def run_faults(options: Options) -> list[Row]:
     return rows
 
 
+def run_failover(options: Options) -> list[Row]:
+    failovers = 2 if options.quick else 6
+    print(f"\n== failover: {failovers} node failures, each moving the replica to the spare group")
+    rounds = bench_failover.run(_cluster(), failovers=failovers)
+    basis = f"p50 / p99, {len(rounds)} failovers"
+    started = [r.started for r in rounds]
+    simulator = [r.serving - r.started for r in rounds]
+    return [
+        ["failover", "node NotReady -> started on the spare (operator)", _ms(started), basis],
+        ["failover", "+ simulator start -> ranks serving", _ms(simulator), basis],
+        [
+            "failover",
+            "node NotReady -> serving on the spare",
+            _ms([r.serving for r in rounds]),
+            basis,
+        ],
+        ["failover", "quarantine decision", _ms([r.quarantined for r in rounds]), basis],
+    ]
+
+
 BENCHMARKS: dict[str, Callable[[Options], list[Row]]] = {
     "admission": run_admission,
     "front_door": run_front_door,
@@ -237,6 +259,7 @@ BENCHMARKS: dict[str, Callable[[Options], list[Row]]] = {
     "fair_tokens": run_fair_tokens,
     "reconcile": run_reconcile,
     "faults": run_faults,
+    "failover": run_failover,
 }
 
 
@@ -260,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [name for name in BENCHMARKS if not args.only or name in args.only]
     options = Options(quick=args.quick)
     started = time.monotonic()
-    needs_cluster = {"reconcile", "faults"} & set(chosen)
+    needs_cluster = {"reconcile", "faults", "failover"} & set(chosen)
     facts = machine_facts(_cluster() if needs_cluster else None)
     print("sparkllm benchmarks" + (" (--quick)" if args.quick else ""))
     for key, value in facts.items():
