@@ -30,6 +30,7 @@ answered, and the lease's expiry settles it at its reservation (conservative).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -120,6 +121,10 @@ class RedisStore:
         # Holder names are the caller's (e.g. "local:1"); another replica may use the
         # same ones, so each store's members carry an id of their own.
         self._instance = uuid.uuid4().hex[:12]
+        # Tickets: unique across replicas and restarts (a random prefix per store), made
+        # by a counter (a uuid4 per request cost more than the rest of the packing).
+        self._tickets_from = f"{uuid.uuid4().hex}."
+        self._ticket_ids = itertools.count(1)
         self._refresher: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -167,7 +172,7 @@ class RedisStore:
 
     async def admit(self, req: AdmitRequest, *, slot: SlotRequest | None = None) -> Admit | Refusal:
         limits = req.limits
-        ticket = uuid.uuid4().hex
+        ticket = f"{self._tickets_from}{next(self._ticket_ids):x}"
         member = "" if slot is None else self._member(slot.holder)
         numbers: list[str | int] = [
             req.input_tokens,

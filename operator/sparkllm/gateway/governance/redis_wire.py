@@ -104,6 +104,7 @@ class _Protocol(asyncio.Protocol):
         self.lost: BaseException | None = None
         self._buffer = bytearray()
         self._raw: socket.socket | None = None  # the transport's socket, for spin()
+        self._chunk = bytearray(16384)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -127,18 +128,19 @@ class _Protocol(asyncio.Protocol):
         if raw is None:
             return
         deadline = time.perf_counter() + seconds
+        chunk = self._chunk
         while not future.done() and self.lost is None:
             try:
-                data = raw.recv(65536)
+                size = raw.recv_into(chunk)
             except BlockingIOError:
                 if time.perf_counter() >= deadline:
                     return
                 continue
             except OSError:
                 return  # the transport sees it too, and says so
-            if not data:
+            if not size:
                 return  # end of stream: the transport's own read reports it
-            self.data_received(data)
+            self.data_received(bytes(chunk[:size]))
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -247,6 +249,8 @@ class ScriptConnection:
         self.sent += 1
         if self._spin > 0:
             protocol.spin(future, self._spin)
+            if future.done():  # answered meanwhile: no timer, no wait
+                return future.result()
         timer = asyncio.get_running_loop().call_later(
             self._timeout, protocol.fail, RedisTimeoutError("Redis did not answer in time")
         )
