@@ -193,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
         ("verify-network", "sparkllm.preflight.verify", "network preflight (init container)"),
         ("verify-memory", "sparkllm.preflight.verify_memory", "memory preflight (init container)"),
+        (
+            "engine-cache",
+            "sparkllm.preflight.engine_cache",
+            "prune the node's engine cache (init container)",
+        ),
         ("bench", "sparkllm.bench.cli", "acceptance benchmark against the gateway"),
         ("usage", "sparkllm.usage_command", "usage per user per day (the gateway's ledger)"),
     ):

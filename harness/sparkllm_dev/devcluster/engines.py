@@ -44,6 +44,7 @@ from pathlib import Path
 from sparkllm.errors import ClusterAPIError
 from sparkllm_dev.devcluster import engine_io, hostpaths, init_containers, kubelet, launch_step
 from sparkllm_dev.devcluster.cluster import DevCluster
+from sparkllm_dev.devcluster.engine_cache_dir import sim_cache_env
 from sparkllm_dev.devcluster.init_containers import InitRun, InitSequence, InitView
 from sparkllm_dev.devcluster.kubelet import JSON, ContainerView
 from sparkllm_dev.devcluster.pod_supervisor import (
@@ -225,6 +226,7 @@ class EngineHarness(PodSupervisor[_Engine]):
             ),
         )
         env |= hostpaths.model_dir_env(pod, container, command, hosts_root=self.hosts_root)
+        env |= sim_cache_env(pod, container, env, hosts_root=self.hosts_root)
         as_written = [*(container.get("command") or []), *(container.get("args") or [])]
         sim = shlex.join(["--sim-host", node_ip, *self.sim_args])  # logged: no Secret values
         engine = _Engine(

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from sparkllm import __version__
 from sparkllm.api.common import DNS_SUBDOMAIN_PATTERN, MAX_NAME
 from sparkllm.api.engine import LATEST_TAG_PATTERN, PINNED_IMAGE_PATTERN
 from sparkllm.errors import SparkllmError
+from sparkllm.render.engine_cache import NO_ENGINE_CACHE, EngineCache, engine_cache_from
 from sparkllm.render.objects import JSON
 
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -66,6 +67,9 @@ class ProductImage:
     reference: str = DEFAULT_IMAGE
     pull_policy: PullPolicy = DEFAULT_PULL_POLICY
     pull_secrets: tuple[str, ...] = ()
+    # Where rank pods keep their engine caches on the node (render/engine_cache.py): an
+    # operator setting like the image, handed to every rank pod the same way.
+    engine_cache: EngineCache = NO_ENGINE_CACHE
 
     def pod_pull_secrets(self) -> list[JSON]:
         """The pod's ``imagePullSecrets`` (empty: the field is left out)."""
@@ -103,13 +107,15 @@ def product_image(
 
 
 def product_image_from(environ: Mapping[str, str]) -> ProductImage:
-    """The operator's image settings from its env (the chart's), defaults where unset."""
-    return product_image(
+    """The operator's image settings from its env (the chart's), defaults where unset;
+    with the engine cache's root and cap (``SPARKLLM_ENGINE_CACHE_*``)."""
+    image = product_image(
         reference=environ.get(IMAGE_ENV),
         pull_policy=environ.get(PULL_POLICY_ENV),
         pull_secrets=environ.get(PULL_SECRETS_ENV, "").split(","),
         names=ENV_NAMES,
     )
+    return replace(image, engine_cache=engine_cache_from(environ))
 
 
 __all__ = [

@@ -28,6 +28,7 @@ from sparkllm.keys import (
     LABEL_SERVING,
 )
 from sparkllm.render.engine import engine_env
+from sparkllm.render.engine_cache import engine_cache_pieces
 from sparkllm.render.memory_preflight import memory_preflight
 from sparkllm.render.model_access import model_volume
 from sparkllm.render.names import (
@@ -254,6 +255,16 @@ def render_rank_statefulset(
     args = engine_args(ic.spec, rank=rank, rank0_ip=plan.rank0_ip)
     engine_image = plan.engine_image or ic.spec.engine.image
     init_containers.append(launch_check_container(ic, image=engine_image, args=args))
+    cache = engine_cache_pieces(
+        tools_image.engine_cache, namespace=namespace, image=engine_image,
+        tools_image=tools_image.reference, pull_policy=tools_image.pull_policy,
+        owner=_engine_owner(ic),
+    )  # fmt: skip
+    engine_env, engine_mounts = env, mounts
+    if cache is not None:  # the first init container: it prunes before anything starts
+        init_containers.insert(0, cache.init_container)
+        volumes.extend(cache.volumes)
+        engine_env, engine_mounts = [*env, *cache.env], [*mounts, cache.mount]
     init_containers += memory_preflight(ic, rank=rank, image=tools_image, volumes=volumes)
     if ic.spec.model.checksums is not None:
         volumes.append(
@@ -283,16 +294,25 @@ def render_rank_statefulset(
         pull_secrets=tools_image.pod_pull_secrets(),
         command=list(ENGINE_COMMAND),
         args=args,
-        env=env,
+        env=engine_env,
         port=ENGINE_HTTP_PORT,
         probes=_probes(ic) if serves_api else None,
-        volume_mounts=mounts,
+        volume_mounts=engine_mounts,
         volumes=volumes,
         init_containers=init_containers,
     )
     template = obj["spec"]["template"]
     template["metadata"]["annotations"] = stamp(template, spec=ic.spec, image=tools_image)
     return stamp_hash(obj)
+
+
+def _engine_owner(ic: InferenceCluster) -> tuple[int, int] | None:
+    """The engine's user and group when the spec names its user (the cache is made theirs)."""
+    engine = ic.spec.engine
+    if engine.run_as_user is None:
+        return None
+    group = engine.run_as_group if engine.run_as_group is not None else engine.run_as_user
+    return engine.run_as_user, group
 
 
 def pod_template_hash(statefulset: JSON) -> str | None:
