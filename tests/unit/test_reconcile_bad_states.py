@@ -203,7 +203,7 @@ SCHEDULER = "0/6 nodes are available: 1 node(s) had untolerated taint {gpu: brok
 
 
 def _one_rank_unscheduled(*, since: float) -> Observation:
-    obs = serving()
+    obs = serving(groups=1)  # no spare group to move to (that is test_reconcile_spares')
     pods = list(obs.observed.pods)
     index = next(i for i, p in enumerate(pods) if p["metadata"]["name"] == "llm-r0-rank1-0")
     pods[index] = _unscheduled(pods[index], since=since, message=SCHEDULER)
