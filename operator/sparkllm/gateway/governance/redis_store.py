@@ -185,10 +185,10 @@ class RedisStore:
             0 if slot is None else slot.limit,
             len(limits.token_windows),
         ]
-        for window in limits.token_windows:  # names: minute, hour, day (no comma)
+        for window in limits.token_windows:  # names: minute, hour, day
             start = window_start(req.now, window.seconds)
             numbers += [window.name, start, window.seconds, window.limit]
-        args = [self._prefix, ticket, req.user, member, ",".join(map(str, numbers))]
+        args = [self._prefix, ticket, req.user, member, *numbers]
         self._ensure_refresher()
         asked = time.monotonic()
         try:
