@@ -2,9 +2,14 @@
 # A separate, cached venv with Open WebUI (PyPI `open-webui`, pinned in
 # hack/open-webui-requirements.txt), for the dev cluster's browser test
 # (tests/e2e/test_open_webui.py): the front end a team signs in to, wired to the front door.
-# Why separate: it pins ~100 packages of its own (fastapi, pydantic, transformers, torch
-# through sentence-transformers, ...) that would fight the dev venv's pins, and the tests
-# must never install anything (`make tools` runs this; a warm run is one file check).
+# Why separate: it pins ~100 packages of its own (fastapi, pydantic, transformers, ...)
+# that would fight the dev venv's pins, and the tests must never install anything
+# (`make tools` runs this; a warm run is one file check).
+#
+# Why --no-deps from a fully pinned list: pip's resolution of open-webui pulls torch with
+# its CUDA libraries (5.2 GB of the 7.3 GB) for local embedding models an offline Open
+# WebUI never loads; the list (hack/open-webui-requirements.txt) is that resolution
+# without them, so the venv is 2.1 GB.
 #
 # Also Debian's chromium and chromium-driver (apt): the browser the test drives with
 # selenium (the dev extra's pin).
@@ -42,7 +47,7 @@ mkdir -p "$(dirname "$VENV")"
 "$PYTHON" -m venv --without-pip "$VENV" 2>/dev/null || "$PYTHON" -m venv "$VENV"
 # The venv's python runs the dev interpreter's pip against the venv (no pip copy inside).
 "$PYTHON" -m pip --python "$VENV/bin/python" install --quiet --disable-pip-version-check \
-  --only-binary=:all: -r "$REQUIREMENTS"
+  --no-deps --only-binary=:all: -r "$REQUIREMENTS"
 test -x "$VENV/bin/open-webui"
 "$VENV/bin/python" -c 'import importlib.metadata as m; print("setup-open-webui: open-webui", m.version("open-webui"))'
 touch "$VENV/.complete"
