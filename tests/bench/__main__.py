@@ -14,6 +14,9 @@ Benchmarks (in this order; ``--only`` picks some, ``--list`` shows them):
 * ``fair_tokens`` a long-prompt and a short-prompt user's shares ordered by requests
                  and by tokens (Jain's index), and interactive TTFT alone and beside a
                  batch flood (bench_fair_tokens.py), a subprocess; no cluster.
+* ``engine_cache`` a rank's start with a cold vs a warm engine cache on the simulator's
+                 start model, really slept at 2 % and scaled back (bench_engine_cache.py),
+                 a subprocess; no cluster.
 * ``reconcile``  create -> StatefulSets -> Ready -> garbage collected, and the
                  operator's memory with many InferenceClusters (bench_reconcile.py).
 * ``faults``     gang restart after a container exit or a pod deletion
@@ -179,6 +182,27 @@ def run_fair_tokens(options: Options) -> list[Row]:
     return rows
 
 
+ENGINE_CACHE_ROUND = re.compile(
+    r"^ROUND \d+ cold ([\d.]+) s \((\d+) s real\) warm ([\d.]+) s \((\d+) s real\) ratio ([\d.]+)"
+)
+
+
+def run_engine_cache(options: Options) -> list[Row]:
+    rounds = "1" if options.quick else "2"
+    print("\n== engine_cache: a restart with warm vs cold caches, on the simulator's model")
+    lines = _subprocess("tests.bench.bench_engine_cache", "--rounds", rounds)
+    found = [m for line in lines if (m := ENGINE_CACHE_ROUND.match(line))]
+    cold = [float(m[2]) for m in found]
+    warm = [float(m[4]) for m in found]
+    ratio = [float(m[5]) for m in found]
+    basis = f"simulator's start model (sim/start.py), {len(found)} round(s), real seconds"
+    return [
+        ["engine_cache", "rank start, cold cache (JIT compiles)", f"{max(cold):.0f} s", basis],
+        ["engine_cache", "rank start, warm cache (restart)", f"{max(warm):.0f} s", basis],
+        ["engine_cache", "warm / cold", f"{max(ratio):.2f}", "measured at scale 0.02, slept"],
+    ]
+
+
 def _ms(samples: Sequence[float]) -> str:
     if not samples:
         return "-"
@@ -258,6 +282,7 @@ BENCHMARKS: dict[str, Callable[[Options], list[Row]]] = {
     "governance": run_governance,
     "fair_tokens": run_fair_tokens,
     "reconcile": run_reconcile,
+    "engine_cache": run_engine_cache,
     "faults": run_faults,
     "failover": run_failover,
 }
