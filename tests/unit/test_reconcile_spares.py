@@ -320,3 +320,24 @@ def test_label_discovered_groups_fail_over_too() -> None:
     assert "node group 'a' is no longer complete: node a1 missing" in moved
     assert _groups(plan) == {"b"}
     assert nodes()  # the fixtures' full set is untouched
+
+
+def test_a_pod_the_kubelet_rejected_moves_the_replica_and_counts_once() -> None:
+    def rejected(pod: JSON) -> JSON:
+        pod["metadata"]["creationTimestamp"] = "2026-11-30T11:59:30Z"
+        pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError"}
+        return pod
+
+    obs = edit_pod(serving(groups=2), 0, 0, rejected)
+    plan = decide(obs, gateway_image=GATEWAY_IMAGE)
+    (moved,) = events([plan], Reason.NODE_FAILOVER)
+    assert moved.startswith(
+        "replica 0: rank 0 pod on a0 rejected by the kubelet (UnexpectedAdmissionError); moved"
+    )
+    (failures,) = status_of(obs, plan)["nodeFailures"]
+    assert failures["node"] == "a0"
+    # Without a spare the replica stays; the same pod is one failure however many passes.
+    held = edit_pod(serving(groups=1), 0, 0, rejected)
+    after, _ = run(held, passes=1)
+    again = decide(replace(after, observed=held.observed), gateway_image=GATEWAY_IMAGE)
+    assert [len(f["times"]) for f in status_of(after, again).get("nodeFailures", [])] == [1]

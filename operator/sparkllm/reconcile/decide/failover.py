@@ -72,13 +72,15 @@ def _cannot_run(pod: Mapping[str, Any], now: datetime) -> tuple[str, datetime | 
     if pod["metadata"].get("deletionTimestamp"):
         return None
     if status.get("phase") == "Failed" and status.get("reason") in REJECTED_REASONS:
-        return f"rejected by the kubelet ({status['reason']})", None
+        created = pod["metadata"].get("creationTimestamp")  # one failure per pod
+        since = datetime.fromisoformat(str(created)) if created else None
+        return f"rejected by the kubelet ({status['reason']})", since
     for cond in status.get("conditions") or []:
         if (cond.get("type"), cond.get("status"), cond.get("reason")) != (
             "PodScheduled",
             "False",
             "Unschedulable",
-        ):
+        ) or not cond.get("lastTransitionTime"):
             continue
         since = datetime.fromisoformat(str(cond["lastTransitionTime"]))
         if now - since >= timedelta(seconds=UNSCHEDULABLE_GRACE_SECONDS):
