@@ -27,7 +27,6 @@ command returned; kwok then flips the node's Ready condition):
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,7 +47,7 @@ from tests.bench.common import (
     spread_cells,
 )
 
-STEP_TIMEOUT = 120.0
+STEP_TIMEOUT = 180.0  # a start on two cores shared by many: 30-50 s, seen slower
 KEYS = {"group-0": "a", "group-1": "b"}  # nodeGroups [A, B]
 
 
@@ -210,8 +209,7 @@ def main() -> None:
     cluster.up(log=True)
     for key, value in machine_facts(cluster).items():
         print(f"{key}: {value}")
-    rounds = run(cluster, failovers=args.failovers)
-    print(json.dumps({"rounds": len(rounds)}))
+    run(cluster, failovers=args.failovers)
 
 
 if __name__ == "__main__":
