@@ -9,6 +9,7 @@ objects' schemas).
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -71,6 +72,8 @@ def test_wired_to_the_front_door_with_the_front_end_key_and_forwarded_users() ->
     for switch in ("RAG_EMBEDDING", "RAG_RERANKING", "WHISPER"):
         assert env[f"{switch}_MODEL_AUTO_UPDATE"] == "false"
     assert env["DATA_DIR"] == "/app/backend/data"
+    # No built-in tools sent with every chat (thousands of tokens each time).
+    assert json.loads(env["DEFAULT_MODEL_METADATA"]) == {"capabilities": {"builtin_tools": False}}
 
 
 def test_url_override_namespace_default_and_login_choices() -> None:
@@ -87,6 +90,7 @@ def test_url_override_namespace_default_and_login_choices() -> None:
             defaultModel="llama-70b",
             shareModelWithAllUsers=False,
             offline=False,
+            builtinTools=True,
             secretKeySecretRef={"name": "webui-session", "key": "k"},
             env=[{"name": "ENABLE_TITLE_GENERATION", "value": "false"}],
         )
@@ -97,6 +101,7 @@ def test_url_override_namespace_default_and_login_choices() -> None:
     assert env["BYPASS_MODEL_ACCESS_CONTROL"] == "false"
     assert env["ENABLE_TITLE_GENERATION"] == "false"
     assert "OFFLINE_MODE" not in env
+    assert "DEFAULT_MODEL_METADATA" not in env  # builtinTools: true below
 
 
 def test_the_image_is_the_release_the_browser_test_runs() -> None:
