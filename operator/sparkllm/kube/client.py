@@ -47,6 +47,9 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     return cfg
 
 
+LOG_TIMEOUT_SECONDS = 5.0
+
+
 class KubeAPI:
     """Async access to the API server for the operator's own writes and reads."""
 
@@ -79,11 +82,16 @@ class KubeAPI:
         params: Mapping[str, str] | None = None,
         json: Any = None,
         content_type: str | None = None,
+        read_seconds: float | None = None,
     ) -> httpx.Response:
         headers = self._auth()
         if content_type:
             headers["Content-Type"] = content_type
         try:
+            if read_seconds is not None:
+                return await self._client.request(
+                    method, path, params=params, json=json, headers=headers, timeout=read_seconds
+                )
             return await self._client.request(
                 method, path, params=params, json=json, headers=headers
             )
@@ -132,7 +140,9 @@ class KubeAPI:
         params = {
             "container": container, "tailLines": str(tail_lines), "limitBytes": str(limit_bytes)
         }  # fmt: skip
-        response = await self._request("GET", path, params=params)
+        # Short: the API server asks the node's kubelet, and a pass must not wait on one
+        # node that is slow to answer (the stage then comes from the pod's state).
+        response = await self._request("GET", path, params=params, read_seconds=LOG_TIMEOUT_SECONDS)
         if response.status_code in {400, 404}:
             return None
         self._raise_for(response, f"log of pod {namespace}/{name}")

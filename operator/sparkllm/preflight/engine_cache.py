@@ -13,6 +13,7 @@ the start goes on (exit 0) — a cache is an optimisation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -75,6 +76,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", required=True, help="the current image's cache key")
     parser.add_argument("--max-gib", type=int, required=True, help="cap of the whole root")
     parser.add_argument("--owner", help="UID:GID to hand the current directory to")
+    parser.add_argument(
+        "--termination-log",
+        type=Path,
+        default=Path("/dev/termination-log"),
+        help="where the summary line goes as the container's termination message",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         lines = prune(Path(args.root), keep=args.keep, max_bytes=args.max_gib * GIB, owner=owner)
     except (OSError, ValueError) as exc:
-        print(f"engine cache not pruned (the start goes on): {exc}", flush=True)
-        return 0
+        lines = [f"engine cache not pruned (the start goes on): {exc}"]
     for line in lines:
         print(line, flush=True)
+    with contextlib.suppress(OSError):  # no termination log (run by hand): the output has it
+        args.termination_log.write_text(lines[-1] + "\n", encoding="utf-8")
     return 0
