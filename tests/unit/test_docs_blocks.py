@@ -51,10 +51,12 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkllm_dev.devcluster.paths import K8S_VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
-KUBE_BIN = Path.home() / ".cache" / "sparkllm" / "bin" / "v1.35.4"
+KUBE_BIN = Path.home() / ".cache" / "sparkllm" / "bin" / K8S_VERSION
 DIGEST = "sha256:" + "5e" * 32  # what `skopeo inspect` would print
 JSON = dict[str, Any]
 

@@ -24,7 +24,9 @@ from pathlib import Path
 
 from sparkllm_dev.errors import DevClusterError
 
-K8S_VERSION = "v1.35.4"
+# The Kubernetes version the binaries are built at (hack/build-binaries.sh reads the same
+# K8S_VERSION from the environment, so a trial of another version builds and runs it alike).
+K8S_VERSION = os.environ.get("K8S_VERSION") or "v1.35.4"
 CLUSTER_NAME = "sparkllm"
 
 # What a dev cluster runs (and `make demo` builds alone: hack/build-binaries.sh
