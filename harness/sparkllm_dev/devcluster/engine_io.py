@@ -347,10 +347,16 @@ _ORPHAN_GUARD = (
 
 
 def spawn_process(
-    argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, header: str
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    log_path: Path,
+    header: str,
+    cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start one container's process in its own session; stdout and stderr go to
-    ``log_path`` (appended, after ``header``)."""
+    ``log_path`` (appended, after ``header``); in ``cwd`` when given (a container's
+    working directory), else ours."""
     command = list(argv)
     if sys.platform == "linux":
         command = [sys.executable, "-c", _ORPHAN_GUARD, str(os.getpid()), *command]
@@ -365,6 +371,7 @@ def spawn_process(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
+                cwd=cwd,
                 start_new_session=True,
             )
     except OSError as exc:

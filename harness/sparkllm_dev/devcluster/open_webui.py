@@ -114,7 +114,13 @@ def run_open_webui(
     port = free_port("127.0.0.1")
     full = {**system_env, **env, "PORT": str(port)}
     argv = [str(program), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    process = spawn_process(argv, env=full, log_path=log_path, header=f"$ {' '.join(argv)}")
+    # In its data directory: without WEBUI_SECRET_KEY (the chart's secretKeySecretRef is
+    # optional) Open WebUI writes a generated .webui_secret_key into its working directory.
+    data_dir = Path(full["DATA_DIR"])
+    data_dir.mkdir(parents=True, exist_ok=True)
+    process = spawn_process(
+        argv, env=full, log_path=log_path, header=f"$ {' '.join(argv)}", cwd=data_dir
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(
