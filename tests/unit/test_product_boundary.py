@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # What must never be in the product, as path parts of the wheel's files.
 HARNESS_PARTS = ("sim", "devcluster", "demo.py", "flag_extract.py", "source_literals.py")
 PRODUCT_COMMANDS = {
-    "run", "render", "plan", "verify-model", "verify-network", "verify-memory", "bench", "usage",
+    "run", "render", "plan", "verify-model", "verify-network", "verify-memory", "engine-cache",
+    "bench", "usage",
 }  # fmt: skip
 
 
