@@ -10,6 +10,7 @@ info) it was built against.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from sparkllm.offline import STORE_FLAGS, governance_default_from_flags, render_file
+    from sparkllm.render.engine_cache import engine_cache_from
     from sparkllm.render.product_image import product_image
 
     store = (args.redis_address, args.redis_secret, args.redis_key, args.redis_database)
@@ -51,6 +53,10 @@ def _render(args: argparse.Namespace) -> int:
         pull_policy=args.image_pull_policy,
         pull_secrets=args.image_pull_secret or [],
     )
+    flags = {"--engine-cache-root": args.engine_cache_root or ""}
+    flags["--engine-cache-max-gib"] = args.engine_cache_max_gib or ""
+    cache = engine_cache_from(flags, names=("--engine-cache-root", "--engine-cache-max-gib"))
+    image = dataclasses.replace(image, engine_cache=cache)
     text = render_file(
         args.file,
         node_ips=dict(args.node_ip or []),
@@ -177,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
          "or Never"),
         ("--image-pull-secret", "SECRET", "an entry of imagePullSecrets (repeatable): a Secret "
          "in the InferenceCluster's namespace, on every pod's imagePullSecrets"),
+        ("--engine-cache-root", "DIR", "engineCache.root: the directory on each node where "
+         "rank pods keep their engine caches (default none: no cache; the chart's default is "
+         "/var/lib/sparkllm/engine-cache)"),
+        ("--engine-cache-max-gib", "N", "engineCache.maxGiB: the cap per namespace and node "
+         "(default 64)"),
     ):  # fmt: skip
         action = "append" if flag == "--image-pull-secret" else "store"
         image.add_argument(flag, metavar=metavar, action=action, help=help_text)

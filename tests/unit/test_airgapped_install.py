@@ -35,6 +35,7 @@ from sparkllm.cli import main as sparkllm_main
 from sparkllm.offline import fresh_plan, render_file
 from sparkllm.render.acceptance import AcceptanceRequest, render_acceptance_job
 from sparkllm.render.benchmark import render_benchmark_job
+from sparkllm.render.engine_cache import EngineCache
 from sparkllm.render.product_image import (
     IMAGE_ENV,
     PULL_POLICY_ENV,
@@ -163,7 +164,10 @@ def test_every_pod_the_operator_makes_pulls_from_the_mirror(
     _, env = installed
     image = product_image_from(env)
     assert image == ProductImage(
-        f"registry.local/sparkllm@{DIGEST}", "IfNotPresent", pull_secrets=("regcred",)
+        f"registry.local/sparkllm@{DIGEST}",
+        "IfNotPresent",
+        pull_secrets=("regcred",),
+        engine_cache=EngineCache(root="/var/lib/sparkllm/engine-cache"),  # the chart's default
     )
     doc = mirrored_sample()
     engine = doc["spec"]["engine"]["image"]
@@ -180,7 +184,14 @@ def test_every_pod_the_operator_makes_pulls_from_the_mirror(
             if container["image"] == image.reference:
                 assert container["imagePullPolicy"] == "IfNotPresent"
                 product_containers.add(container["name"])
-    assert product_containers == {"verify-network", "verify-model", "admission", "router", "bench"}
+    assert product_containers == {
+        "engine-cache",  # the chart's engineCache.root is set by default
+        "verify-network",
+        "verify-model",
+        "admission",
+        "router",
+        "bench",
+    }
     text = yaml.safe_dump_all(objs)
     assert [registry for registry in PUBLIC if registry in text] == []
 

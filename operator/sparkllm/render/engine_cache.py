@@ -91,18 +91,23 @@ class EngineCache:
 NO_ENGINE_CACHE: Final = EngineCache()
 
 
-def engine_cache_from(environ: Mapping[str, str]) -> EngineCache:
-    """The operator's setting from its env (the chart's); unset root: no cache."""
-    root = environ.get(ROOT_ENV, "").strip()
-    text = environ.get(MAX_GIB_ENV, "").strip() or str(DEFAULT_MAX_GIB)
+def engine_cache_from(
+    environ: Mapping[str, str], *, names: tuple[str, str] = (ROOT_ENV, MAX_GIB_ENV)
+) -> EngineCache:
+    """The operator's setting from its env (the chart's); unset root: no cache. ``names``
+    (the env's, or ``sparkllm render``'s flags given as such a mapping) name the setting in
+    the one-line error."""
+    root_name, max_name = names
+    root = environ.get(root_name, "").strip()
+    text = environ.get(max_name, "").strip() or str(DEFAULT_MAX_GIB)
     if not text.isdigit() or not 1 <= int(text) <= 10_000:
-        raise SparkllmError(f"{MAX_GIB_ENV}: {text!r} is not a whole number of GiB, 1 to 10000")
+        raise SparkllmError(f"{max_name}: {text!r} is not a whole number of GiB, 1 to 10000")
     if not root:
         return EngineCache(max_gib=int(text))
     parts = root.split("/")
     if not root.startswith("/") or root == "/" or ".." in parts or "" in parts[1:]:
         raise SparkllmError(
-            f"{ROOT_ENV}: {root!r} is not an absolute directory below / "
+            f"{root_name}: {root!r} is not an absolute directory below / "
             "(no '..', no empty component), e.g. /var/lib/sparkllm/engine-cache"
         )
     return EngineCache(root=root, max_gib=int(text))
