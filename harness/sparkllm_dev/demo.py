@@ -48,6 +48,8 @@ from sparkllm.api.crd import render_crd_yaml
 from sparkllm.render.names import BENCH_USER, bench_key_secret_name
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.gateway_pods import metrics_file
+from sparkllm_dev.devcluster.memory_host import write_memory
+from sparkllm_dev.devcluster.nodes import spark_nodes
 from sparkllm_dev.devcluster.paths import K8S_VERSION, PROFILE_ENV
 from sparkllm_dev.devcluster.toymodel import write_toy_model
 from sparkllm_dev.errors import DevClusterError
@@ -298,6 +300,10 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     # and the gateway counts tokens with a real tokenizer.
     for node in GROUP_A:
         write_toy_model(_host_model_dir(cluster, node), layers=43, shards=46)
+    # Every Spark's /proc/meminfo and memory PSI (a Spark at rest), so the memory preflight
+    # (spec.memoryPreflight) has something to read on the demo; a test writes less.
+    for sim in spark_nodes():
+        write_memory(cluster.paths.state_dir / "hosts" / sim.name)
     envs = {"operator": {POLICY_ENV: policy.env}}
     logs = [
         _start_background(cluster, n, a, envs.get(n, {})) for n, a in _processes(cluster).items()

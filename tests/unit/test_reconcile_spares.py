@@ -236,6 +236,23 @@ def test_the_lift_annotation_frees_a_node_and_is_consumed() -> None:
     assert pod_nodes(obs) == sorted(A)  # started again on its group
 
 
+def test_a_lift_naming_no_quarantined_node_is_a_warning_not_a_silent_success() -> None:
+    quarantined = {"node": "a1", "since": "2026-11-30T11:59:00Z", "reason": "wedged"}
+    obs = with_status(serving(groups=1), quarantine=[quarantined])
+    assert obs.obj is not None
+    obj = {**obs.obj, "metadata": {**obs.obj["metadata"], "annotations": {
+        ANNOTATION_LIFT_QUARANTINE: "a1x"}}}  # fmt: skip
+    plan = decide(with_obj(obs, obj), gateway_image=GATEWAY_IMAGE)
+    assert plan.annotations == {"metadata": {"annotations": {ANNOTATION_LIFT_QUARANTINE: None}}}
+    assert [q["node"] for q in status_of(obs, plan)["quarantine"]] == ["a1"]  # still held
+    assert events([plan], Reason.QUARANTINE_LIFTED) == []
+    (warning,) = events([plan], Reason.LIFT_QUARANTINE_UNMATCHED)
+    assert warning == (
+        "sparkllm.io/lift-quarantine names a1x, not quarantined (quarantined: a1); "
+        "nothing was lifted for them and the annotation was removed"
+    )
+
+
 def test_a_quarantined_node_settles_after_settle_seconds_ready() -> None:
     quarantined = {"node": "a1", "since": "2026-11-30T11:00:00Z", "reason": "wedged"}
     obs = with_status(serving(groups=1), quarantine=[quarantined])

@@ -91,3 +91,5 @@ class Reason(StrEnum):
     RANK_PODS_CURRENT = "RankPodsCurrent"  # UpdatePending=False: the pods have the rendering
     # Event: sparkllm.io/restart has a value other than "now"; nothing restarts, it is removed
     RESTART_ANNOTATION_REFUSED = "RestartAnnotationRefused"
+    # Event: sparkllm.io/lift-quarantine names a node that is not quarantined; it is removed
+    LIFT_QUARANTINE_UNMATCHED = "LiftQuarantineUnmatched"

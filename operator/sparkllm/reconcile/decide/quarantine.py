@@ -114,7 +114,24 @@ def carry(
         failures.pop(entry.node, None)
         message = f"node {entry.node} is used again: {why}"
         events.append(PendingEvent(False, Reason.QUARANTINE_LIFTED, message))
+    events.extend(
+        _unmatched(lift, quarantined={str(raw["node"]) for raw in previous.get("quarantine") or []})
+    )
     return Quarantine(entries=tuple(kept), failures=failures), events
+
+
+def _unmatched(lift: frozenset[str] | None, *, quarantined: set[str]) -> list[PendingEvent]:
+    """A Warning for lift names that match no quarantined node (a typo, or a node already
+    free): the annotation is consumed either way, so without it a mistake looks like success."""
+    names = sorted((lift or frozenset()) - quarantined - {LIFT_ALL})
+    if not names:
+        return []
+    held = ", ".join(sorted(quarantined)) or "none"
+    message = (
+        f"{ANNOTATION_LIFT_QUARANTINE} names {', '.join(names)}, not quarantined "
+        f"(quarantined: {held}); nothing was lifted for them and the annotation was removed"
+    )
+    return [PendingEvent(True, Reason.LIFT_QUARANTINE_UNMATCHED, message)]
 
 
 def _freed(
