@@ -210,7 +210,7 @@ def test_explain_shows_field_descriptions(crd_installed: DevCluster) -> None:
 def test_get_shows_printer_columns(crd_installed: DevCluster, namespace: str) -> None:
     crd_installed.kubectl("apply", "-n", namespace, "-f", str(ONE_REPLICA_SAMPLE))
     header = crd_installed.kubectl("get", "icl", "-n", namespace).stdout.splitlines()[0]
-    assert header.split() == ["NAME", "REPLICAS", "READY", "PHASE", "MODEL", "PP", "AGE"]
+    assert header.split() == ["NAME", "REPLICAS", "READY", "PHASE", "START", "MODEL", "PP", "AGE"]
     row = crd_installed.kubectl("get", "icl", "-n", namespace).stdout.splitlines()[1].split()
     assert row[0] == "deepseek-v4-flash"
     assert "deepseek-v4-flash" in row[1:]

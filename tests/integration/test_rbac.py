@@ -46,7 +46,10 @@ EXPECTED_NAMESPACED = {
     "inferenceclusters.sparkllm.io/status": {"patch"},  # status by server-side apply
     "statefulsets.apps": {"list", "watch", "create", "patch", "delete"},  # ranks
     "services": {"list", "create", "patch", "delete"},  # per-replica Service
-    "pods": {"get", "list", "watch", "patch"},  # rank pods; get: the router Role; patch: drain
+    # rank pods; get: the router Role; patch: drain; delete: a rank pod left terminating on a
+    # lost node, with grace 0, before a failover's new generation (docs/operator.md)
+    "pods": {"get", "list", "watch", "patch", "delete"},
+    "pods/log": {"get"},  # the start stages, read from the engine's log while it starts
     "secrets": {"get", "create"},  # the engine API key
     "events": {"create"},  # transitions and failures
     "jobs.batch": {"list", "create", "delete"},  # the acceptance benchmark on demand

@@ -170,11 +170,11 @@ def test_render_matches_what_the_operator_applied(
     wide = devcluster.kubectl("get", "icl", NAME, "-n", namespace, "-o", "wide").stdout
     header, row = wide.splitlines()
     assert header.split() == [
-        "NAME", "REPLICAS", "READY", "PHASE", "MODEL", "PP", "AGE", "ENDPOINT", "REASON",
-        "RESTARTS",
+        "NAME", "REPLICAS", "READY", "PHASE", "START", "MODEL", "PP", "AGE", "ENDPOINT",
+        "REASON", "RESTARTS",
     ]  # fmt: skip
-    cells = row.split()
-    assert (cells[0], cells[3], cells[7:]) == (NAME, "Ready", [front, "AllReplicasReady", "0"])
+    cells = row.split()  # START is one word when set (Ready:66s), none when not yet
+    assert (cells[0], cells[3], cells[-3:]) == (NAME, "Ready", [front, "AllReplicasReady", "0"])
     # No spurious Warning from the dev cluster: the endpoint controllers, which could only
     # refuse the rank-0 Service's loopback pod addresses, do not run (devcluster/cluster.py).
     events = devcluster.kubectl_json("get", "events", "-n", namespace)["items"]
