@@ -40,7 +40,7 @@ from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.gateway_pods import GatewayInfo
 from sparkllm_dev.testing import OperatorProcess, quick_resync
 from tests.e2e.serving import DEADLINE, USERS_SECRET, Serving, serve
-from tests.unit.gateway_fixtures import MODEL, TOKENIZER_CORPUS_WORD
+from tests.unit.gateway_fixtures import MODEL, TOKENIZER_CORPUS_WORD, hold_histogram
 
 NAME = "front"
 GROUPS = [["spark-a0", "spark-a1", "spark-a2"], ["spark-b0", "spark-b1", "spark-b2"]]
@@ -458,17 +458,7 @@ def _scaled_to_zero_is_a_503_saying_why(cluster: DevCluster, namespace: str, doo
 
 def _held(gateway: GatewayInfo) -> dict[str, tuple[float, float]]:
     """The admission layer's hold histogram: outcome -> (count, seconds in all)."""
-    held: dict[str, list[float]] = {}
-    text = httpx.get(gateway.metrics_url, timeout=10).text
-    for family in text_string_to_metric_families(text):
-        if family.name == "sparkllm_gateway_no_replica_hold_seconds":
-            for sample in family.samples:
-                slot = held.setdefault(sample.labels["outcome"], [0.0, 0.0])
-                if sample.name.endswith("_count"):
-                    slot[0] = sample.value
-                elif sample.name.endswith("_sum"):
-                    slot[1] = sample.value
-    return {outcome: (count, total) for outcome, (count, total) in held.items()}
+    return hold_histogram(httpx.get(gateway.metrics_url, timeout=10).text)
 
 
 def _a_scale_up_is_held_not_refused(

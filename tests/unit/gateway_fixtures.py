@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from sparkllm.gateway.admission import AdmissionPolicy
@@ -416,3 +417,19 @@ def payload_draft(
     draft.payload = dict(payload or {})
     draft.chat = draft.payload  # as_chat's for a chat (the payload rules' order)
     return draft
+
+
+def hold_histogram(exposition: str) -> dict[str, tuple[float, float]]:
+    """The admission layer's no-replica hold histogram in a metrics exposition:
+    outcome -> (count, seconds in all). Read by the gateway's unit tests and the e2e test."""
+    held: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name != "sparkllm_gateway_no_replica_hold_seconds":
+            continue
+        for sample in family.samples:
+            slot = held.setdefault(sample.labels["outcome"], [0.0, 0.0])
+            if sample.name.endswith("_count"):
+                slot[0] = sample.value
+            elif sample.name.endswith("_sum"):
+                slot[1] = sample.value
+    return {outcome: (count, total) for outcome, (count, total) in held.items()}

@@ -26,7 +26,6 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.gateway.app import GatewayApp, build_gateway_app
 from sparkllm.gateway.serving import (
@@ -47,6 +46,7 @@ from tests.unit.accept_sim import KEY, MODEL, sim_argv
 from tests.unit.gateway_fixtures import (
     ServerThread,
     gateway_config,
+    hold_histogram,
     running,
     train_tokenizer,
     wait_until,
@@ -119,18 +119,7 @@ def _chat(**fields: Any) -> dict[str, Any]:
 
 def _held(app: GatewayApp) -> dict[str, tuple[float, float]]:
     """The hold histogram: outcome -> (count, sum of seconds)."""
-    text = app.metrics.exposition()[0].decode()
-    held: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "sparkllm_gateway_no_replica_hold_seconds":
-            continue
-        for sample in family.samples:
-            slot = held.setdefault(sample.labels["outcome"], [0.0, 0.0])
-            if sample.name.endswith("_count"):
-                slot[0] = sample.value
-            elif sample.name.endswith("_sum"):
-                slot[1] = sample.value
-    return {outcome: (count, total) for outcome, (count, total) in held.items()}
+    return hold_histogram(app.metrics.exposition()[0].decode())
 
 
 def test_requests_are_held_through_a_gap_and_answered_when_a_replica_is_back(
