@@ -21,7 +21,7 @@ CLUSTER ?= demo
 # collection: about 12 s of CPU without it, 4 s with it, on the 2-core machine).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo control-plane demo-down test lint unit bench binaries tools image devcluster-up devcluster-down crds clean venv
+.PHONY: demo control-plane demo-down test lint unit bench setup binaries tools binaries-prefixed tools-prefixed image devcluster-up devcluster-down crds clean venv
 
 # The same install script the Dockerfile's builder stage runs: the image cannot drift
 # from what the tests ran against.
@@ -40,6 +40,18 @@ binaries: $(STAMP)
 # aarch64 wheels of every runtime dependency (pip): what the tests read, fetched once.
 tools: $(STAMP)
 	PYTHON=$(BIN)/python bash hack/setup-test-tools.sh
+
+# Both halves of the set-up side by side: the Go builds (CPU) and the tools (network and
+# unpacking: the torch and Open WebUI venvs are most of it), so a cold set-up takes the
+# longer of the two, not their sum; neither reads the other's output. Each line is
+# prefixed with its half's name, and a failure names the half (and, within the tools,
+# the step). A warm run: file checks only.
+setup: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 binaries-prefixed tools-prefixed
+
+binaries-prefixed tools-prefixed: $(STAMP)
+	@set -o pipefail; $(MAKE) --no-print-directory $(@:-prefixed=) 2>&1 | sed -u 's/^/[$(@:-prefixed=)] /' \
+	  || { echo "make setup: $(@:-prefixed=) failed (its lines above are prefixed [$(@:-prefixed=)])" >&2; exit 1; }
 
 # The image, built for real without a Docker engine (mmdebstrap base, buildah), then run:
 # the entry points as user 65532, its content and size. Not part of `make test` (minutes,
@@ -84,7 +96,7 @@ space := $(empty) $(empty)
 unit: $(STAMP)
 	$(BIN)/pytest tests harness/tests $(UNIT_TESTS) -n $(WORKERS) --durations=15 $(PYTEST_ARGS)
 
-test: $(STAMP) binaries tools lint
+test: $(STAMP) setup lint
 	@status=0; started=$$SECONDS; \
 	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests harness/tests -m "not cluster" -n $(WORKERS) --durations=15 $(PYTEST_ARGS) \
 	  || { rc=$$?; [ $$rc -eq 5 ] || status=$$rc; }; \

@@ -31,10 +31,13 @@ BASE_IMAGE="localhost/sparkllm-base:$SUITE-$BASE_KEY"
 IMAGE_TAG="${IMAGE_TAG:-localhost/sparkllm:$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)}"
 BUILDAH=(buildah --root "$CACHE/storage" --runroot "$CACHE/run" --storage-driver vfs)
 
+# shellcheck source=hack/lib/apt.sh
+source hack/lib/apt.sh  # .ci/run builds the image while the set-up's apt installs run
 for tool in buildah mmdebstrap; do
   if ! command -v "$tool" >/dev/null; then
     echo "== apt-get install $tool"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+    with_apt_lock bash -c 'apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null' _ "$tool"
   fi
 done
 mkdir -p "$CACHE"

@@ -26,29 +26,17 @@ REQUIREMENTS=hack/open-webui-requirements.txt
 key=$(grep -v '^#' "$REQUIREMENTS" | sha256sum | cut -c1-12)
 VENV="$CACHE/open-webui-venv/$key"
 
-apt_install() {  # apt_install COMMAND PACKAGE: install PACKAGE unless COMMAND exists
-  command -v "$1" >/dev/null && return 0
-  local sudo=()
-  [[ $(id -u) == 0 ]] || sudo=(sudo)
-  echo "setup-open-webui: apt-get install $2 (for $1)"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$2" >/dev/null
-}
+# shellcheck source=hack/lib/apt.sh
+source hack/lib/apt.sh
+# shellcheck source=hack/lib/cached-venv.sh
+source hack/lib/cached-venv.sh
 
 apt_install chromium chromium
 apt_install chromedriver chromium-driver
 
-if [[ -f $VENV/.complete ]]; then
-  exit 0
-fi
+cached_venv_ready "$VENV" && exit 0
 started=$SECONDS
-rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")"
-"$PYTHON" -m venv --without-pip "$VENV" 2>/dev/null || "$PYTHON" -m venv "$VENV"
-# The venv's python runs the dev interpreter's pip against the venv (no pip copy inside).
-"$PYTHON" -m pip --python "$VENV/bin/python" install --quiet --disable-pip-version-check \
-  --no-deps --only-binary=:all: -r "$REQUIREMENTS"
+cached_venv_install "$PYTHON" "$VENV" "$REQUIREMENTS"
 test -x "$VENV/bin/open-webui"
 "$VENV/bin/python" -c 'import importlib.metadata as m; print("setup-open-webui: open-webui", m.version("open-webui"))'
-touch "$VENV/.complete"
-echo "setup-open-webui: $(du -sh "$VENV" | cut -f1) in $VENV, $((SECONDS - started)) s"
+cached_venv_done setup-open-webui "$VENV" "$started"

@@ -22,19 +22,16 @@ REQUIREMENTS=hack/torch-requirements.txt
 key=$(grep -v '^#' "$REQUIREMENTS" | sha256sum | cut -c1-12)
 VENV="$CACHE/torch-venv/$key"
 
-if [[ -f $VENV/.complete ]]; then
-  exit 0
-fi
+# shellcheck source=hack/lib/cached-venv.sh
+source hack/lib/cached-venv.sh
+cached_venv_ready "$VENV" && exit 0
 started=$SECONDS
-rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")"
-"$PYTHON" -m venv --without-pip "$VENV" 2>/dev/null || "$PYTHON" -m venv "$VENV"
-# The venv's python runs the dev interpreter's pip against the venv (no pip copy inside).
-"$PYTHON" -m pip --python "$VENV/bin/python" install --quiet --disable-pip-version-check \
-  --no-deps --only-binary=:all: -r "$REQUIREMENTS"
-"$VENV/bin/python" -W ignore -c '
+# --no-compile: pip would byte-compile all of torch's 2,566 modules; the check below imports
+# what the Gloo run imports, so exactly those are compiled, once (bytecode written even
+# where the environment says PYTHONDONTWRITEBYTECODE).
+cached_venv_install "$PYTHON" "$VENV" "$REQUIREMENTS" --no-compile
+env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -W ignore -c '
 import torch, torch.distributed as dist
 assert dist.is_gloo_available(), "this torch has no Gloo backend"
 print("setup-torch: torch", torch.__version__, "with Gloo")'
-touch "$VENV/.complete"
-echo "setup-torch: $(du -sh "$VENV" | cut -f1) in $VENV, $((SECONDS - started)) s"
+cached_venv_done setup-torch "$VENV" "$started"

@@ -27,7 +27,14 @@ def test_make_image_and_make_test_run_the_scripts() -> None:
     assert re.search(r"^tools:.*\n\t.*bash hack/setup-test-tools.sh$", MAKEFILE, re.M)
     test_target = re.search(r"^test: (.*)$", MAKEFILE, re.M)
     assert test_target
-    assert "tools" in test_target.group(1).split()
+    assert "setup" in test_target.group(1).split()
+    # The set-up runs the tools beside the Go builds (one make -j2), each prefixed.
+    setup = re.search(r"^setup: .*\n\t@\$\(MAKE\) .*-j2 (.*)$", MAKEFILE, re.M)
+    assert setup
+    assert setup.group(1).split() == ["binaries-prefixed", "tools-prefixed"]
+    assert re.search(
+        r"^binaries-prefixed tools-prefixed: .*\n\t.*\$\(MAKE\).*\$\(@:-prefixed=\)", MAKEFILE, re.M
+    )
 
 
 def test_the_base_is_fed_through_the_dockerfiles_own_argument() -> None:
@@ -55,7 +62,18 @@ def test_entry_points_run_as_the_dockerfiles_user() -> None:
     assert "sparkllm_dev" in SCRIPT  # the content check names the harness package
 
 
-@pytest.mark.parametrize("script", ["build-image.sh", "setup-test-tools.sh"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "build-image.sh",
+        "setup-test-tools.sh",
+        "setup-torch.sh",
+        "setup-open-webui.sh",
+        "lib/apt.sh",
+        "lib/cached-venv.sh",
+        "lib/steps.sh",
+    ],
+)
 def test_scripts_parse(script: str) -> None:
     result = subprocess.run(
         ["bash", "-n", str(ROOT / "hack" / script)], capture_output=True, text=True, check=False
