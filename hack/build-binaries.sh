@@ -1,29 +1,27 @@
 #!/usr/bin/env bash
 # Build the local control plane's binaries from the Go module proxy and cache them.
 #
-# Why a script and not `go install`: k8s.io/kubernetes requires its ~31 staging
+# Why a script and not `go install`: k8s.io/kubernetes requires its ~33 staging
 # modules at v0.0.0, so `go install k8s.io/kubernetes/cmd/...@vX` fails by design.
 # We build inside a small helper module that replaces each staging module with its
-# published v0.35.x; etcd's server module has its own `../api` replaces and needs the
-# same treatment. kwok and helm install normally.
+# published v0.36.x, together with kwok and etcd (build_control_plane says why together).
+# helm, kubeconform and glua install normally.
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
 #         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua}. A binary already there
 #         is not rebuilt. With --control-plane only the first seven (what `make demo` needs).
 #
-# Cold cost, measured (empty GOCACHE and SPARKLLM_CACHE, module cache warm, 2 cores shared
-# with other work; go build -debug-trace): --control-plane is about 1,030 s of CPU — the
-# Kubernetes four ~650 s, etcd ~140 s, kwok+kwokctl ~235 s — so on 2 idle cores it cannot
-# take under ~9 minutes however it is ordered. Building fewer of the four saves little:
-# of the Kubernetes build's compile time the packages only kubectl needs are 1.3 %, only
-# kube-controller-manager 3 %, and the links 1 %; the standard library compiled by each
-# concurrent build is ~5 %. The one large saving would be kwok: 84 % of its compile is
-# k8s.io packages the Kubernetes build also compiles, but at kwok's v0.36.1, not v0.35.4.
+# Cold cost, measured (go build -debug-trace; empty GOCACHE and SPARKLLM_CACHE): built apart,
+# the control plane was about 1,030 s of CPU on 2 cores (Kubernetes' four ~650 s, etcd ~140 s,
+# kwok+kwokctl ~235 s, 84 % of kwok's compile being k8s.io packages the Kubernetes build also
+# compiles, at another version). Built as one module (below), all seven were 1,326 s of CPU
+# (user 1104, sys 222) against 1,597 s for the v1.35.4 builds apart in the same hours, at
+# load 10-28 (CPU seconds grow with the load on a shared machine: compare within one run).
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.35.4}"
-# v1.35.4: the newest patch whose every staging module (mount-utils, sample-*) the proxy serves;
-# v1.35.5 lacks k8s.io/mount-utils@v0.35.5 there.
+K8S_VERSION="${K8S_VERSION:-v1.36.1}"
+# v1.36.1: kwok v0.8.0's k8s.io version (see build_control_plane); the proxy serves every
+# staging module at v0.36.1.
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
@@ -36,13 +34,6 @@ BIN="$CACHE/bin/$K8S_VERSION"
 WORK="$CACHE/build"
 mkdir -p "$BIN" "$WORK"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
-
-STAGING=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go
-  cloud-provider cluster-bootstrap code-generator component-base component-helpers
-  controller-manager cri-api cri-client csi-translation-lib dynamic-resource-allocation
-  endpointslice externaljwt kms kube-aggregator kube-controller-manager kube-proxy
-  kube-scheduler kubectl kubelet metrics mount-utils pod-security-admission
-  sample-apiserver sample-cli-plugin sample-controller)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -77,45 +68,53 @@ timed() {  # timed LABEL CMD...: run CMD, report how long it took, wall and CPU
   log "built $label in $((SECONDS - start)) s ($CPU_USED)"
 }
 
-build_etcd() {
-  local dir="$WORK/etcd-$ETCD_VERSION"
-  mkdir -p "$dir"
-  cat >"$dir/go.mod" <<MOD
-module sparkllm.local/hack/etcdbin
-
-go 1.25.0
-
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION
-MOD
-  (cd "$dir" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
-    && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3)
-}
-
-build_kwok() {
-  GOBIN="$BIN" go install -trimpath -ldflags "-s -w \
-    -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION \
-    -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION" \
-    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
-}
-
-build_kubernetes() {
-  local dir="$WORK/kubernetes-$K8S_VERSION" m minor=${K8S_VERSION#v1.}
+# The control plane is one Go module and one `go build`: Kubernetes' four, kwok and kwokctl,
+# and etcd. One module means one version of every shared dependency, so a package two of
+# them import (client-go, apimachinery, grpc, otel, protobuf: most of kwok's compile and a
+# good part of etcd's) compiles once instead of once per binary. That is why K8S_VERSION
+# follows kwok's: kwok v0.8.0 is built against k8s.io v0.36.1.
+build_control_plane() {
+  local dir="$WORK/control-plane-$K8S_VERSION" m minor=${K8S_VERSION#v1.} gomod
   minor=${minor%%.*}
   mkdir -p "$dir"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 (replaced by ./staging in its own
+  # tree): read their names from its go.mod and pin each to the published v0.<minor>.<patch>.
+  gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -f $gomod ]] || { echo "no go.mod for k8s.io/kubernetes@$K8S_VERSION" >&2; return 1; }
+  local staging
+  staging=$(sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*|\1|p' "$gomod" | sort -u)
+  [[ -n $staging ]] || { echo "no staging modules in $gomod" >&2; return 1; }
   {
-    printf 'module sparkllm.local/hack/k8sbin\n\ngo 1.25.0\n\ngodebug default=go1.25\n\n'
-    printf 'require k8s.io/kubernetes %s\n\n' "$K8S_VERSION"
-    for m in "${STAGING[@]}"; do printf 'replace k8s.io/%s => k8s.io/%s %s\n' "$m" "$m" "$STAGING_VERSION"; done
+    printf 'module sparkllm.local/hack/controlplane\n\ngo 1.26.0\n\ngodebug default=go1.26\n\n'
+    printf 'require (\n\tk8s.io/kubernetes %s\n\tsigs.k8s.io/kwok %s\n\tgo.etcd.io/etcd/server/v3 %s\n)\n\n' \
+      "$K8S_VERSION" "$KWOK_VERSION" "$ETCD_VERSION"
+    for m in $staging; do printf 'replace %s => %s %s\n' "$m" "$m" "$STAGING_VERSION"; done
   } >"$dir/go.mod"
   local pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
-  local ld="-s -w" p
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl go.etcd.io/etcd/server/v3)
+  local ld="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+  ld+=" -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$K8S_VERSION"
+  local p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ld+=" -X $p.gitTreeState=clean -X $p.gitCommit=module-proxy-$K8S_VERSION"
     ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$dir" && go get "${pkgs[@]/%/@$K8S_VERSION}" && go build -trimpath -ldflags "$ld" -o "$BIN/" "${pkgs[@]}")
+  local out="$dir/out"
+  rm -rf "$out" && mkdir -p "$out"
+  # `go get` of the seven packages resolves one version of everything (the module graph's maximum);
+  # the build then writes each binary into out/ (etcd's main package is its module root,
+  # go.etcd.io/etcd/server/v3, so go names that binary "server").
+  local at=("${pkgs[@]:0:4}")
+  at=("${at[@]/%/@$K8S_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+    "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+  (cd "$dir" && go get "${at[@]}" \
+    && go build -trimpath -ldflags "$ld" -o "$out/" "${pkgs[@]}") || return
+  mv "$out/server" "$out/etcd"
+  # Into place only when all seven built: a half-made set is never "already built".
+  for p in "$out"/*; do mv -f "$p" "$BIN/"; done
 }
 
 build_helm() {
@@ -153,10 +152,8 @@ start_build() {  # start_build NAME LABEL FUNCTION: run FUNCTION in the backgrou
 }
 
 total=$SECONDS
-have etcd || start_build etcd "etcd $ETCD_VERSION" build_etcd
-have kwok kwokctl || start_build kwok "kwok $KWOK_VERSION" build_kwok
-have kube-apiserver kube-controller-manager kube-scheduler kubectl \
-  || start_build kubernetes "kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl)" build_kubernetes
+have etcd kwok kwokctl kube-apiserver kube-controller-manager kube-scheduler kubectl \
+  || start_build control-plane "the control plane: kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl), kwok $KWOK_VERSION, etcd $ETCD_VERSION" build_control_plane
 # --control-plane: only what a dev cluster runs (`make demo`); the tests' tools come with
 # a plain run (`make binaries`).
 if [[ ${1:-} != --control-plane ]]; then

@@ -26,7 +26,7 @@ from sparkllm_dev.errors import DevClusterError
 
 # The Kubernetes version the binaries are built at (hack/build-binaries.sh reads the same
 # K8S_VERSION from the environment, so a trial of another version builds and runs it alike).
-K8S_VERSION = os.environ.get("K8S_VERSION") or "v1.35.4"
+K8S_VERSION = os.environ.get("K8S_VERSION") or "v1.36.1"
 CLUSTER_NAME = "sparkllm"
 
 # What a dev cluster runs (and `make demo` builds alone: hack/build-binaries.sh
