@@ -8,7 +8,7 @@
 # and exits 1 on drift.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HELM="${HELM:-${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}/bin/${K8S_VERSION:-v1.35.4}/helm}"
+HELM="${HELM:-${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}/bin/${K8S_VERSION:-v1.36.1}/helm}"
 out=manifests/base/operator.yaml
 
 render() {

@@ -19,7 +19,7 @@ it; the background processes are told which cluster through ``SPARKLLM_DEVCLUSTE
 
 Where is it, later: :func:`access_lines` is what the demo prints last and what
 ``sparkllm-dev status`` prints while it runs — the kubeconfig, the cluster's own kubectl
-(the harness builds v1.35.4; an older kubectl on PATH warns of version skew), the front
+(the harness builds v1.36.1; an older kubectl on PATH warns of version skew), the front
 door's URL (the gateway pod's admission layer runs on this machine, on a port chosen at
 start: no Service address or port-forward reaches it here), the demo user's key, and how
 to run ``sparkllm bench`` by hand with the key the operator made for its own Jobs (user
