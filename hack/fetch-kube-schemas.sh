@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Offline Kubernetes JSON schemas for kubeconform, from the PyPI package kubernetes-validate
-# (pinned): its v1.35 "local-strict" schemas, fetched with pip and made loadable by
-# kubeconform. Why the rewrite: those schemas carry `$id: https://kubernetes.io/...` and
-# `$ref: /api/_definitions.json#...`, which kubernetes-validate resolves with its own
-# registry but kubeconform would try to download; dropping `$id` and making the ref
+# (pinned): its v1.36 "local-strict" schemas (the dev cluster's minor; the wheel has up to
+# v1.37), fetched with pip and made loadable by kubeconform. Why the rewrite: those
+# schemas carry `$id: https://kubernetes.io/...` and `$ref: /api/_definitions.json#...`,
+# which kubernetes-validate resolves with its own registry but kubeconform would try to
+# download; dropping `$id` and making the ref
 # relative (`_definitions.json#...`) resolves it from the same directory, offline.
 #
-# Output: $SPARKLLM_CACHE/kubernetes-json-schema/v1.35.0-local-strict/ (cached).
+# Output: $SPARKLLM_CACHE/kubernetes-json-schema/v1.36.0-local-strict/ (cached).
 set -euo pipefail
 KV_VERSION="${KV_VERSION:-1.37.0}"
-SCHEMA_VERSION="${SCHEMA_VERSION:-v1.35.0}"
+SCHEMA_VERSION="${SCHEMA_VERSION:-v1.36.0}"
 CACHE="${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}"
 OUT="$CACHE/kubernetes-json-schema/$SCHEMA_VERSION-local-strict"
 PYTHON="${PYTHON:-python3}"

@@ -1,9 +1,9 @@
 """Every object the chart and the kustomize trees produce passes kubeconform, strict, offline.
 
-Schemas, all local (no network): Kubernetes v1.35 from the PyPI package kubernetes-validate
-(``hack/fetch-kube-schemas.sh`` makes them loadable by kubeconform), and the CRDs' own
-schemas — InferenceCluster and kopf's peering kinds — converted here from their
-``openAPIV3Schema`` the way openapi2jsonschema does (objects closed with
+Schemas, all local (no network): Kubernetes v1.36 (the dev cluster's minor) from the PyPI
+package kubernetes-validate (``hack/fetch-kube-schemas.sh`` makes them loadable by
+kubeconform), and the CRDs' own schemas — InferenceCluster and kopf's peering kinds —
+converted here from their ``openAPIV3Schema`` the way openapi2jsonschema does (objects closed with
 ``additionalProperties: false`` unless they preserve unknown fields). The samples in
 ``manifests/samples/`` are validated against the InferenceCluster schema too.
 
@@ -39,7 +39,7 @@ from tests.unit.test_chart_render import (
 from tests.unit.tooling import filled
 
 pytestmark = pytest.mark.needs_binary  # kubeconform, helm, kubectl and the schemas
-SCHEMA_VERSION = "v1.35.0"
+SCHEMA_VERSION = "v1.36.0"  # = hack/fetch-kube-schemas.sh
 MONITORING_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"  # = hack/setup-test-tools.sh
 CRD_FILES = (
@@ -55,7 +55,7 @@ def monitoring_crd_files() -> list[Path]:
 
 
 def kube_schema_dir() -> Path:
-    """The v1.35 strict schemas: kubernetes-validate's (rewritten) cache, or skip / fail."""
+    """The v1.36 strict schemas: kubernetes-validate's (rewritten) cache, or skip / fail."""
     path = cache_root() / "kubernetes-json-schema" / f"{SCHEMA_VERSION}-local-strict"
     return filled(path, marker="deployment-apps-v1.json", how="run `make binaries`")
 
