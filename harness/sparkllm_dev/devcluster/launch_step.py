@@ -4,7 +4,8 @@ Why: on the nodes it is ``python3 -c LAUNCH_CHECK_CODE <the engine's args>`` in 
 engine image, whose SGLang judges the command line (``sparkllm.sglang_contract.
 launch_check``). The dev cluster has no images; the harness runs the same program with
 the pinned SGLang 0.5.23 wheel of the dev venv (``sparkllm_dev.sim.launch_check``), the
-JSON in the termination file the kubelet would read.
+JSON in the termination file the kubelet would read. A run with the same inputs as a
+recorded one is replayed from ``<state dir>/launch-check-cache`` (``sim/launch_cache.py``).
 
 What the simulated node's image is: ``sim.launch_check.image_facts`` of the node's root
 (the fault injector's ``skew_image``). Its ``version`` is what the check reports; its
@@ -22,6 +23,7 @@ from typing import Any
 
 from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CODE, TERMINATION_LOG_ENV
 from sparkllm_dev.devcluster import hostpaths, kubelet
+from sparkllm_dev.sim.launch_cache import CACHE_DIR_ENV
 from sparkllm_dev.sim.launch_check import SIM_VERSION_ENV, SIM_WITHOUT_ENV, image_facts
 
 
@@ -57,7 +59,11 @@ def plan_step(
         return None
     name = str(container["name"])
     termination_file = scratch / "termination" / name
-    local_env = {**env, TERMINATION_LOG_ENV: str(termination_file), "PYTHONWARNINGS": "ignore"}
+    # No PYTEST_* (the in-process harness's; a node has none): they change per test, and
+    # the check's cache keys on the whole environment (sim/launch_cache.py).
+    local_env = {k: v for k, v in env.items() if not k.startswith("PYTEST_")}
+    local_env |= {TERMINATION_LOG_ENV: str(termination_file), "PYTHONWARNINGS": "ignore"}
+    local_env[CACHE_DIR_ENV] = str(hosts_root.parent / "launch-check-cache")
     facts = node_image(pod, hosts_root=hosts_root)
     pinned = str(container.get("image") or "").partition("@")[2]
     if pinned and pinned != facts.get("digest"):

@@ -7,10 +7,17 @@ runner: the dev venv installs that wheel without its dependencies (torch, CUDA a
 like), and ``sglang.srt.server_args`` imports a few of them at module level for code paths
 the parser never takes: they are the tests' stand-ins (``sparkllm_dev.sglang_stubs``, the
 same the request-handling reference uses); everything SGLang's parser and its
-``ServerArgs`` record do runs for real (``msgspec`` is installed for it). Measured on the
-loaded 2-core machine: importing ``sglang.srt.server_args`` this way takes 0.46 s
-(``-X importtime``), a whole run 1.2 to 2.3 s, so each rank runs it afresh (no cache:
-it is one process per rank start, beside a simulator start of the same order).
+``ServerArgs`` record do runs for real (``msgspec`` is installed for it).
+
+Cost (``make test``'s cluster half runs it 268 times, one process per rank start; CPU by
+``/usr/bin/time -f %U+%S`` on the loaded 2-core machine): 1.6 s a run while the package
+``sparkllm_dev.sim`` imported the whole simulator (uvicorn, the app, ``sparkllm.api``);
+~0.9 s now that it imports nothing (PEP 562), most of it SGLang's own import of
+``sglang.srt.server_args``. A run whose inputs a recorded run had is replayed instead
+(``launch_cache``: the program, argv, the image facts, the wheel, every environment
+variable read; exit code, streams and termination file identical): ~0.27 s. Set
+``SPARKLLM_SIM_LAUNCH_CHECK_CACHE`` (the dev cluster does) to use it; unset, every run is
+fresh.
 
 What the simulated node's image is (the fault injector's ``skew_image`` writes it):
 ``image_facts`` reads ``<node root>/var/lib/sparkllm-sim/engine-image.json``
@@ -36,7 +43,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from sparkllm.sglang_contract.launch_check import TERMINATION_LOG_ENV
+from sparkllm_dev import sglang_stubs
 from sparkllm_dev.sglang_stubs import StubFinder, stand_in_orjson
+from sparkllm_dev.sim import launch_cache
 
 SIM_VERSION_ENV: Final = "SPARKLLM_SIM_SGLANG_VERSION"
 SIM_WITHOUT_ENV: Final = "SPARKLLM_SIM_SGLANG_WITHOUT"  # comma-separated flags it lacks
@@ -116,9 +125,19 @@ def _exec(argv: Sequence[str]) -> int:
 
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
-    """Run the operator's launch-check program on ``argv`` as the init container would."""
-    _install(environ)
-    return _exec(argv)
+    """Run the operator's launch-check program on ``argv`` as the init container would;
+    replayed from the cache (``launch_cache``) when ``SPARKLLM_SIM_LAUNCH_CHECK_CACHE``
+    names one and it recorded a run with the same inputs."""
+
+    def check() -> int:
+        _install(environ)
+        return _exec(argv)
+
+    directory = environ.get(launch_cache.CACHE_DIR_ENV)
+    if not directory:
+        return check()
+    sources = [Path(__file__), Path(sglang_stubs.__file__)]
+    return launch_cache.cached_run(argv, Path(directory), check=check, sources=sources)
 
 
 def check_many(argvs: Sequence[Sequence[str]], *, scratch: Path) -> list[tuple[int, JSON]]:
