@@ -5,7 +5,8 @@ engine image, whose SGLang judges the command line (``sparkllm.sglang_contract.
 launch_check``). The dev cluster has no images; the harness runs the same program with
 the pinned SGLang 0.5.23 wheel of the dev venv (``sparkllm_dev.sim.launch_check``), the
 JSON in the termination file the kubelet would read. A run with the same inputs as a
-recorded one is replayed from ``<state dir>/launch-check-cache`` (``sim/launch_cache.py``).
+recorded one is replayed from ``<state dir>/launch-check-cache`` of the active profile
+(``sim/launch_cache.py``; shared by the tests, whose simulated nodes are private).
 
 What the simulated node's image is: ``sim.launch_check.image_facts`` of the node's root
 (the fault injector's ``skew_image``). Its ``version`` is what the check reports; its
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkllm.sglang_contract.launch_check import LAUNCH_CHECK_CODE, TERMINATION_LOG_ENV
-from sparkllm_dev.devcluster import hostpaths, kubelet
+from sparkllm_dev.devcluster import hostpaths, kubelet, paths
 from sparkllm_dev.sim.launch_cache import CACHE_DIR_ENV
 from sparkllm_dev.sim.launch_check import SIM_VERSION_ENV, SIM_WITHOUT_ENV, image_facts
 
@@ -63,7 +64,7 @@ def plan_step(
     # the check's cache keys on the whole environment (sim/launch_cache.py).
     local_env = {k: v for k, v in env.items() if not k.startswith("PYTEST_")}
     local_env |= {TERMINATION_LOG_ENV: str(termination_file), "PYTHONWARNINGS": "ignore"}
-    local_env[CACHE_DIR_ENV] = str(hosts_root.parent / "launch-check-cache")
+    local_env[CACHE_DIR_ENV] = str(paths.default_paths().state_dir / "launch-check-cache")
     facts = node_image(pod, hosts_root=hosts_root)
     pinned = str(container.get("image") or "").partition("@")[2]
     if pinned and pinned != facts.get("digest"):
