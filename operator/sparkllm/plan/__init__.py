@@ -13,20 +13,46 @@ arithmetic is pure and follows the source documents (SEEDS.md, "Capacity arithme
 
 Pure throughout: nothing here reads a file. ``sparkllm plan`` (:mod:`sparkllm.plan_command`)
 reads the manifest and the model directory and passes what it read in.
+
+The names below load on first use (PEP 562): ``capacity`` imports ``sparkllm.api``
+(pydantic, ~0.5 s of CPU), which a user of one module (the dev cluster's engine simulator
+imports ``kv`` in each rank's process) need not pay for.
 """
 
-from sparkllm.plan.capacity import MIN_HEADROOM_GB, CapacityPlan, RankPlan, build_plan
-from sparkllm.plan.formulas import (
-    AverageSplit,
-    average_split,
-    micro_batches_for_utilisation,
-    moe_expert_utilisation,
-    pipeline_utilisation,
-    ring_allreduce_bytes_per_rank,
-    ring_allreduce_seconds,
-)
-from sparkllm.plan.partition import recommend_partition, sglang_default_partition
-from sparkllm.plan.planner import ModelFiles, plan_capacity
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkllm.plan.capacity import MIN_HEADROOM_GB, CapacityPlan, RankPlan, build_plan
+    from sparkllm.plan.formulas import (
+        AverageSplit,
+        average_split,
+        micro_batches_for_utilisation,
+        moe_expert_utilisation,
+        pipeline_utilisation,
+        ring_allreduce_bytes_per_rank,
+        ring_allreduce_seconds,
+    )
+    from sparkllm.plan.partition import recommend_partition, sglang_default_partition
+    from sparkllm.plan.planner import ModelFiles, plan_capacity
+
+_MODULE_OF = {
+    "AverageSplit": "sparkllm.plan.formulas",
+    "CapacityPlan": "sparkllm.plan.capacity",
+    "MIN_HEADROOM_GB": "sparkllm.plan.capacity",
+    "ModelFiles": "sparkllm.plan.planner",
+    "RankPlan": "sparkllm.plan.capacity",
+    "average_split": "sparkllm.plan.formulas",
+    "build_plan": "sparkllm.plan.capacity",
+    "micro_batches_for_utilisation": "sparkllm.plan.formulas",
+    "moe_expert_utilisation": "sparkllm.plan.formulas",
+    "pipeline_utilisation": "sparkllm.plan.formulas",
+    "plan_capacity": "sparkllm.plan.planner",
+    "recommend_partition": "sparkllm.plan.partition",
+    "ring_allreduce_bytes_per_rank": "sparkllm.plan.formulas",
+    "ring_allreduce_seconds": "sparkllm.plan.formulas",
+    "sglang_default_partition": "sparkllm.plan.partition",
+}
 
 __all__ = [
     "MIN_HEADROOM_GB",
@@ -45,3 +71,10 @@ __all__ = [
     "ring_allreduce_seconds",
     "sglang_default_partition",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
