@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
 from sparkllm.errors import SpecError
 
 
@@ -48,8 +46,10 @@ class ModelFiles:
     tokens: TokenCounter
 
 
-def load_model_files(model_path: str) -> ModelFiles:
-    """Read what exists under ``model_path``; a missing directory yields empty defaults."""
+def load_model_files(model_path: str, *, tokenizer: bool = True) -> ModelFiles:
+    """Read what exists under ``model_path``; a missing directory yields empty defaults.
+    ``tokenizer=False`` (a worker rank: it counts no tokens) skips tokenizer.json, and
+    with it the ``tokenizers`` import and parsing a multi-megabyte file."""
     directory = Path(model_path)
     config: Mapping[str, Any] = {}
     config_file = directory / "config.json"
@@ -60,10 +60,12 @@ def load_model_files(model_path: str) -> ModelFiles:
     except (OSError, ValueError) as exc:
         raise SpecError(f"cannot read {config_file}: {exc}") from exc
     tokenizer_file = directory / "tokenizer.json"
-    tokenizer = None
-    if tokenizer_file.is_file():
+    loaded_tokenizer = None
+    if tokenizer and tokenizer_file.is_file():
+        from tokenizers import Tokenizer
+
         try:
-            tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            loaded_tokenizer = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception on bad files
             raise SpecError(f"cannot load {tokenizer_file}: {exc}") from exc
-    return ModelFiles(config=config, tokens=TokenCounter(tokenizer=tokenizer))
+    return ModelFiles(config=config, tokens=TokenCounter(tokenizer=loaded_tokenizer))

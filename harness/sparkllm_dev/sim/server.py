@@ -23,18 +23,21 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from sparkllm.errors import SpecError
 from sparkllm.sglang_contract.flags import SGLANG_VERSION, flag_spec, parse_sglang_argv
-from sparkllm_dev.sim.app import EngineApp
 from sparkllm_dev.sim.asgi import ASGIApp
 from sparkllm_dev.sim.engine_config import EngineConfig, build_engine_config
 from sparkllm_dev.sim.model_files import load_model_files
 from sparkllm_dev.sim.options import parse_sim_options, split_command
 from sparkllm_dev.sim.start import cache_dir, fired_up, simulate_start
 from sparkllm_dev.sim.worker import WorkerApp
+
+if TYPE_CHECKING:  # imported by rank 0 only: a worker serves no API (generation, tokens)
+    from sparkllm_dev.sim.app import EngineApp
 
 logger = logging.getLogger("sparkllm_dev.sim")
 EXIT_USAGE = 2
@@ -52,6 +55,7 @@ class SimulatedRank:
     config: EngineConfig
     app: ASGIApp
     token_counting: str
+    engine: EngineApp | None = None  # rank 0's API (``app``); None on a worker
 
 
 def prepare(argv: Sequence[str], *, env: Mapping[str, str]) -> SimulatedRank:
@@ -69,20 +73,23 @@ def prepare(argv: Sequence[str], *, env: Mapping[str, str]) -> SimulatedRank:
         raise UsageError(f"usage: sglang serve [-h] ...\nsglang serve: error: {exc}") from exc
     # The dev cluster's engine harness maps the node's hostPath model directory to a local
     # one; --model-path itself stays as rendered, so /get_server_info echoes the spec.
-    model = load_model_files(env.get("SPARKLLM_SIM_MODEL_DIR") or str(parsed["model_path"]))
+    worker = int(str(parsed.get("node_rank") or 0)) > 0  # EngineConfig.is_worker, before it
+    model = load_model_files(
+        env.get("SPARKLLM_SIM_MODEL_DIR") or str(parsed["model_path"]), tokenizer=not worker
+    )
     config = build_engine_config(parsed=parsed, sim=sim, env=env, model_config=model.config)
-    app: ASGIApp
     if config.is_worker:
-        app = WorkerApp(config)
-    else:
-        app = EngineApp(
-            config,
-            tokens=model.tokens,
-            model_config=model.config,
-            launch_command=shlex.join(sglang_args),
-            env=env,
-        )
-    return SimulatedRank(config=config, app=app, token_counting=model.tokens.kind)
+        return SimulatedRank(config=config, app=WorkerApp(config), token_counting="none (worker)")
+    from sparkllm_dev.sim.app import EngineApp
+
+    engine = EngineApp(
+        config,
+        tokens=model.tokens,
+        model_config=model.config,
+        launch_command=shlex.join(sglang_args),
+        env=env,
+    )
+    return SimulatedRank(config=config, app=engine, token_counting=model.tokens.kind, engine=engine)
 
 
 def describe(rank: SimulatedRank) -> str:
@@ -130,10 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             lifespan="on",
             timeout_graceful_shutdown=5,
         ),
-        app=rank.app,
+        engine=rank.engine,
     )
-    if isinstance(rank.app, EngineApp):
-        rank.app.on_crash = server.crash
+    if rank.engine is not None:
+        rank.engine.on_crash = server.crash
     server.run()
     if not server.started:
         where = f"{rank.config.host}:{rank.config.port}"
@@ -146,15 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 class _Server(uvicorn.Server):
     """uvicorn's server, telling rank 0 when shutdown starts (so /health turns 503)."""
 
-    def __init__(self, config: uvicorn.Config, *, app: ASGIApp) -> None:
+    def __init__(self, config: uvicorn.Config, *, engine: EngineApp | None) -> None:
         super().__init__(config)
-        self._app = app
+        self._engine = engine
         self.crashed = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's, then rank 0's "fired up" line once it listens (as SGLang's)."""
         await super().startup(sockets)
-        if self.started and isinstance(self._app, EngineApp):
+        if self.started and self._engine is not None:
             fired_up(logging.getLogger("sglang"))
 
     def crash(self) -> None:
@@ -178,10 +185,10 @@ class _Server(uvicorn.Server):
 
     def handle_hang(self, sig: int, frame: FrameType | None) -> None:
         """SIGUSR1: the hang fault (rank 0 stalls; a worker's dummy server has nothing to stall)."""
-        if isinstance(self._app, EngineApp):
-            self._app.progress.hang()
+        if self._engine is not None:
+            self._engine.progress.hang()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if isinstance(self._app, EngineApp):
-            self._app.shutting_down = True
+        if self._engine is not None:
+            self._engine.shutting_down = True
         super().handle_exit(sig, frame)
