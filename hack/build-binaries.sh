@@ -149,6 +149,8 @@ pids=()
 names=()
 start_build() {  # start_build NAME LABEL FUNCTION: run FUNCTION in the background
   local name=$1 label=$2 fn=$3
+  # Said at once: a cold build is minutes of silence otherwise (its lines come at its end).
+  log "started: $label (output in $WORK/$name.log)"
   (timed "$label" "$fn" >"$WORK/$name.log" 2>&1 || { tail -n 30 "$WORK/$name.log" >&2; exit 1; }) &
   pids+=($!)
   names+=("$name")

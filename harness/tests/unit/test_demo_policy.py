@@ -7,6 +7,7 @@ sample is inside that policy."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from tests.unit.test_chart_render import one, operator_container, render_chart
 
@@ -15,6 +16,7 @@ from sparkllm.api.validate import validate_inference_cluster
 from sparkllm_dev.demo import POLICY_ENV, SAMPLE, chart_default_policy
 
 
+@pytest.mark.needs_binary  # helm renders the chart (make binaries; make demo builds no helm)
 def test_the_demos_policy_is_the_charts_default() -> None:
     demo = chart_default_policy()
     chart = render_chart()
