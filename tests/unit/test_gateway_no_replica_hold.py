@@ -246,6 +246,7 @@ def _held_requests_are_served_once_the_replica_is_up(
         )
         results.append((answer.status_code, time.monotonic() - started))
 
+    before = sum(n for n, _ in _held(app).values())
     clients = [threading.Thread(target=ask, args=(i == 0,), daemon=True) for i in range(3)]
     for thread in clients:
         thread.start()
@@ -255,6 +256,13 @@ def _held_requests_are_served_once_the_replica_is_up(
     for thread in clients:
         thread.join(timeout=60)
     registered = time.monotonic() - came_up
+    # A hold is counted when its request's relay ends, just after the client has its last
+    # byte: wait for these three counts, then see how each ended.
+    wait_until(
+        lambda: sum(n for n, _ in _held(app).values()) >= before + 3,
+        timeout=20,
+        what="the three holds counted",
+    )
     count, seconds = _held(app)["served"]
     print(
         f"\nheld {len(results)} requests while no replica served; the replica came up and "
