@@ -117,7 +117,6 @@ def devcluster() -> Iterator[DevCluster]:
     except DevClusterError as exc:
         pytest.fail(f"dev cluster failed to start: {exc}")
     yield cluster
-    cluster.close()  # kubectl_json's kept-alive connection (an unclosed socket warns)
     if started and os.environ.get("SPARKLLM_KEEP_CLUSTER") != "1":
         cluster.down()
 

@@ -28,7 +28,6 @@ from typing import Any
 
 import yaml
 
-from sparkllm_dev.devcluster.api_reads import ApiReads, parse_get
 from sparkllm_dev.devcluster.nodes import SimNode, node_manifest, spark_nodes
 from sparkllm_dev.devcluster.paths import (
     CONTROL_PLANE_BINARIES,
@@ -101,7 +100,6 @@ class DevCluster:
 
     def __init__(self, paths: DevPaths | None = None) -> None:
         self.paths = paths or default_paths()
-        self._reads: ApiReads | None = None
 
     # --- commands -------------------------------------------------------------------
 
@@ -132,22 +130,8 @@ class DevCluster:
         return _run([*cmd, *args], input=input, check=check, timeout=timeout)
 
     def kubectl_json(self, *args: str) -> Any:
-        """kubectl ... -o json, parsed. A plain get (one object, or a list) is served over
-        one kept-alive API connection instead of a kubectl process (api_reads.py); the
-        same JSON either way."""
-        request = parse_get(args)
-        if request is not None:
-            if self._reads is None:
-                self._reads = ApiReads(self.paths.kubeconfig)
-            found = self._reads.get(request)
-            if found is not None:
-                return found
+        """kubectl ... -o json, parsed."""
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
-
-    def close(self) -> None:
-        """Close the kept-alive API connection of ``kubectl_json`` (the next read reopens it)."""
-        if self._reads is not None:
-            self._reads.close()
 
     def wait_established(self, *crds: str, timeout: float = 90) -> None:
         """Wait until every named CRD has condition Established=True.
@@ -221,7 +205,6 @@ class DevCluster:
             self.kwokctl("delete", "cluster", check=False, timeout=120)
         self._kill_leftover_processes()
         self.paths.kubeconfig.unlink(missing_ok=True)
-        self.close()
 
     def status(self) -> ClusterStatus:
         running = self.is_running()
