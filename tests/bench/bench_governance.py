@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from sparkllm.gateway.admission import Admitted, Route
 from sparkllm.gateway.app import GatewayApp, build_gateway_app
@@ -53,6 +52,7 @@ from tests.unit.gateway_fixtures import (
     MODEL,
     TOKENIZER_CORPUS_WORD,
     gateway_config,
+    histogram_by_label,
     read_request_body,
     running,
     train_tokenizer,
@@ -250,16 +250,7 @@ class SlowEngine:
 
 def _queue_waits(exposition: str) -> dict[str, tuple[float, float]]:
     """Per user: (count, sum) of the queue-wait histogram."""
-    waits: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(exposition):
-        if family.name == "sparkllm_gateway_user_queue_wait_seconds":
-            for sample in family.samples:
-                entry = waits.setdefault(sample.labels["user"], [0.0, 0.0])
-                if sample.name.endswith("_count"):
-                    entry[0] = sample.value
-                elif sample.name.endswith("_sum"):
-                    entry[1] = sample.value
-    return {user: (count, total) for user, (count, total) in waits.items()}
+    return histogram_by_label(exposition, "sparkllm_gateway_user_queue_wait_seconds", "user")
 
 
 async def _clients(url: str, *, seconds: float) -> tuple[list[float], list[float]]:

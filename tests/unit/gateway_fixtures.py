@@ -419,17 +419,22 @@ def payload_draft(
     return draft
 
 
-def hold_histogram(exposition: str) -> dict[str, tuple[float, float]]:
-    """The admission layer's no-replica hold histogram in a metrics exposition:
-    outcome -> (count, seconds in all). Read by the gateway's unit tests and the e2e test."""
-    held: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(exposition):
-        if family.name != "sparkllm_gateway_no_replica_hold_seconds":
+def histogram_by_label(exposition: str, family: str, label: str) -> dict[str, tuple[float, float]]:
+    """A histogram in a metrics exposition: ``label``'s value -> (count, sum)."""
+    found: dict[str, list[float]] = {}
+    for metric in text_string_to_metric_families(exposition):
+        if metric.name != family:
             continue
-        for sample in family.samples:
-            slot = held.setdefault(sample.labels["outcome"], [0.0, 0.0])
+        for sample in metric.samples:
+            slot = found.setdefault(sample.labels[label], [0.0, 0.0])
             if sample.name.endswith("_count"):
                 slot[0] = sample.value
             elif sample.name.endswith("_sum"):
                 slot[1] = sample.value
-    return {outcome: (count, total) for outcome, (count, total) in held.items()}
+    return {value: (count, total) for value, (count, total) in found.items()}
+
+
+def hold_histogram(exposition: str) -> dict[str, tuple[float, float]]:
+    """The admission layer's no-replica hold histogram in a metrics exposition:
+    outcome -> (count, seconds in all). Read by the gateway's unit tests and the e2e test."""
+    return histogram_by_label(exposition, "sparkllm_gateway_no_replica_hold_seconds", "outcome")
