@@ -5,11 +5,11 @@
 # modules at v0.0.0, so `go install k8s.io/kubernetes/cmd/...@vX` fails by design.
 # We build inside a small helper module that replaces each staging module with its
 # published v0.36.x, together with kwok and etcd (build_control_plane says why together).
-# helm, kubeconform and glua install normally.
+# helm, kubeconform, glua and gofakes3 install normally.
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
-#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua}. A binary already there
-#         is not rebuilt. With --control-plane only the first seven (what `make demo` needs).
+#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua,gofakes3}. A binary
+#         already there is not rebuilt. With --control-plane only the first seven (what `make demo` needs).
 #
 # Cold cost, measured (go build -debug-trace; empty GOCACHE and SPARKLLM_CACHE): built apart,
 # the control plane was about 1,030 s of CPU on 2 cores (Kubernetes' four ~650 s, etcd ~140 s,
@@ -28,6 +28,7 @@ KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.8.0}"  # offline schema checks of the chart
 GLUA_VERSION="${GLUA_VERSION:-v1.1.2}"  # gopher-lua, the Lua Argo CD embeds (health check test)
+GOFAKES3_VERSION="${GOFAKES3_VERSION:-v1.2.0}"  # a small S3-compatible server (model staging tests)
 
 CACHE="${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}"
 BIN="$CACHE/bin/$K8S_VERSION"
@@ -142,6 +143,11 @@ build_glua() {
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "github.com/yuin/gopher-lua/cmd/glua@$GLUA_VERSION"
 }
 
+build_gofakes3() {
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" \
+    "github.com/johannesboyne/gofakes3/cmd/gofakes3@$GOFAKES3_VERSION"
+}
+
 # The builds run side by side: each spends part of its time fetching modules from the
 # proxy (network) while another compiles (CPU), and Go's build cache is safe to share.
 # A failed build fails the script, naming it; its output is in $WORK/<name>.log.
@@ -165,6 +171,7 @@ if [[ ${1:-} != --control-plane ]]; then
   have helm || start_build helm "helm $HELM_VERSION" build_helm
   have kubeconform || start_build kubeconform "kubeconform $KUBECONFORM_VERSION" build_kubeconform
   have glua || start_build glua "glua (gopher-lua) $GLUA_VERSION" build_glua
+  have gofakes3 || start_build gofakes3 "gofakes3 $GOFAKES3_VERSION" build_gofakes3
 fi
 failed=()
 for i in "${!pids[@]}"; do
