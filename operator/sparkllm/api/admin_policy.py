@@ -29,6 +29,12 @@ The rules, each a list the administrator writes (``*`` alone allows anything):
   (``*.corp.example.com``) is allowed only when listed as such.
 - ``exposure.allowedIssuers``: the cert-manager issuer (kind and name; name ``*`` for
   every issuer of that kind).
+- ``modelSources.allowedHosts``: every host ``spec.model.source`` downloads from (the
+  Hugging Face endpoint, default huggingface.co; the S3 endpoint; each HTTPS URL) equals
+  an entry or is below an entry ``*.suffix``. Default: ``huggingface.co`` only (a node
+  downloading from any host a tenant names is a request from inside the cluster's
+  network; docs/security.md). ``modelSources.plainHttpHosts``: the hosts an S3 endpoint
+  may reach over plain ``http://`` (default none).
 
 Pure: :func:`policy_violations` is a function of the policy and the object. The operator
 reads the policy from its env (:data:`POLICY_ENV`, JSON, set by the chart), ``sparkllm
@@ -45,6 +51,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from sparkllm.api.model_staging import DEFAULT_HF_ENDPOINT, ModelSourceSpec
 from sparkllm.api.spec import InferenceCluster
 from sparkllm.errors import SparkllmError, SpecError
 from sparkllm.manifest_file import yaml_problem
@@ -113,6 +120,13 @@ class ExposurePolicy(PolicyModel):
     allowed_issuers: tuple[IssuerRef, ...] = ()
 
 
+class ModelSourcePolicy(PolicyModel):
+    """``policy.modelSources``: the hosts ``spec.model.source`` may download from."""
+
+    allowed_hosts: tuple[str, ...] = ("huggingface.co",)
+    plain_http_hosts: tuple[str, ...] = ()
+
+
 class AdminPolicy(PolicyModel):
     """The chart's ``policy`` values (without ``enabled``); defaults equal the chart's."""
 
@@ -120,6 +134,7 @@ class AdminPolicy(PolicyModel):
     model_paths: ModelPathPolicy = ModelPathPolicy()
     placement: PlacementPolicy = PlacementPolicy()
     exposure: ExposurePolicy = ExposurePolicy()
+    model_sources: ModelSourcePolicy = ModelSourcePolicy()
 
 
 def policy_violations(ic: InferenceCluster, policy: AdminPolicy) -> list[str]:
@@ -147,6 +162,8 @@ def policy_violations(ic: InferenceCluster, policy: AdminPolicy) -> list[str]:
         )
     problems.extend(_placement_violations(ic, policy.placement))
     problems.extend(_exposure_violations(ic, policy.exposure))
+    if model.source is not None:
+        problems.extend(source_violations(model.source, policy.model_sources))
     return problems
 
 
@@ -250,6 +267,35 @@ def _exposure_violations(ic: InferenceCluster, policy: ExposurePolicy) -> list[s
             f"allowed issuer (allowed: {listing})"
         )
     return problems
+
+
+def source_violations(source: ModelSourceSpec, policy: ModelSourcePolicy) -> list[str]:
+    """Every host of ``source`` outside ``policy``, one message each (empty: allowed)."""
+    allowed = f"(allowed: {_listing(policy.allowed_hosts)})"
+    problems: list[str] = []
+    for field, url in source_urls(source):
+        scheme, _, rest = url.partition("://")
+        host = rest.split("/", 1)[0].rsplit(":", 1)[0].lower()
+        if not host_allowed(host, policy.allowed_hosts):
+            problems.append(f"{field} host '{host}' is not an allowed model source {allowed}")
+        elif scheme == "http" and not host_allowed(host, policy.plain_http_hosts):
+            problems.append(
+                f"{field} '{url}' is plain http, allowed only for the hosts in "
+                f"modelSources.plainHttpHosts (allowed: {_listing(policy.plain_http_hosts)})"
+            )
+    return problems
+
+
+def source_urls(source: ModelSourceSpec) -> list[tuple[str, str]]:
+    """(field path, URL) of every place ``source`` downloads from."""
+    prefix = "spec.model.source"
+    if source.hugging_face is not None:
+        endpoint = source.hugging_face.endpoint or DEFAULT_HF_ENDPOINT
+        return [(f"{prefix}.huggingFace.endpoint", endpoint)]
+    if source.s3 is not None:
+        return [(f"{prefix}.s3.endpoint", source.s3.endpoint)]
+    files = source.https.urls if source.https is not None else ()
+    return [(f"{prefix}.https.urls[{i}].url", f.url) for i, f in enumerate(files)]
 
 
 def admin_policy_from(values: Any, *, where: str) -> AdminPolicy:

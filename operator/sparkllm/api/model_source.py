@@ -2,7 +2,8 @@
 
 The weights are too large to copy per pod (168 GB in the documents' deployment), so the
 API points at a directory that already exists on every node, or at a claim mounted at
-that path. What a replica serves is only trustworthy when every rank loaded the same
+that path, or names a ``source`` the operator stages it from (``api/model_staging.py``).
+What a replica serves is only trustworthy when every rank loaded the same
 complete files, so the spec also carries what the integrity check needs: the number of
 layers (it must match the layer partition), the shard count, and an optional checksum
 manifest that every rank's copy must agree with.
@@ -13,7 +14,8 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from sparkllm.api.common import ConfigMapKeyReference, DnsSubdomain
-from sparkllm.api.rules import ApiModel
+from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.api.rules import ApiModel, Rule
 
 ABSOLUTE_PATH_PATTERN = r"^/[^\s]*$"
 # SGLang rejects ':' in --served-model-name; the rest keeps it a safe label and URL part.
@@ -42,6 +44,16 @@ class PersistentVolumeClaimSource(ApiModel):
 
 class ModelSpec(ApiModel):
     """The model every replica serves and the facts used to verify it."""
+
+    cel_rules = (
+        Rule(
+            cel="!(has(self.source) && has(self.persistentVolumeClaim))",
+            message="model.source stages the model into a hostPath on every node: it cannot "
+            "be combined with model.persistentVolumeClaim",
+            check=lambda m: m.source is None or m.persistent_volume_claim is None,
+            field_path=".source",
+        ),
+    )
 
     path: Annotated[
         str, StringConstraints(min_length=2, max_length=1024, pattern=ABSOLUTE_PATH_PATTERN)
@@ -91,4 +103,10 @@ class ModelSpec(ApiModel):
         default=None,
         description="persistentVolumeClaim mounts the model from a claim instead of a "
         "hostPath. Optional; when absent path is a hostPath on every node.",
+    )
+    source: ModelSourceSpec | None = Field(
+        default=None,
+        description="source is where the operator downloads the model from into path on "
+        "every node of a group (one download, then node-to-node copies, each verified). "
+        "Optional; when absent the model must already be at path on every node.",
     )

@@ -1,0 +1,108 @@
+"""``spec.model.source`` (sparkllm.api.model_staging) and its bound in the admin policy.
+
+Each rule accepted and refused with the message users see; the policy's host allow-list
+(default: the Hugging Face Hub only) and its plain-http list.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from sparkllm.api import validate_inference_cluster
+from sparkllm.api.admin_policy import AdminPolicy, admin_policy_from, policy_violations
+from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.errors import SpecError
+from sparkllm_dev.testing import ROOT
+
+SAMPLE = ROOT / "manifests" / "samples" / "deepseek-v4-flash.yaml"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HF = {"huggingFace": {"repo": "deepseek-ai/DeepSeek-V4-Flash", "revision": COMMIT}}
+S3 = {"s3": {"endpoint": "http://minio.store:9000", "bucket": "models", "prefix": "ds/"}}
+HTTPS = {"https": {"urls": [{"url": "https://files.corp.example/m/config.json"}]}}
+
+
+def with_source(source: dict[str, Any]) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())
+    doc["metadata"].update(namespace="llm", uid="u", generation=1)
+    doc["spec"]["model"]["source"] = copy.deepcopy(source)
+    return doc
+
+
+@pytest.mark.parametrize("source", [HF, S3, HTTPS])
+def test_each_kind_of_source_is_accepted(source: dict[str, Any]) -> None:
+    ic = validate_inference_cluster(with_source(source))
+    assert ic.spec.model.source is not None
+    wire = ic.spec.model.source.to_wire()
+    (kind,) = source
+    assert wire[kind].items() >= source[kind].items()
+    assert wire["fanOut"] == "Chain"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({}, "exactly one of huggingFace, s3 or https"),
+        (HF | S3, "exactly one of huggingFace, s3 or https"),
+        (
+            {"huggingFace": {"repo": "a/b", "revision": "main"}},
+            "must be a full 40-hex commit id",
+        ),
+        (
+            {"huggingFace": {"repo": "a/b", "revision": COMMIT.upper()}},
+            "must be a full 40-hex commit id",
+        ),
+        ({"https": {"urls": [{"url": "http://x.example/a"}]}}, "should match pattern"),
+        (
+            {"https": {"urls": [{"url": "https://x.example/a", "path": "../etc/passwd"}]}},
+            "must stay inside the model directory",
+        ),
+        ({"https": {"urls": [{"url": "https://x.example/a", "sha256": "abc"}]}}, "sha256"),
+        ({"https": {"urls": []}}, "at least 1 item"),
+        ({"s3": {"endpoint": "https://s3.example", "bucket": "A_B"}}, "bucket"),
+    ],
+)
+def test_invalid_sources_are_refused_with_a_clear_message(
+    source: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        ModelSourceSpec.model_validate(source)
+
+
+def test_a_source_cannot_be_combined_with_a_claim() -> None:
+    doc = with_source(HF)
+    doc["spec"]["model"]["persistentVolumeClaim"] = {"claimName": "weights"}
+    with pytest.raises(SpecError, match=r"cannot be combined with model\.persistentVolumeClaim"):
+        validate_inference_cluster(doc)
+
+
+def test_the_default_policy_allows_the_hub_and_nothing_else() -> None:
+    assert policy_violations(validate_inference_cluster(with_source(HF)), AdminPolicy()) == []
+    mirror = {"huggingFace": HF["huggingFace"] | {"endpoint": "https://hf.mirror.example"}}
+    assert policy_violations(validate_inference_cluster(with_source(mirror)), AdminPolicy()) == [
+        "spec.model.source.huggingFace.endpoint host 'hf.mirror.example' is not an allowed "
+        "model source (allowed: huggingface.co)"
+    ]
+    problems = policy_violations(validate_inference_cluster(with_source(HTTPS)), AdminPolicy())
+    assert problems == [
+        "spec.model.source.https.urls[0].url host 'files.corp.example' is not an allowed "
+        "model source (allowed: huggingface.co)"
+    ]
+
+
+def test_plain_http_needs_its_own_listing() -> None:
+    ic = validate_inference_cluster(with_source(S3))
+    listed = admin_policy_from({"modelSources": {"allowedHosts": ["*.store"]}}, where="test")
+    assert policy_violations(ic, listed) == [
+        "spec.model.source.s3.endpoint 'http://minio.store:9000' is plain http, allowed only "
+        "for the hosts in modelSources.plainHttpHosts (allowed: none)"
+    ]
+    both = admin_policy_from(
+        {"modelSources": {"allowedHosts": ["*.store"], "plainHttpHosts": ["minio.store"]}},
+        where="test",
+    )
+    assert policy_violations(ic, both) == []
