@@ -203,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("plan", "sparkllm.plan_command", "per-rank memory plan of an InferenceCluster"),
         ("verify-model", "sparkllm.integrity.verify", "verify a model directory (init container)"),
         ("verify-network", "sparkllm.preflight.verify", "network preflight (init container)"),
+        (
+            "stage-model",
+            "sparkllm.staging.command",
+            "download the model once, copy it node to node, verified (issue 31)",
+        ),
         ("verify-memory", "sparkllm.preflight.verify_memory", "memory preflight (init container)"),
         (
             "engine-cache",

@@ -1,0 +1,124 @@
+"""``sparkllm stage-model``: stage a model onto this node, or serve a finished copy.
+
+Two modes, one command (phase 2's Jobs run it on each node of a group, as
+``plan.plan_group`` orders them):
+
+- stage: ``--target DIR`` and either ``--source JSON`` (``spec.model.source`` in its wire
+  form, on the node that downloads) or ``--peer URL`` (another node's ``--serve``).
+  Progress is JSON lines on stdout and, with ``--progress-file``, the latest line there.
+  Exit 0 staged (or already staged); 1 failed, with one line on stderr::
+
+      stage-model: failed: HashMismatch: model-00002-of-00003.safetensors: sha256 ...
+
+  and a ``failed`` progress record carrying the same reason.
+- serve: ``--serve --target DIR --listen ADDR:PORT``: serve a finished copy to peers
+  until stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Final
+
+from pydantic import ValidationError
+
+from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.cli_args import add_options, from_namespace, option
+from sparkllm.staging.errors import StageError
+from sparkllm.staging.plan import StageReason
+from sparkllm.staging.progress import Progress
+from sparkllm.staging.serve import PeerServer
+from sparkllm.staging.stage import StageRequest, stage_model
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+DEFAULT_LISTEN: Final = "0.0.0.0:8390"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageModelArgs:
+    """``sparkllm stage-model``'s options, for its parser and phase 2's Job renderer."""
+
+    COMMAND: ClassVar[tuple[str, ...]] = ("stage-model",)
+
+    target: Path = option("--target", help="the model directory to create (spec.model.path)")
+    source: str | None = option(
+        "--source", default=None, help="spec.model.source as JSON (the downloading node)"
+    )
+    peer: str | None = option(
+        "--peer", default=None, help="a peer's --serve URL to copy from (the other nodes)"
+    )
+    expected_shards: int | None = option(
+        "--expected-shards", default=None, help="spec.model.expectedShards: run verify-model"
+    )
+    expected_layers: int | None = option(
+        "--expected-layers", default=None, help="spec.model.numLayers (with --expected-shards)"
+    )
+    ca_file: Path | None = option(
+        "--ca-file", default=None, help="PEM bundle to trust for https (besides the system's)"
+    )
+    progress_file: Path | None = option(
+        "--progress-file", default=None, help="keep the latest progress record here"
+    )
+    serve: bool = option("--serve", default=False, help="serve the finished --target to peers")
+    listen: str = option("--listen", default=DEFAULT_LISTEN, help="with --serve: ADDR:PORT")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    add_options(parser, StageModelArgs)
+
+
+def parse_source(text: str) -> ModelSourceSpec:
+    """``--source``: JSON text, or ``@FILE``; StageError InvalidSource naming the field."""
+    try:
+        raw = Path(text[1:]).read_text(encoding="utf-8") if text.startswith("@") else text
+        return ModelSourceSpec.model_validate_json(raw)
+    except OSError as exc:
+        raise StageError(StageReason.INVALID_SOURCE, f"--source {text}: {exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "source"
+        raise StageError(StageReason.INVALID_SOURCE, f"--source {where}: {first['msg']}") from exc
+
+
+def run(namespace: argparse.Namespace) -> int:
+    args = from_namespace(StageModelArgs, namespace)
+    if args.serve:
+        return _serve(args)
+    progress = Progress(file=args.progress_file)
+    try:
+        request = StageRequest(
+            target=args.target,
+            source=parse_source(args.source) if args.source is not None else None,
+            peer=args.peer,
+            expected_shards=args.expected_shards,
+            expected_layers=args.expected_layers,
+            ca_file=args.ca_file,
+            environ=dict(os.environ),
+        )
+        stage_model(request, progress)
+    except StageError as exc:
+        progress.failed(exc.reason, exc.detail)
+        print(f"stage-model: failed: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _serve(args: StageModelArgs) -> int:
+    host, _, port = args.listen.rpartition(":")
+    server = PeerServer(args.target, (host.strip("[]"), int(port)))
+    address = f"{host}:{server.server_port}"
+    line = {"event": "serving", "address": address, "files": len(server.files)}
+    print(json.dumps(line), flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return EXIT_OK

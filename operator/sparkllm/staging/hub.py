@@ -1,0 +1,103 @@
+"""Files from the Hugging Face Hub (or a mirror), with the ``huggingface_hub`` library's code.
+
+Why the library and not our HTTP loop: it owns the Hub's API (revision resolution, LFS
+and Xet redirects, auth), its cache layout (``blobs/`` named by content hash,
+``snapshots/<commit>/`` of links) and its resume (``.incomplete`` blobs continue where they
+stopped). Pinned in pyproject.toml. The cache lives beside the target
+(``<parent>/.staging/hub-cache``), on the same file system, so the finished snapshot is
+hard-linked into the staging directory instead of copied; a rerun after a kill resumes
+in the cache.
+
+Sizes come first from a dry run (the disk-space check needs them). Afterwards each
+file's sha256 is computed for the manifest peers copy against, and compared with the
+blob's name where the Hub names a blob by its sha256 (LFS files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from sparkllm.api.model_staging import DEFAULT_HF_ENDPOINT, HuggingFaceSource
+from sparkllm.staging.errors import StageError, from_os_error
+from sparkllm.staging.plan import StageReason
+
+_SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _translate(exc: Exception, *, what: str) -> StageError:
+    if isinstance(exc, GatedRepoError):
+        return StageError(StageReason.UNAUTHORIZED, f"{what}: gated repository, no access")
+    if isinstance(exc, RepositoryNotFoundError | RevisionNotFoundError):
+        return StageError(StageReason.NOT_FOUND, f"{what}: {type(exc).__name__}")
+    if isinstance(exc, HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else None
+        if status in (401, 403):
+            return StageError(StageReason.UNAUTHORIZED, f"{what}: HTTP {status}")
+        if status == 404:
+            return StageError(StageReason.NOT_FOUND, f"{what}: HTTP 404")
+        return StageError(StageReason.INVALID_SOURCE, f"{what}: HTTP {status}")
+    local = isinstance(exc, OSError) and not isinstance(exc, LocalEntryNotFoundError)
+    if local and isinstance(exc, OSError) and exc.errno is not None:
+        return from_os_error(exc, what=what)
+    return StageError(StageReason.CONNECTION_LOST, f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _call(source: HuggingFaceSource, cache: Path, token: str | None, **kwargs: Any) -> Any:
+    what = f"huggingFace {source.repo}@{source.revision[:12]}"
+    try:
+        return snapshot_download(
+            source.repo,
+            revision=source.revision,
+            cache_dir=cache,
+            endpoint=source.endpoint or DEFAULT_HF_ENDPOINT,
+            token=token or False,
+            max_workers=4,
+            **kwargs,
+        )
+    except Exception as exc:  # the library's errors, translated at this boundary
+        raise _translate(exc, what=what) from exc
+
+
+def hub_sizes(source: HuggingFaceSource, *, cache: Path, token: str | None) -> dict[str, int]:
+    """{path: size} of the revision's files (a dry run: nothing is downloaded)."""
+    infos = _call(source, cache, token, dry_run=True)
+    return {info.filename: int(info.file_size) for info in infos}
+
+
+def hub_download(
+    source: HuggingFaceSource, *, cache: Path, token: str | None, into: Path
+) -> dict[str, str | None]:
+    """Download the revision into the library's cache and link its files ``into``.
+
+    Returns {path: the sha256 the cache names its blob by (LFS files), else None}.
+    """
+    snapshot = Path(_call(source, cache, token))
+    linked: dict[str, str | None] = {}
+    for root, dirs, files in os.walk(snapshot):
+        dirs.sort()
+        for name in sorted(files):
+            link = Path(root) / name
+            relative = link.relative_to(snapshot).as_posix()
+            blob = link.resolve()
+            target = into / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)
+            try:
+                os.link(blob, target)
+            except OSError:
+                shutil.copyfile(blob, target)
+            linked[relative] = blob.name if _SHA256_NAME.match(blob.name) else None
+    return linked
