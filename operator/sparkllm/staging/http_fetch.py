@@ -10,12 +10,13 @@ path, size and sha256, so a copy is checked exactly as the download was.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlsplit
 
+import certifi
 import httpx
 
 from sparkllm.staging.errors import StageError, from_http_status
@@ -41,7 +42,10 @@ def http_client(*, ca_file: Path | None = None, token: str | None = None) -> htt
     headers = {"Accept-Encoding": "identity"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    verify: Any = str(ca_file) if ca_file is not None else True
+    verify: ssl.SSLContext | bool = True
+    if ca_file is not None:
+        verify = ssl.create_default_context(cafile=certifi.where())
+        verify.load_verify_locations(cafile=str(ca_file))
     return httpx.Client(
         verify=verify,
         follow_redirects=True,
@@ -74,7 +78,7 @@ def http_opener(client: httpx.Client, url: str, *, what: str) -> Opener:
 
 
 def _chunks(response: httpx.Response) -> Iterator[bytes]:
-    yield from response.iter_bytes(CHUNK)
+    yield from response.iter_bytes()  # as received: a drop keeps every byte that arrived
 
 
 def _total(response: httpx.Response) -> int | None:
@@ -95,6 +99,31 @@ def https_files(urls: Sequence[tuple[str, str | None, str | None]]) -> list[Remo
             raise StageError(StageReason.INVALID_SOURCE, f"{url}: no file name; set its path")
         files.append(RemoteFile(path=name, url=url, expected=Expected(sha256=sha256)))
     return files
+
+
+def head_sizes(client: httpx.Client, files: Sequence[RemoteFile]) -> int | None:
+    """The files' total size from HEAD requests (None when a server does not say), before
+    any download: the disk-space check and the ETA need it; a missing file fails here."""
+    total = 0
+    for remote in files:
+        if remote.expected.size is not None:
+            total += remote.expected.size
+            continue
+        try:
+            response = client.head(remote.url)
+        except httpx.TransportError as exc:
+            raise StageError(StageReason.CONNECTION_LOST, f"{_name(remote)}: {exc}") from exc
+        if response.status_code != 200:
+            raise from_http_status(response.status_code, what=_name(remote))
+        length = response.headers.get("content-length")
+        if length is None:
+            return None
+        total += int(length)
+    return total
+
+
+def _name(remote: RemoteFile) -> str:
+    return f"{remote.path} ({remote.url})"
 
 
 def peer_files(client: httpx.Client, base_url: str) -> list[RemoteFile]:

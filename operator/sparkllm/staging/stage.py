@@ -31,7 +31,7 @@ from sparkllm.api.model_staging import ModelSourceSpec
 from sparkllm.integrity.verify import VerifyRequest, verify_model
 from sparkllm.staging.errors import StageError, from_os_error
 from sparkllm.staging.http_fetch import (
-    RemoteFile,
+    head_sizes,
     http_client,
     http_opener,
     https_files,
@@ -119,24 +119,19 @@ def _fetch(request: StageRequest, staging: Path, progress: Progress) -> dict[str
             entries = [(u.url, u.sha256, u.path) for u in source.https.urls]
             files, stage = https_files(entries), StageState.DOWNLOADING
         expected = source.expected_bytes if source is not None else None
-        sizes = [f.expected.size for f in files]
-        total = expected or (sum(s for s in sizes if s is not None) if None not in sizes else None)
+        total = expected or head_sizes(client, files)
         _check_space(request, staging, total)
         progress.set_stage(stage, total=total or 0)
         return {
             f.path: fetch_resumable(
                 name=f.path,
                 dest=_inside(staging, f.path),
-                opener=http_opener(client, f.url, what=_what(f)),
+                opener=http_opener(client, f.url, what=f"{f.path} ({f.url})"),
                 expected=f.expected,
                 progress=progress,
             )
             for f in files
         }
-
-
-def _what(remote: RemoteFile) -> str:
-    return f"{remote.path} ({remote.url})"
 
 
 def _fetch_s3(

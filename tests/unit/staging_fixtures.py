@@ -1,0 +1,159 @@
+"""A real HTTPS file server on 127.0.0.1 with faults, and a toy model, for the staging tests.
+
+The server is Python's ``http.server`` under an ``ssl`` context with a self-signed
+certificate made by the ``openssl`` CLI (tests/unit/test_gateway_tls.py's
+``make_certificate``). It serves ``files`` with Range requests and injects, per path:
+a connection dropped after N bytes (once), corrupted bytes (the first N responses), or a
+status code. It also answers the Hugging Face Hub's API (``/api/models/<repo>/revision/
+<rev>`` and ``/<repo>/resolve/<rev>/<file>``) for the Hub client's own code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from tests.unit.test_gateway_tls import make_certificate
+from tests.unit.test_integrity_fixtures import make_model_dir
+
+
+@dataclass
+class Faults:
+    drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes, then close (once)
+    corrupt: dict[str, int] = field(default_factory=dict)  # path -> responses to corrupt
+    status: dict[str, int] = field(default_factory=dict)  # path -> HTTP status
+    ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) seen
+
+
+@dataclass
+class Hub:
+    repo: str
+    commit: str
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FileServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, *, body: bool) -> None:
+        route = unquote(urlsplit(self.path).path).lstrip("/")
+        hub = self.server.hub
+        if hub is not None and route == f"api/models/{hub.repo}/revision/{hub.commit}":
+            siblings = [{"rfilename": name} for name in sorted(self.server.files)]
+            self._reply(200, json.dumps({"id": hub.repo, "sha": hub.commit, "siblings": siblings}))
+            return
+        extra: dict[str, str] = {}
+        if hub is not None and route.startswith(f"{hub.repo}/resolve/{hub.commit}/"):
+            route = route.removeprefix(f"{hub.repo}/resolve/{hub.commit}/")
+            digest = hashlib.sha256(self.server.files.get(route, b"")).hexdigest()
+            extra = {"X-Repo-Commit": hub.commit, "ETag": f'"{digest}"'}
+        faults = self.server.faults
+        if route in faults.status:
+            self._reply(faults.status[route], "")
+            return
+        data = self.server.files.get(route)
+        if data is None:
+            self._reply(404, "")
+            return
+        if body and faults.corrupt.get(route, 0) > 0:
+            faults.corrupt[route] -= 1
+            data = bytes(b ^ 0xFF for b in data[:16]) + data[16:]
+        start, status = 0, 200
+        if "Range" in self.headers:
+            faults.ranges.append((route, self.headers["Range"]))
+            start = int(self.headers["Range"].split("=")[1].split("-")[0])
+            if start >= len(data):
+                self._reply(416, "", {"Content-Range": f"bytes */{len(data)}"})
+                return
+            status = 206
+            extra["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        part = data[start:]
+        self.send_response(status)
+        for key, value in {**extra, "Content-Length": str(len(part))}.items():
+            self.send_header(key, value)
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if not body:
+            return
+        cut = faults.drop_after.pop(route, None) if body else None
+        if cut is not None:
+            self.wfile.write(part[:cut])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(part)
+
+    def _reply(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
+        data = text.encode()
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class FileServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, files: dict[str, bytes], hub: Hub | None = None) -> None:
+        self.files, self.hub, self.faults = files, hub, Faults()
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server_port}"
+
+
+@contextmanager
+def https_server(
+    files: dict[str, bytes], *, certs: Path, hub: Hub | None = None
+) -> Iterator[tuple[FileServer, Path]]:
+    """A serving FileServer over TLS and the CA file that trusts it."""
+    cert, key = make_certificate(certs, name="127.0.0.1")
+    server = FileServer(files, hub)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, cert
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def toy_model(root: Path) -> dict[str, bytes]:
+    """A valid 3-shard model (index, shards, config, tokenizer) as {path: bytes}."""
+    model = make_model_dir(root, layers=4, shards=3, hidden=64, vocab=256)
+    return {
+        p.relative_to(model).as_posix(): p.read_bytes()
+        for p in sorted(model.rglob("*"))
+        if p.is_file()
+    }
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
