@@ -13,6 +13,7 @@ checked too (a multipart ETag, with a ``-``, is not a content hash and is skippe
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 
 import urllib3
 from minio import Minio
-from minio.error import MinioException, S3Error
+from minio.error import InvalidResponseError, MinioException, S3Error
 
 from sparkllm.api.model_staging import S3Source
 from sparkllm.staging.errors import StageError
@@ -30,6 +31,7 @@ from sparkllm.staging.transfer import ConnectionLostError, Expected, Opener, Str
 CHUNK = 1024 * 1024
 _UNAUTHORIZED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 _NOT_FOUND = {"NoSuchBucket", "NoSuchKey"}
+_ERROR_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +65,19 @@ def s3_client(
 
 
 def _error(exc: Exception, *, what: str) -> StageError:
+    code: str | None = None
     if isinstance(exc, S3Error):
-        if exc.code in _UNAUTHORIZED:
-            return StageError(StageReason.UNAUTHORIZED, f"{what}: {exc.code}")
-        if exc.code in _NOT_FOUND:
-            return StageError(StageReason.NOT_FOUND, f"{what}: {exc.code}")
-        return StageError(StageReason.INVALID_SOURCE, f"{what}: {exc.code}: {exc.message}")
+        code = exc.code
+    elif isinstance(exc, InvalidResponseError):
+        # an error body the client did not take for XML (a wrong Content-Type): its code
+        found = _ERROR_CODE.search(str(exc))
+        code = found.group(1) if found else None
+    if code in _UNAUTHORIZED:
+        return StageError(StageReason.UNAUTHORIZED, f"{what}: {code}")
+    if code in _NOT_FOUND:
+        return StageError(StageReason.NOT_FOUND, f"{what}: {code}")
+    if code is not None:
+        return StageError(StageReason.INVALID_SOURCE, f"{what}: {code}")
     return StageError(StageReason.CONNECTION_LOST, f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -108,6 +117,9 @@ def s3_opener(client: Minio, bucket: str, key: str) -> Opener:
                 return
             raise _error(exc, what=what) from exc
         except (MinioException, urllib3.exceptions.HTTPError) as exc:
+            error = _error(exc, what=what)
+            if error.reason is not StageReason.CONNECTION_LOST:
+                raise error from exc
             raise ConnectionLostError(f"{what}: {type(exc).__name__}") from exc
         try:
             yield Stream(chunks=_chunks(response, what), from_start=False, total=None)
@@ -120,6 +132,8 @@ def s3_opener(client: Minio, bucket: str, key: str) -> Opener:
 
 def _chunks(response: urllib3.BaseHTTPResponse, what: str) -> Iterator[bytes]:
     try:
-        yield from response.stream(CHUNK)
+        # read1: what has arrived (up to CHUNK); a cut keeps every byte received
+        while chunk := response.read1(CHUNK):
+            yield chunk
     except urllib3.exceptions.HTTPError as exc:
         raise ConnectionLostError(f"{what}: {type(exc).__name__}") from exc

@@ -1,0 +1,211 @@
+"""``sparkllm stage-model`` from a real S3-compatible server: gofakes3, built from the Go
+module proxy by hack/build-binaries.sh (``make binaries``), on 127.0.0.1.
+
+The toy model is uploaded with the MinIO client, then staged with the same client's
+listing and ranged gets. Faults go through a small TCP proxy in front of the server,
+armed on one object's GET: the response cut after N body bytes (the stage resumes with
+``Range: bytes=N-``) or its body bytes flipped (the single-part ETag, an MD5, catches it:
+HashMismatch, fetched again). gofakes3 checks no signatures, so Unauthorized is not
+shown here (its mapping is unit-tested with the HTTP path's); a missing bucket is.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from minio import Minio
+
+from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.staging.errors import StageError
+from sparkllm.staging.plan import StageReason
+from sparkllm.staging.progress import Progress
+from sparkllm.staging.stage import StageRequest, stage_model
+from tests.unit.staging_fixtures import toy_model
+from tests.unit.test_chart_render import require_binary
+
+pytestmark = pytest.mark.needs_binary  # gofakes3 (make binaries)
+BUCKET = "models"
+PREFIX = "toy/v1/"
+SHARD = "model-00002-of-00003.safetensors"
+START_DEADLINE_SECONDS = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    """Until the server accepts connections (polled to a deadline), or it exited."""
+    deadline = time.monotonic() + START_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"gofakes3 exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise AssertionError(f"gofakes3 did not listen on {port} in {START_DEADLINE_SECONDS} s")
+
+
+@pytest.fixture
+def s3_server() -> Iterator[int]:
+    binary = require_binary("gofakes3", how="run `make binaries` (hack/build-binaries.sh)")
+    port = free_port()
+    process = subprocess.Popen(
+        [str(binary), "-backend", "memory", "-initialbucket", BUCKET, "-quiet",
+         "-host", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+class FaultProxy:
+    """TCP proxy to the S3 server; corrupts or cuts the response to one object's first GET."""
+
+    def __init__(self, upstream: int, *, key: str, mode: str, after: int = 0) -> None:
+        self.upstream, self.mode, self.after = upstream, mode, after
+        self.needle = f"GET /{BUCKET}/{key}".encode()
+        self.armed = True
+        self.requests: list[bytes] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            state = {"fault": False}
+            threading.Thread(target=self._up, args=(client, server, state), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, state), daemon=True).start()
+
+    def _up(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
+        while data := _recv(client):
+            self.requests.append(data)
+            if self.armed and self.needle in data:
+                self.armed, state["fault"] = False, True
+            server.sendall(data)
+        server.close()
+
+    def _down(self, server: socket.socket, client: socket.socket, state: dict[str, bool]) -> None:
+        body_seen, in_body = 0, False
+        while data := _recv(server):
+            if state["fault"]:
+                if not in_body and b"\r\n\r\n" in data:
+                    head, _, data_body = data.partition(b"\r\n\r\n")
+                    client.sendall(head + b"\r\n\r\n")
+                    data, in_body = data_body, True
+                if in_body and self.mode == "cut":
+                    keep = max(self.after - body_seen, 0)
+                    client.sendall(data[:keep])
+                    body_seen += len(data)
+                    if body_seen >= self.after:
+                        client.shutdown(socket.SHUT_RDWR)
+                        client.close()
+                        server.close()
+                        return
+                    continue
+                if in_body and self.mode == "flip":
+                    data = bytes(b ^ 0xFF for b in data[:8]) + data[8:]
+                    state["fault"] = False
+            client.sendall(data)
+        client.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def upload(port: int, files: dict[str, bytes]) -> None:
+    client = Minio(f"127.0.0.1:{port}", access_key="k", secret_key="s", secure=False)
+    for path, data in files.items():
+        client.put_object(BUCKET, PREFIX + path, io.BytesIO(data), len(data))
+
+
+def source(port: int, *, bucket: str = BUCKET) -> ModelSourceSpec:
+    return ModelSourceSpec.model_validate(
+        {"s3": {"endpoint": f"http://127.0.0.1:{port}", "bucket": bucket, "prefix": PREFIX}}
+    )
+
+
+def stage(tmp_path: Path, spec: ModelSourceSpec) -> tuple[Progress, Path]:
+    progress = Progress(out=io.StringIO(), interval=0.0)
+    target = tmp_path / "node" / "model"
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    request = StageRequest(target=target, source=spec, expected_shards=3, environ=env)
+    stage_model(request, progress)
+    return progress, target
+
+
+def test_a_prefix_is_staged_and_verified(tmp_path: Path, s3_server: int) -> None:
+    files = toy_model(tmp_path / "origin")
+    upload(s3_server, files)
+    progress, target = stage(tmp_path, source(s3_server))
+    assert {p: (target / p).read_bytes() for p in files} == files
+    assert progress.records[-1]["event"] == "done"
+    assert progress.records[-1]["bytesDone"] == progress.records[-1]["bytesTotal"]
+
+
+def test_a_cut_connection_resumes_with_a_ranged_get(tmp_path: Path, s3_server: int) -> None:
+    files = toy_model(tmp_path / "origin")
+    upload(s3_server, files)
+    proxy = FaultProxy(s3_server, key=PREFIX + SHARD, mode="cut", after=4096)
+    try:
+        progress, target = stage(tmp_path, source(proxy.port))
+    finally:
+        proxy.close()
+    retries = [r for r in progress.records if r["event"] == "retry"]
+    assert [r["reason"] for r in retries] == ["ConnectionLost"]
+    assert "resuming at byte 4096" in retries[0]["message"]
+    assert any(b"bytes=4096-" in r.lower() for r in proxy.requests)
+    assert (target / SHARD).read_bytes() == files[SHARD]
+
+
+def test_bytes_flipped_in_transit_fail_the_etag_and_are_fetched_again(
+    tmp_path: Path, s3_server: int
+) -> None:
+    files = toy_model(tmp_path / "origin")
+    upload(s3_server, files)
+    proxy = FaultProxy(s3_server, key=PREFIX + SHARD, mode="flip")
+    try:
+        progress, target = stage(tmp_path, source(proxy.port))
+    finally:
+        proxy.close()
+    retries = [r for r in progress.records if r["event"] == "retry"]
+    assert [(r["reason"], r["file"]) for r in retries] == [("HashMismatch", SHARD)]
+    assert "differs from the ETag" in retries[0]["message"]
+    assert (target / SHARD).read_bytes() == files[SHARD]
+
+
+def test_a_missing_bucket_is_not_found(tmp_path: Path, s3_server: int) -> None:
+    with pytest.raises(StageError) as caught:
+        stage(tmp_path, source(s3_server, bucket="absent"))
+    assert caught.value.reason is StageReason.NOT_FOUND
+    assert "NoSuchBucket" in str(caught.value)
