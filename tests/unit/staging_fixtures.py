@@ -32,6 +32,7 @@ class Faults:
     corrupt: dict[str, int] = field(default_factory=dict)  # path -> responses to corrupt
     status: dict[str, int] = field(default_factory=dict)  # path -> HTTP status
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) seen
+    gets: list[str] = field(default_factory=list)  # paths of file GETs, in order
 
 
 @dataclass
@@ -60,11 +61,15 @@ class _Handler(BaseHTTPRequestHandler):
             siblings = [{"rfilename": name} for name in sorted(self.server.files)]
             self._reply(200, json.dumps({"id": hub.repo, "sha": hub.commit, "siblings": siblings}))
             return
+        if hub is not None and route == f"api/models/{hub.repo}/tree/{hub.commit}":
+            self.server.faults.ranges.append((route, "tree"))
+            self._reply(200, json.dumps([hub_entry(p, d) for p, d in self.server.files.items()]))
+            return
         extra: dict[str, str] = {}
         if hub is not None and route.startswith(f"{hub.repo}/resolve/{hub.commit}/"):
             route = route.removeprefix(f"{hub.repo}/resolve/{hub.commit}/")
-            digest = hashlib.sha256(self.server.files.get(route, b"")).hexdigest()
-            extra = {"X-Repo-Commit": hub.commit, "ETag": f'"{digest}"'}
+            data = self.server.files.get(route, b"")
+            extra = {"X-Repo-Commit": hub.commit, "ETag": f'"{hub_etag(route, data)}"'}
         faults = self.server.faults
         if route in faults.status:
             self._reply(faults.status[route], "")
@@ -73,6 +78,8 @@ class _Handler(BaseHTTPRequestHandler):
         if data is None:
             self._reply(404, "")
             return
+        if body:
+            faults.gets.append(route)
         if body and faults.corrupt.get(route, 0) > 0:
             faults.corrupt[route] -= 1
             data = bytes(b ^ 0xFF for b in data[:16]) + data[16:]
@@ -153,6 +160,26 @@ def toy_model(root: Path) -> dict[str, bytes]:
         for p in sorted(model.rglob("*"))
         if p.is_file()
     }
+
+
+def is_lfs(path: str) -> bool:
+    return path.endswith(".safetensors")
+
+
+def hub_etag(path: str, data: bytes) -> str:
+    """The Hub's ETag: an LFS file's sha256, else the git blob id."""
+    if is_lfs(path):
+        return sha256(data)
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def hub_entry(path: str, data: bytes) -> dict[str, Any]:
+    """One entry of the Hub's tree listing."""
+    git_blob = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+    entry: dict[str, Any] = {"type": "file", "path": path, "size": len(data), "oid": git_blob}
+    if is_lfs(path):
+        entry["lfs"] = {"oid": sha256(data), "size": len(data), "pointerSize": 134}
+    return entry
 
 
 def sha256(data: bytes) -> str:

@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import ssl
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import snapshot_download
+import certifi
+import httpx2
+from huggingface_hub import set_client_factory, snapshot_download
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -29,6 +32,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.utils._http import default_client_factory
 
 from sparkllm.api.model_staging import DEFAULT_HF_ENDPOINT, HuggingFaceSource
 from sparkllm.staging.errors import StageError, from_os_error
@@ -37,7 +41,21 @@ from sparkllm.staging.plan import StageReason
 _SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _translate(exc: Exception, *, what: str) -> StageError:
+def _translate(exc: BaseException, *, what: str) -> StageError:
+    """The first error in ``exc``'s chain that names a reason (the library wraps an HTTP
+    error of its metadata request in LocalEntryNotFoundError when nothing is cached)."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        error = _reason_of(seen, what=what)
+        if error is not None:
+            return error
+        seen = seen.__cause__ or seen.__context__
+    return StageError(StageReason.CONNECTION_LOST, f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _reason_of(exc: BaseException, *, what: str) -> StageError | None:
     if isinstance(exc, GatedRepoError):
         return StageError(StageReason.UNAUTHORIZED, f"{what}: gated repository, no access")
     if isinstance(exc, RepositoryNotFoundError | RevisionNotFoundError):
@@ -52,7 +70,23 @@ def _translate(exc: Exception, *, what: str) -> StageError:
     local = isinstance(exc, OSError) and not isinstance(exc, LocalEntryNotFoundError)
     if local and isinstance(exc, OSError) and exc.errno is not None:
         return from_os_error(exc, what=what)
-    return StageError(StageReason.CONNECTION_LOST, f"{what}: {type(exc).__name__}: {exc}")
+    return None
+
+
+def trust(ca_file: Path) -> None:
+    """Make the library trust ``ca_file`` besides the system's (a mirror with its own CA),
+    through its documented hook: one shared client for the process (one stage a process).
+    Its default factory (private in the pinned 2.4.0) supplies its request hooks."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    context.load_verify_locations(cafile=str(ca_file))
+
+    def factory() -> httpx2.Client:
+        client = default_client_factory()
+        return httpx2.Client(
+            event_hooks=client.event_hooks, follow_redirects=True, timeout=None, verify=context
+        )
+
+    set_client_factory(factory)
 
 
 def _call(source: HuggingFaceSource, cache: Path, token: str | None, **kwargs: Any) -> Any:

@@ -166,9 +166,11 @@ def _fetch_s3(
 def _fetch_hub(
     request: StageRequest, source: ModelSourceSpec, staging: Path, progress: Progress
 ) -> dict[str, Fetched]:
-    from sparkllm.staging.hub import hub_download, hub_sizes
+    from sparkllm.staging.hub import hub_download, hub_sizes, trust
 
     assert source.hugging_face is not None
+    if request.ca_file is not None:
+        trust(request.ca_file)
     token = request.environ.get("HF_TOKEN") or None
     cache = staging.parent / "hub-cache"
     sizes = hub_sizes(source.hugging_face, cache=cache, token=token)
