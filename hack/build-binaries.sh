@@ -8,15 +8,19 @@
 # helm, kubeconform, glua and gofakes3 install normally.
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
-#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua,gofakes3}. A binary
-#         already there is not rebuilt. With --control-plane only the first seven (what `make demo` needs).
+#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua}. The first seven are one
+#         binary (hack/control-plane/main.go) hard-linked under each name. A binary already
+#         there is not rebuilt. With --control-plane only the seven (what `make demo` needs).
 #
-# Cold cost, measured (go build -debug-trace; empty GOCACHE and SPARKLLM_CACHE): built apart,
-# the control plane was about 1,030 s of CPU on 2 cores (Kubernetes' four ~650 s, etcd ~140 s,
-# kwok+kwokctl ~235 s, 84 % of kwok's compile being k8s.io packages the Kubernetes build also
-# compiles, at another version). Built as one module (below), all seven were 1,326 s of CPU
-# (user 1104, sys 222) against 1,597 s for the v1.35.4 builds apart in the same hours, at
-# load 10-28 (CPU seconds grow with the load on a shared machine: compare within one run).
+# Cold cost, measured (go build -debug-trace; empty GOCACHE and SPARKLLM_CACHE, 2 Dec
+# 22:35-22:51, idle but for a helper's light work, the virtualenv installing beside the
+# first): the seven built as seven mains of one module, 469 s wall with the module
+# download (user 565 s, sys 131 s), of which the seven links were 27.5 s of action time;
+# as one binary, 408 s wall with the modules already downloaded (user 585 s, sys 127 s),
+# one link of 9.5 s. The build keeps both cores busy (1.98 of 2 on average), so its wall
+# time is its CPU over two. Built apart (before one module), the control plane was about
+# 1,030 s of CPU, 84 % of kwok's compile being k8s.io packages the Kubernetes build also
+# compiled, at another version.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.1}"
@@ -35,6 +39,9 @@ BIN="$CACHE/bin/$K8S_VERSION"
 WORK="$CACHE/build"
 mkdir -p "$BIN" "$WORK"
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CONTROL_PLANE=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl)
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -69,8 +76,8 @@ timed() {  # timed LABEL CMD...: run CMD, report how long it took, wall and CPU
   log "built $label in $((SECONDS - start)) s ($CPU_USED)"
 }
 
-# The control plane is one Go module and one `go build`: Kubernetes' four, kwok and kwokctl,
-# and etcd. One module means one version of every shared dependency, so a package two of
+# The control plane is one Go module and one `go build` of one binary: Kubernetes' four,
+# kwok and kwokctl, and etcd. One module means one version of every shared dependency, so a package two of
 # them import (client-go, apimachinery, grpc, otel, protobuf: most of kwok's compile and a
 # good part of etcd's) compiles once instead of once per binary. That is why K8S_VERSION
 # follows kwok's: kwok v0.8.0 is built against k8s.io v0.36.1.
@@ -105,20 +112,32 @@ build_control_plane() {
   done
   local out="$dir/out"
   rm -rf "$out" && mkdir -p "$out"
+  # One main package (hack/control-plane/main.go) runs all seven, chosen by the name it is
+  # started as: the seven links of a build of seven mains were one link each of ~100 MB
+  # (main.go says why, and how kwokctl's copies still find their program).
+  cp "$HERE/control-plane/main.go" "$dir/main.go"
   # -dwarf=false: the link drops DWARF anyway (-s -w), but the compiler still makes it. A cold
   # kubectl alone, both builds side by side at load 12-39: 423 s of CPU (user 352, sys 71)
   # without against 466 s (user 390, sys 75) with, -9 %; the binaries are byte-for-byte the same size.
-  # `go get` of the seven packages resolves one version of everything (the module graph's maximum);
-  # the build then writes each binary into out/ (etcd's main package is its module root,
-  # go.etcd.io/etcd/server/v3, so go names that binary "server").
+  # `go get` of the seven programs' packages resolves one version of everything (the module
+  # graph's maximum); -mod=mod then lets the build record, at those versions, the modules
+  # main.go imports from directly (component-base, kubectl, cobra: in the graph already).
   local at=("${pkgs[@]:0:4}")
   at=("${at[@]/%/@$K8S_VERSION}" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
     "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
   (cd "$dir" && go get "${at[@]}" \
-    && go build -trimpath -gcflags=all=-dwarf=false -ldflags "$ld" -o "$out/" "${pkgs[@]}") || return
-  mv "$out/server" "$out/etcd"
-  # Into place only when all seven built: a half-made set is never "already built".
-  for p in "$out"/*; do mv -f "$p" "$BIN/"; done
+    && go build -mod=mod -trimpath -gcflags=all=-dwarf=false -ldflags "$ld" -o "$out/control-plane" .) || return
+  # Into place only when the binary built and answers to each name: a half-made set is
+  # never "already built". Hard links (see main.go), made beside it first, then renamed over.
+  local name
+  mv -f "$out/control-plane" "$BIN/.control-plane.new"
+  for name in "${CONTROL_PLANE[@]}"; do
+    ln -f "$BIN/.control-plane.new" "$BIN/.$name.new"
+  done
+  for name in "${CONTROL_PLANE[@]}"; do
+    mv -f "$BIN/.$name.new" "$BIN/$name"
+  done
+  rm -f "$BIN/.control-plane.new"
 }
 
 build_helm() {
@@ -163,8 +182,7 @@ start_build() {  # start_build NAME LABEL FUNCTION: run FUNCTION in the backgrou
 }
 
 total=$SECONDS
-have etcd kwok kwokctl kube-apiserver kube-controller-manager kube-scheduler kubectl \
-  || start_build control-plane "the control plane: kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl), kwok $KWOK_VERSION, etcd $ETCD_VERSION" build_control_plane
+have "${CONTROL_PLANE[@]}" || start_build control-plane "the control plane: kubernetes $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl), kwok $KWOK_VERSION, etcd $ETCD_VERSION" build_control_plane
 # --control-plane: only what a dev cluster runs (`make demo`); the tests' tools come with
 # a plain run (`make binaries`).
 if [[ ${1:-} != --control-plane ]]; then
