@@ -54,7 +54,14 @@ def test_the_hub_client_downloads_into_its_cache_and_the_copy_is_linked(tmp_path
     # hard-linked from the library's blob, not copied
     assert (target / SHARD).stat().st_ino == (cache / "blobs" / sha256(files[SHARD])).stat().st_ino
     assert progress.records[-1]["event"] == "done"
-    assert progress.records[-1]["bytesDone"] == sum(map(len, files.values()))
+    total = sum(map(len, files.values()))
+    assert progress.records[-1]["bytesDone"] == total
+    # bytes counted while the library downloads (its own progress hook), before Verifying
+    during = [r for r in progress.records if r["event"] == "progress"]
+    assert during
+    assert {r["stage"] for r in during} == {"Downloading"}
+    assert all(r["bytesTotal"] == total for r in during)
+    assert max(r["bytesDone"] for r in during) == total
 
 
 def test_a_dropped_connection_is_retried_by_the_library(tmp_path: Path) -> None:

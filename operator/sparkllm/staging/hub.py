@@ -33,10 +33,12 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils._http import default_client_factory
+from huggingface_hub.utils.tqdm import tqdm as hub_tqdm
 
 from sparkllm.api.model_staging import DEFAULT_HF_ENDPOINT, HuggingFaceSource
 from sparkllm.staging.errors import StageError, from_os_error
 from sparkllm.staging.plan import StageReason
+from sparkllm.staging.progress import Progress
 
 _SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 
@@ -89,6 +91,28 @@ def trust(ca_file: Path) -> None:
     set_client_factory(factory)
 
 
+def byte_counter(progress: Progress) -> type[hub_tqdm]:
+    """A silent tqdm class for snapshot_download that feeds its written bytes to ``progress``.
+
+    The library reports bytes on two bars: "Reconstructing" (bytes written to disk, which
+    is what a resumable copy counts) and a transfer bar (network bytes); only the first
+    is forwarded. Everything else a bar does is tqdm's own, disabled.
+    """
+
+    class _Counter(hub_tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._forward = str(kwargs.get("desc", "")).startswith("Reconstructing")
+            super().__init__(*args, **{**kwargs, "disable": True})  # type: ignore[no-untyped-call]
+
+        def update(self, n: float | None = 1) -> bool | None:
+            if self._forward and n:
+                progress.add(int(n), file="")
+            result: bool | None = super().update(n)
+            return result
+
+    return _Counter
+
+
 def _call(source: HuggingFaceSource, cache: Path, token: str | None, **kwargs: Any) -> Any:
     what = f"huggingFace {source.repo}@{source.revision[:12]}"
     try:
@@ -112,13 +136,13 @@ def hub_sizes(source: HuggingFaceSource, *, cache: Path, token: str | None) -> d
 
 
 def hub_download(
-    source: HuggingFaceSource, *, cache: Path, token: str | None, into: Path
+    source: HuggingFaceSource, *, cache: Path, token: str | None, into: Path, progress: Progress
 ) -> dict[str, str | None]:
     """Download the revision into the library's cache and link its files ``into``.
 
     Returns {path: the sha256 the cache names its blob by (LFS files), else None}.
     """
-    snapshot = Path(_call(source, cache, token))
+    snapshot = Path(_call(source, cache, token, tqdm_class=byte_counter(progress)))
     linked: dict[str, str | None] = {}
     for root, dirs, files in os.walk(snapshot):
         dirs.sort()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,7 @@ class Progress:
         self.bytes_done = 0
         self.bytes_total = 0
         self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
 
     def set_stage(self, stage: StageState, *, total: int | None = None) -> None:
         self.stage = stage
@@ -56,11 +58,15 @@ class Progress:
         self.emit("stage")
 
     def add(self, count: int, *, file: str) -> None:
-        """``count`` more bytes are on disk; report when ``interval`` has passed."""
-        self.bytes_done += count
-        now = self._clock()
-        if now - self._last_report >= self._interval:
-            self._last_report = now
+        """``count`` more bytes are on disk; report when ``interval`` has passed.
+        Thread-safe: the Hub client writes several files at once."""
+        with self._lock:
+            self.bytes_done += count
+            now = self._clock()
+            due = now - self._last_report >= self._interval
+            if due:
+                self._last_report = now
+        if due:
             self.emit("progress", file=file)
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:

@@ -177,7 +177,9 @@ def _fetch_hub(
     total = source.expected_bytes or sum(sizes.values())
     _check_space(request, staging, total)
     progress.set_stage(StageState.DOWNLOADING, total=total)
-    blobs = hub_download(source.hugging_face, cache=cache, token=token, into=staging)
+    blobs = hub_download(
+        source.hugging_face, cache=cache, token=token, into=staging, progress=progress
+    )
     fetched = {}
     for path, blob_sha in blobs.items():
         result = _hash_file(staging / path)
@@ -185,8 +187,9 @@ def _fetch_hub(
             raise StageError(
                 StageReason.HASH_MISMATCH, f"{path}: sha256 {result.sha256}, the Hub's {blob_sha}"
             )
-        progress.add(result.size, file=path)
         fetched[path] = result
+    # the library's count, replaced by what is on disk (cached blobs are not counted by it)
+    progress.bytes_done = sum(f.size for f in fetched.values())
     return fetched
 
 
