@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS_PARTS = ("sim", "devcluster", "demo.py", "flag_extract.py", "source_literals.py")
 PRODUCT_COMMANDS = {
     "run", "render", "plan", "verify-model", "verify-network", "verify-memory", "engine-cache",
-    "bench", "usage",
+    "bench", "usage", "stage-model",
 }  # fmt: skip
 
 
