@@ -32,10 +32,12 @@ from sparkllm.preflight.bandwidth import BandwidthArgs
 from sparkllm.preflight.verify import copy_bandwidth_module
 from sparkllm.render.network_preflight import BANDWIDTH_CONTAINER, NETWORK_CONTAINER
 from sparkllm.render.ranks import VERIFY_CONTAINER
+from sparkllm.staging.command import StageModelArgs
 from tests.unit.test_preflight_render import _pods
 
 ARGS_TYPES: tuple[type[Any], ...] = (
     VerifyModelArgs, VerifyNetworkArgs, VerifyMemoryArgs, BandwidthArgs, BenchArgs,
+    StageModelArgs,
 )  # fmt: skip
 
 
