@@ -29,6 +29,7 @@ S3_BUCKET_PATTERN: Final = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 SHA256_PATTERN: Final = r"^[0-9a-f]{64}$"
 # A relative path inside the model directory: no leading '/', no '..' segment.
 RELATIVE_PATH_PATTERN: Final = r"^[^/\s][^\s]*$"
+PARENT_SEGMENT_PATTERN: Final = r"(^|/)[.][.](/|$)"
 MAX_URLS: Final = 4096
 MAX_URL: Final = 2048
 
@@ -53,9 +54,9 @@ RelativePath = Annotated[
     str,
     StringConstraints(min_length=1, max_length=1024, pattern=RELATIVE_PATH_PATTERN),
     Rule(
-        cel="!self.split('/').exists(s, s == '..')",
+        cel=f"!self.matches('{PARENT_SEGMENT_PATTERN}')",
         message="https.urls[].path must stay inside the model directory: no '..' segment",
-        check=lambda path: ".." not in path.split("/"),
+        check=lambda path: not re2_search(PARENT_SEGMENT_PATTERN, path),
     ),
 ]
 
