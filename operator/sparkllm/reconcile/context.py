@@ -115,7 +115,11 @@ class OperatorContext:
             raise
         elapsed = time.monotonic() - started
         metrics.RECONCILE_SECONDS.labels(result="ok").observe(elapsed)
-        logger.info("reconciled %s/%s in %.3f s", *key, elapsed)
+        # The next pass the object asked for, said on the same line: an object that is not
+        # waiting for anything (Ready, or a spec only its owner can fix) must say none.
+        later = outcome.retry_after
+        then = "" if later is None else f"; next pass in {max(later, 0.05):.1f} s"
+        logger.info("reconciled %s/%s in %.3f s%s", *key, elapsed, then)
         self._record_nodes(key, outcome.nodes)
         if self.crd_problem is not None and key not in self._crd_warned:
             await self._warn_crd(key)
@@ -123,8 +127,8 @@ class OperatorContext:
             self._waiting.add(key)
         else:
             self._waiting.discard(key)
-        if outcome.retry_after is not None:
-            self.coalescer.trigger_later(key, max(outcome.retry_after, 0.05))
+        if later is not None:
+            self.coalescer.trigger_later(key, max(later, 0.05))
 
     async def _warn_crd(self, key: Key) -> None:
         """The CRDOutdated Warning on ``key``, once per operator start. The CRD is read
