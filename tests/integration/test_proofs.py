@@ -120,10 +120,14 @@ def test_ignored_flag_is_a_config_mismatch(
     assert (config["status"], config["reason"]) == ("False", "ConfigMismatch")
     assert "mem_fraction_static" in config["message"]
     assert "0.57" in config["message"]
-    events = devcluster.kubectl_json(
-        "get", "events", "-n", namespace, "--field-selector", "reason=ConfigMismatch"
-    )["items"]
-    assert events
+    # The Event is written by the pass after the one that set the condition: wait for it.
+    events = wait_until(
+        lambda: devcluster.kubectl_json(
+            "get", "events", "-n", namespace, "--field-selector", "reason=ConfigMismatch"
+        )["items"],
+        timeout=30,
+        what="the ConfigMismatch Event",
+    )
     assert "mem_fraction_static" in events[0]["message"]
 
 

@@ -106,7 +106,12 @@ def quarantine_until_lifted(cluster: DevCluster, namespace: str, faults: FaultIn
     obj = wait_until(quarantined, timeout=60, what="spark-a1 quarantined")
     (entry,) = obj["status"]["quarantine"]
     assert entry["reason"].startswith("failed a replica 2 times within 3600 s"), entry
-    (event,) = events(cluster, namespace, "NodeQuarantined")
+    # The Event may follow the status write that listed the node: wait for it.
+    (event,) = wait_until(
+        lambda: events(cluster, namespace, "NodeQuarantined"),
+        timeout=30,
+        what="the NodeQuarantined Event",
+    )
     print(f"[quarantine] status: {entry}")
     print(f"[quarantine] Event NodeQuarantined: {event}")
     faults.node_ready("spark-a1")
