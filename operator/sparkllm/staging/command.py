@@ -12,7 +12,8 @@ Two modes, one command (phase 2's Jobs run it on each node of a group, as
 
   and a ``failed`` progress record carrying the same reason.
 - serve: ``--serve --target DIR --listen ADDR:PORT``: serve a finished copy to peers
-  until stopped.
+  until SIGTERM, then print ``{"event": "served", "bytesSent": {<peer address>: bytes}}``
+  (the bytes on each link).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,11 @@ class StageModelArgs:
     )
     expected_layers: int | None = option(
         "--expected-layers", default=None, help="spec.model.numLayers (with --expected-shards)"
+    )
+    local_address: str | None = option(
+        "--local-address",
+        default=None,
+        help="with --peer: copy from this node's address on the group's link",
     )
     ca_file: Path | None = option(
         "--ca-file", default=None, help="PEM bundle to trust for https (besides the system's)"
@@ -99,6 +106,7 @@ def run(namespace: argparse.Namespace) -> int:
             expected_shards=args.expected_shards,
             expected_layers=args.expected_layers,
             ca_file=args.ca_file,
+            local_address=args.local_address,
             environ=dict(os.environ),
         )
         stage_model(request, progress)
@@ -110,15 +118,23 @@ def run(namespace: argparse.Namespace) -> int:
 
 
 def _serve(args: StageModelArgs) -> int:
+    """Serve until SIGTERM/SIGINT; then one line with the bytes sent to each peer."""
     host, _, port = args.listen.rpartition(":")
-    server = PeerServer(args.target, (host.strip("[]"), int(port)))
+    server = PeerServer(args.target, (host, int(port)))
     address = f"{host}:{server.server_port}"
     line = {"event": "serving", "address": address, "files": len(server.files)}
     print(json.dumps(line), flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+    print(json.dumps({"event": "served", "bytesSent": server.bytes_sent}), flush=True)
     return EXIT_OK
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    del signum, frame
+    raise KeyboardInterrupt

@@ -36,18 +36,17 @@ class RemoteFile:
     expected: Expected = field(default_factory=Expected)
 
 
-def http_client(*, ca_file: Path | None = None, token: str | None = None) -> httpx.Client:
-    """A client that follows redirects (mirrors and CDNs redirect); ``ca_file`` adds trust."""
+def http_client(*, ca_file: Path | None = None, local_address: str | None = None) -> httpx.Client:
+    """A client that follows redirects (mirrors and CDNs redirect); ``ca_file`` adds trust;
+    ``local_address`` sends from this node's address on the group's link (peer copies)."""
     # identity: the bytes on disk are the bytes served (a Range counts them).
     headers = {"Accept-Encoding": "identity"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
     verify: ssl.SSLContext | bool = True
     if ca_file is not None:
         verify = ssl.create_default_context(cafile=certifi.where())
         verify.load_verify_locations(cafile=str(ca_file))
     return httpx.Client(
-        verify=verify,
+        transport=httpx.HTTPTransport(verify=verify, local_address=local_address),
         follow_redirects=True,
         headers=headers,
         timeout=httpx.Timeout(60.0, connect=15.0),

@@ -62,6 +62,7 @@ class StageRequest:
     expected_shards: int | None = None
     expected_layers: int | None = None
     ca_file: Path | None = None
+    local_address: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
     free_bytes: FreeBytes = disk_free_bytes
 
@@ -110,7 +111,8 @@ def _fetch(request: StageRequest, staging: Path, progress: Progress) -> dict[str
         return _fetch_hub(request, source, staging, progress)
     if source is not None and source.s3 is not None:
         return _fetch_s3(request, source, staging, progress)
-    with http_client(ca_file=request.ca_file) as client:
+    local = request.local_address if request.peer is not None else None
+    with http_client(ca_file=request.ca_file, local_address=local) as client:
         if request.peer is not None:
             files, stage = peer_files(client, request.peer), StageState.COPYING
         else:
