@@ -62,7 +62,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, json.dumps({"id": hub.repo, "sha": hub.commit, "siblings": siblings}))
             return
         if hub is not None and route == f"api/models/{hub.repo}/tree/{hub.commit}":
-            self.server.faults.ranges.append((route, "tree"))
+            if "tree" in self.server.faults.status:
+                self._reply(self.server.faults.status["tree"], "{}")
+                return
             self._reply(200, json.dumps([hub_entry(p, d) for p, d in self.server.files.items()]))
             return
         extra: dict[str, str] = {}

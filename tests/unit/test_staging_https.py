@@ -60,8 +60,13 @@ def test_a_dropped_connection_resumes_with_a_range_request(tmp_path: Path) -> No
     assert fetched[SHARD].sha256 == sha256(files[SHARD])
     assert (target / SHARD).read_bytes() == files[SHARD]
     assert not staging_path(target).exists()
+    total = sum(map(len, files.values()))
     assert progress.records[-1]["event"] == "done"
-    assert progress.records[-1]["bytesDone"] == sum(map(len, files.values()))
+    assert progress.records[-1]["bytesDone"] == total
+    # the total is known before the download (HEAD requests): progress has an ETA
+    during = [r for r in progress.records if r["event"] == "progress"]
+    assert {r["bytesTotal"] for r in during} == {total}
+    assert all(r["etaSeconds"] is not None for r in during)
 
 
 def test_a_shard_corrupted_once_is_fetched_again(tmp_path: Path) -> None:

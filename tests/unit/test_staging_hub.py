@@ -84,3 +84,13 @@ def test_a_missing_file_is_not_found(tmp_path: Path) -> None:
         with pytest.raises(StageError) as caught:
             stage(tmp_path / "node" / "model", source(server.url), ca)
     assert caught.value.reason is StageReason.NOT_FOUND
+
+
+def test_a_refused_token_is_unauthorized(tmp_path: Path) -> None:
+    files = toy_model(tmp_path / "origin")
+    with https_server(files, certs=tmp_path / "certs", hub=Hub(REPO, COMMIT)) as (server, ca):
+        server.faults.status["tree"] = 401
+        with pytest.raises(StageError) as caught:
+            stage(tmp_path / "node" / "model", source(server.url), ca)
+        assert server.faults.gets == []
+    assert caught.value.reason is StageReason.UNAUTHORIZED

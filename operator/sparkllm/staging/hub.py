@@ -60,10 +60,17 @@ def _translate(exc: BaseException, *, what: str) -> StageError:
 def _reason_of(exc: BaseException, *, what: str) -> StageError | None:
     if isinstance(exc, GatedRepoError):
         return StageError(StageReason.UNAUTHORIZED, f"{what}: gated repository, no access")
+    if isinstance(exc, RepositoryNotFoundError) and _status(exc) == 401:
+        # the Hub answers 401 both for a missing repository and a private one without access
+        return StageError(
+            StageReason.UNAUTHORIZED,
+            f"{what}: HTTP 401: the repository is private or gated and the token (or its "
+            "absence) grants no access, or it does not exist",
+        )
     if isinstance(exc, RepositoryNotFoundError | RevisionNotFoundError):
         return StageError(StageReason.NOT_FOUND, f"{what}: {type(exc).__name__}")
     if isinstance(exc, HfHubHTTPError):
-        status = exc.response.status_code if exc.response is not None else None
+        status = _status(exc)
         if status in (401, 403):
             return StageError(StageReason.UNAUTHORIZED, f"{what}: HTTP {status}")
         if status == 404:
@@ -73,6 +80,10 @@ def _reason_of(exc: BaseException, *, what: str) -> StageError | None:
     if local and isinstance(exc, OSError) and exc.errno is not None:
         return from_os_error(exc, what=what)
     return None
+
+
+def _status(exc: HfHubHTTPError) -> int | None:
+    return exc.response.status_code if exc.response is not None else None
 
 
 def trust(ca_file: Path) -> None:

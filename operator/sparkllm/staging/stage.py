@@ -177,7 +177,7 @@ def _fetch_hub(
     cache = staging.parent / "hub-cache"
     sizes = hub_sizes(source.hugging_face, cache=cache, token=token)
     total = source.expected_bytes or sum(sizes.values())
-    _check_space(request, staging, total)
+    _check_space(request, staging, total, staged_in=cache)
     progress.set_stage(StageState.DOWNLOADING, total=total)
     blobs = hub_download(
         source.hugging_face, cache=cache, token=token, into=staging, progress=progress
@@ -210,11 +210,15 @@ def _inside(staging: Path, relative: str) -> Path:
     return path
 
 
-def _check_space(request: StageRequest, staging: Path, total: int | None) -> None:
-    """DiskFull up front: the bytes still to fetch against the free space at the target."""
+def _check_space(
+    request: StageRequest, staging: Path, total: int | None, *, staged_in: Path | None = None
+) -> None:
+    """DiskFull up front: the bytes still to fetch against the free space at the target.
+    ``staged_in`` holds what earlier runs already wrote (default the staging directory)."""
     if not total:
         return
-    have = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
+    where = staged_in or staging
+    have = sum(p.stat().st_size for p in where.rglob("*") if p.is_file() and not p.is_symlink())
     needed = total - have
     free = request.free_bytes(staging)
     if needed > free:
