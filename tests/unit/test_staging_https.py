@@ -166,3 +166,14 @@ def test_a_rerun_on_a_staged_target_does_nothing(tmp_path: Path) -> None:
     assert fetched == {}
     assert progress.records[-1]["event"] == "done"
     shutil.rmtree(target)
+
+
+def test_a_stray_file_of_an_earlier_run_is_not_moved_into_place(tmp_path: Path) -> None:
+    files = toy_model(tmp_path / "origin")
+    target = tmp_path / "node" / "model"
+    staging_path(target).mkdir(parents=True)
+    (staging_path(target) / "old-shard.safetensors").write_bytes(b"from another revision")
+    target.mkdir()  # an empty directory made in advance is replaced
+    with https_server(files, certs=tmp_path / "certs") as (server, ca):
+        stage(target, ca, source=https_source(server, files))
+    assert sorted(p.name for p in target.iterdir()) == sorted([*files, MANIFEST_FILE])

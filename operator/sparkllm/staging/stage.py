@@ -79,7 +79,8 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
         progress.set_stage(StageState.READY)
         progress.emit("done", message=f"{target} is already staged")
         return {}
-    if target.exists():
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        # an empty directory (a hostPath made in advance) is replaced by the rename
         raise StageError(
             StageReason.INVALID_SOURCE,
             f"{target} exists and is not a staged copy: move it away, or drop model.source",
@@ -88,6 +89,7 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
     try:
         staging.mkdir(parents=True, exist_ok=True)
         fetched = _fetch(request, staging, progress)
+        _remove_strays(staging, keep=set(fetched))
         progress.set_stage(StageState.VERIFYING)
         _verify(request, staging, fetched)
         manifest = [
@@ -101,6 +103,14 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
     progress.set_stage(StageState.READY)
     progress.emit("done", files=len(fetched))
     return fetched
+
+
+def _remove_strays(staging: Path, *, keep: set[str]) -> None:
+    """Files an earlier run left that this source does not have: never moved into place."""
+    for path in sorted(staging.rglob("*"), reverse=True):
+        relative = path.relative_to(staging).as_posix()
+        if path.is_file() and relative not in keep:
+            path.unlink()
 
 
 def _fetch(request: StageRequest, staging: Path, progress: Progress) -> dict[str, Fetched]:
