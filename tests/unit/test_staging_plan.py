@@ -21,7 +21,7 @@ from sparkllm.staging.plan import (
     group_ready,
     plan_group,
 )
-from sparkllm.staging.progress import Progress
+from sparkllm.staging.progress import Progress, read_record
 
 NODES = ["spark-0", "spark-1", "spark-2"]
 ADDRESSES = {"spark-0": "10.0.0.10", "spark-1": "10.0.0.11", "spark-2": "10.0.0.12"}
@@ -157,3 +157,23 @@ def test_a_full_disk_while_writing_is_disk_full(number: int, reason: StageReason
 )
 def test_http_statuses_map_to_reasons(status: int, reason: str) -> None:
     assert str(from_http_status(status, what="f").reason) == reason
+
+
+def test_a_record_reads_back_into_the_nodes_stage() -> None:
+    out = io.StringIO()
+    progress = Progress(out=out, interval=0.0, clock=lambda: 1.0, wall=lambda: 2.0)
+    progress.set_stage(StageState.COPYING, total=10)
+    progress.failed(StageReason.HASH_MISMATCH, "a.safetensors: sha256 x, expected y")
+    first, last = (read_record(line) for line in out.getvalue().splitlines())
+    assert first is not None
+    assert first.node_stage("n") == NodeStage(node="n", state=StageState.COPYING)
+    assert last is not None
+    assert (last.bytes_total, last.eta_seconds) == (10, None)
+    assert last.node_stage("n") == NodeStage(
+        node="n",
+        state=StageState.FAILED,
+        reason=StageReason.HASH_MISMATCH,
+        message="a.safetensors: sha256 x, expected y",
+    )
+    assert read_record("[verify-model] note: x") is None
+    assert read_record('{"event": "progress", "stage": "Sleeping"}') is None

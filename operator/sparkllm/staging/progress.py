@@ -12,7 +12,8 @@ dropped connection resumed, or a corrupted file fetched again: ``reason``, ``mes
 ``stage`` (a new state), ``done`` or ``failed`` (``reason``, ``message``). The progress
 file is replaced atomically (write + rename), so a reader never sees half a record.
 The clocks are injected: the rate and ETA are a function of the calls, testable without
-waiting.
+waiting. :func:`read_record` reads a line back into a typed record, and
+:meth:`ProgressRecord.node_stage` into the plan's per-node stage (phase 2's status).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sparkllm.staging.plan import StageReason, StageState
+from sparkllm.staging.plan import NodeStage, StageReason, StageState
 
 
 class Progress:
@@ -99,3 +101,45 @@ class Progress:
     def failed(self, reason: StageReason, message: str) -> None:
         self.stage = StageState.FAILED
         self.emit("failed", reason=str(reason), message=message)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRecord:
+    """One record read back (phase 2: a node's progress file or last log line -> status)."""
+
+    event: str
+    stage: StageState
+    bytes_done: int
+    bytes_total: int
+    rate_bytes_per_second: float
+    eta_seconds: float | None
+    reason: StageReason | None = None
+    message: str = ""
+
+    def node_stage(self, node: str) -> NodeStage:
+        """The node's stage this record says (a ``failed`` record carries its reason)."""
+        return NodeStage(
+            node=node,
+            state=self.stage,
+            reason=self.reason if self.stage is StageState.FAILED else None,
+            message=self.message if self.stage is StageState.FAILED else "",
+        )
+
+
+def read_record(line: str) -> ProgressRecord | None:
+    """A progress line -> its record; None for anything else (a log line, half a line)."""
+    try:
+        raw = json.loads(line)
+        reason = raw.get("reason")
+        return ProgressRecord(
+            event=str(raw["event"]),
+            stage=StageState(raw["stage"]),
+            bytes_done=int(raw["bytesDone"]),
+            bytes_total=int(raw["bytesTotal"]),
+            rate_bytes_per_second=float(raw["rateBytesPerSecond"]),
+            eta_seconds=None if raw.get("etaSeconds") is None else float(raw["etaSeconds"]),
+            reason=StageReason(reason) if reason is not None else None,
+            message=str(raw.get("message", "")),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
