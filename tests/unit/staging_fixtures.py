@@ -29,6 +29,7 @@ from tests.unit.test_integrity_fixtures import make_model_dir
 @dataclass
 class Faults:
     drop_after: dict[str, int] = field(default_factory=dict)  # path -> bytes, then close (once)
+    drop_always: set[str] = field(default_factory=set)  # paths whose body never arrives
     corrupt: dict[str, int] = field(default_factory=dict)  # path -> responses to corrupt
     status: dict[str, int] = field(default_factory=dict)  # path -> HTTP status
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) seen
@@ -102,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
-        cut = faults.drop_after.pop(route, None) if body else None
+        cut = 0 if route in faults.drop_always else faults.drop_after.pop(route, None)
         if cut is not None:
             self.wfile.write(part[:cut])
             self.wfile.flush()

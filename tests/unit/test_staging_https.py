@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,27 @@ def test_a_stray_file_of_an_earlier_run_is_not_moved_into_place(tmp_path: Path) 
     with https_server(files, certs=tmp_path / "certs") as (server, ca):
         stage(target, ca, source=https_source(server, files))
     assert sorted(p.name for p in target.iterdir()) == sorted([*files, MANIFEST_FILE])
+
+
+def test_a_source_that_never_sends_the_body_is_connection_lost(tmp_path: Path) -> None:
+    files = toy_model(tmp_path / "origin")
+    with https_server(files, certs=tmp_path / "certs") as (server, ca):
+        server.faults.drop_always.add(SHARD)
+        with pytest.raises(StageError) as caught:
+            stage(tmp_path / "node" / "model", ca, source=https_source(server, files))
+        attempts = server.faults.gets.count(SHARD)
+    assert caught.value.reason is StageReason.CONNECTION_LOST
+    assert "5 attempts without progress at byte 0" in str(caught.value)
+    assert attempts == 5
+
+
+def test_a_peer_that_serves_nothing_is_peer_unavailable(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    progress = Progress(out=io.StringIO(), interval=0.0)
+    request = StageRequest(target=tmp_path / "model", peer=f"http://127.0.0.1:{port}")
+    with pytest.raises(StageError) as caught:
+        stage_model(request, progress)
+    assert caught.value.reason is StageReason.PEER_UNAVAILABLE
+    assert not (tmp_path / "model").exists()
