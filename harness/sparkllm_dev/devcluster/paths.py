@@ -207,7 +207,7 @@ class DevPaths:
             raise DevClusterError(
                 f"missing binaries in {self.bin_dir}: {', '.join(missing)}; "
                 "build them with `bash hack/build-binaries.sh` (cached; a cold build takes "
-                "about ten minutes on 2 cores)"
+                "about seven minutes on 2 cores)"
             )
 
 
