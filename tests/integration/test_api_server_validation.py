@@ -408,6 +408,10 @@ POLICY_CASES: list[tuple[str, dict[str, Any]]] = [
         "parentRefs": [{"name": "gw"}]}}}),
     ("foreign-route-host", {"spec.exposure": {"type": "HTTPRoute", "httpRoute": {
         "parentRefs": [{"name": "gw"}], "hostnames": ["llm.example.com", "evil.com"]}}}),
+    ("foreign-source", {"spec.model.source": {"https": {"urls": [
+        {"url": "https://s3.corp.example/a.json"}, {"url": "https://Evil.com:8443/b"}]}}}),
+    ("plain-http-source", {"spec.model.source": {"s3": {
+        "endpoint": "http://s3.corp.example:9000", "bucket": "models"}}}),
 ]  # fmt: skip
 
 
@@ -424,6 +428,7 @@ def test_the_charts_admission_policy_refuses_what_the_operator_would(
             "allowedHosts": ["llm.example.com"],
             "allowedIssuers": [{"kind": "ClusterIssuer", "name": "letsencrypt-staging"}],
         },
+        "modelSources": {"allowedHosts": ["huggingface.co", "*.corp.example"]},
     }
     values = {"watchNamespaces": [namespace], "policy": policy}
     rendered = render_chart(values, release=f"vap-{namespace[-5:]}", namespace=namespace)

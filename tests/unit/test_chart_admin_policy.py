@@ -45,6 +45,7 @@ CUSTOM = {
         "allowedHosts": ["*.team.example.com"],
         "allowedIssuers": [{"kind": "ClusterIssuer", "name": "letsencrypt-prod"}],
     },
+    "modelSources": {"allowedHosts": ["*.corp.example"], "plainHttpHosts": ["s3.corp.example"]},
 }
 
 
@@ -83,10 +84,14 @@ def test_defaults_render_the_policy_for_every_namespace() -> None:
     assert json.loads(found["defaultRule"]) == {"nodes": ["*"], "nodeGroupLabels": ["*"]}
     assert json.loads(found["allowedHosts"]) == []
     assert json.loads(found["allowedIssuers"]) == []
+    assert json.loads(found["allowedSourceHosts"]) == ["huggingface.co"]
+    assert json.loads(found["plainHttpSourceHosts"]) == []
     assert "@sha256:" not in "\n".join(v["expression"] for v in spec["validations"])
     text = messages(vap)
     assert '"nvcr.io/nvidia/sglang, lmsysorg/sglang, docker.io/lmsysorg/sglang"' in text
-    assert text.count('+ "none" +') == 4  # hosts (3 messages) and issuers: none allowed
+    # hosts (3 messages), issuers and plain-http model sources: none allowed
+    assert text.count('+ "none" +') == 5
+    assert '+ "huggingface.co" +' in text  # the allowed model source hosts' listing
     assert operator_policy(objs) == defaults
 
 
@@ -115,6 +120,10 @@ def test_custom_values_reach_the_cel_and_the_operator_alike() -> None:
     text = messages(vap)
     assert '"/data/models, /models"' in text
     assert '"ClusterIssuer/letsencrypt-prod"' in text
+    assert json.loads(found["allowedSourceHosts"]) == ["*.corp.example"]
+    assert json.loads(found["plainHttpSourceHosts"]) == ["s3.corp.example"]
+    assert '+ "*.corp.example" +' in text
+    assert '+ "s3.corp.example" +' in text
     assert operator_policy(objs) == admin_policy_from(CUSTOM, where="values")
 
 
