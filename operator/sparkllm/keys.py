@@ -63,3 +63,12 @@ ANNOTATION_SPEC_GENERATION: Final = "sparkllm.io/spec-generation"
 # On a user's Secret: the one use a spec may name it for (``api.secret_refs``: the engine
 # key, the governance store's password), so a reference stays in its lane.
 SECRET_USE_LABEL: Final = "sparkllm.io/secret-use"
+
+# On model staging Jobs and their pods (render/model_staging.py, spec.model.source): the
+# replica whose node group they stage, the role (stage: copy the model onto the node;
+# serve: hand the finished copy to the next nodes), the digest of the source staged (a
+# new source is new Jobs), and the node (an annotation: a node name may be 253 long).
+LABEL_STAGING_REPLICA: Final = "sparkllm.io/staging-replica"
+LABEL_STAGING_ROLE: Final = "sparkllm.io/staging-role"
+LABEL_STAGING_DIGEST: Final = "sparkllm.io/staging-digest"
+ANNOTATION_STAGING_NODE: Final = "sparkllm.io/staging-node"

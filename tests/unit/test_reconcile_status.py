@@ -145,14 +145,16 @@ def test_conditions_are_ordered_by_type_unknown_types_last() -> None:
         cond(ConditionType.UPDATE_PENDING, False),
         cond(ConditionType.IMAGES_CONSISTENT, True),
         cond(ConditionType.LAUNCH_CHECKED, None),
+        cond(ConditionType.MODEL_STAGED, False),
     ]
     merged = merge_conditions(previous, updates, NOW)
     assert [c["type"] for c in merged] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
         "NetworkVerified", "MemoryVerified", "Exposed", "Monitored", "UpdatePending",
-        "LaunchChecked", "ImagesConsistent", "Custom.example.com/B", "Custom.example.com/A",
+        "LaunchChecked", "ImagesConsistent", "ModelStaged", "Custom.example.com/B",
+        "Custom.example.com/A",
     ]  # fmt: skip
-    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:13]]
+    assert [t.value for t in ConditionType] == [c["type"] for c in merged[:14]]
 
 
 def test_a_later_update_of_the_same_type_wins() -> None:

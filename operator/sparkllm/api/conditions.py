@@ -39,6 +39,7 @@ class ConditionType(StrEnum):
     UPDATE_PENDING = "UpdatePending"
     LAUNCH_CHECKED = "LaunchChecked"
     IMAGES_CONSISTENT = "ImagesConsistent"
+    MODEL_STAGED = "ModelStaged"
 
 
 class ReadyEffect(StrEnum):
@@ -206,6 +207,26 @@ CONDITIONS: Final[tuple[ConditionKind, ...]] = (
             Reason.REPLICAS_DIFFER,
         ),
         "reconcile/decide/versions.py",
+        ReadyEffect.INFORMATIONAL,
+    ),
+    ConditionKind(
+        ConditionType.MODEL_STAGED,
+        "every replica's node group holds a verified copy of spec.model.source (absent "
+        "without a source); a replica's ranks are held until its group is staged",
+        (
+            Reason.STAGED,
+            Reason.STAGING,
+            Reason.UNAUTHORIZED,
+            Reason.NOT_FOUND,
+            Reason.DISK_FULL,
+            Reason.HASH_MISMATCH,
+            Reason.CONNECTION_LOST,
+            Reason.VERIFICATION_FAILED,
+            Reason.INVALID_SOURCE,
+            Reason.PEER_UNAVAILABLE,
+            Reason.STAGE_FAILED,
+        ),
+        "reconcile/decide/staging.py",
         ReadyEffect.INFORMATIONAL,
     ),
 )

@@ -75,6 +75,21 @@ class Reason(StrEnum):
     BENCHMARK_WAITING = "BenchmarkWaiting"  # Event: a benchmark waits for an acceptance run
     ACCEPTANCE_WAITING = "AcceptanceWaiting"  # Event: an acceptance run waits for a benchmark
 
+    # --- model staging (spec.model.source; decide/staging.py) ----------------------------
+    STAGING = "Staging"  # ModelStaged=False: a node group's copies are under way
+    STAGED = "Staged"  # ModelStaged=True; Event: a node group holds verified copies
+    STAGING_STARTED = "StagingStarted"  # Event: a node group's download began
+    # ModelStaged=False and a Warning Event: a node's stage failed (staging.plan.StageReason)
+    UNAUTHORIZED = "Unauthorized"  # the source refused the credentials
+    NOT_FOUND = "NotFound"  # repository, revision, bucket, object or URL missing
+    DISK_FULL = "DiskFull"  # not enough free space at the target
+    HASH_MISMATCH = "HashMismatch"  # a file differs after one re-fetch
+    CONNECTION_LOST = "ConnectionLost"  # the source or peer went away, retries exhausted
+    VERIFICATION_FAILED = "VerificationFailed"  # verify-model refused the staged copy
+    INVALID_SOURCE = "InvalidSource"  # the source answered something unusable
+    PEER_UNAVAILABLE = "PeerUnavailable"  # the node to copy from served no finished copy
+    STAGE_FAILED = "StageFailed"  # the staging pod failed without a progress record
+
     # --- dependencies -------------------------------------------------------------------
     SECRET_MISSING = "SecretMissing"  # a referenced Secret or key does not exist
     # Monitored (spec.monitoring.serviceMonitor): the PodMonitors are applied; or not, as

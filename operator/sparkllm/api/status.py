@@ -33,6 +33,7 @@ from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.quarantine import MAX_TRACKED_NODES, Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
+from sparkllm.api.staging_status import ModelStagingStatus
 from sparkllm.api.start_status import ReplicaStart
 
 # metav1.Condition's reason format: CamelCase, starting with a letter.
@@ -325,6 +326,12 @@ class InferenceClusterStatus(ApiModel):
         "baseline (set or not, when asked for), and summary (pass/fail/notMeasured counts, "
         "each row's verdict, why failed rows failed, startedAt/endedAt, the stress figures); "
         "the summary's keys are open.",
+    )
+    model_staging: ModelStagingStatus | None = Field(
+        default=None,
+        description="modelStaging is, per replica's node group and node, where the copy of "
+        "spec.model.source is (stage, bytes, rate, ETA, or why it failed); only with a "
+        "source (docs/model-staging.md).",
     )
     start: Annotated[str, StringConstraints(max_length=256)] | None = Field(
         default=None,

@@ -52,6 +52,7 @@ from sparkllm.reconcile.reads import (
     read_engine_key,
     read_owned,
     read_secret_lanes,
+    read_staging,
 )
 from sparkllm.render.exposure import render_exposure
 
@@ -134,6 +135,7 @@ async def _read(
     )
     absent = await absent_apis(api, ic)
     start_logs = await read_start_logs(api, observed)
+    staging = await read_staging(api, ic, obj)
     # spec.monitoring's PodMonitors: asked only while wanted (when off, read_owned's list
     # still finds any left to prune).
     monitors = ic.spec.monitoring.service_monitor and await api.kind_served(owned.POD_MONITOR)
@@ -152,6 +154,7 @@ async def _read(
         absent_apis=absent,
         pod_monitors_served=monitors,
         start_logs=start_logs,
+        staging=staging,
     )
 
 

@@ -30,6 +30,14 @@ from sparkllm.reconcile.decide.owned import JOB, MAY_BE_FORBIDDEN, NODE, OWNED, 
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.run_exclusion import rival_active
 from sparkllm.reconcile.decide.secrets import EngineKeySeen, engine_key_ref
+from sparkllm.reconcile.decide.staging_seen import (
+    LOG_LIMIT_BYTES,
+    LOG_TAIL_LINES,
+    StagingJob,
+    latest_pod,
+    staging_job,
+)
+from sparkllm.render.model_staging import STAGING_CONTAINER, staging_selector
 from sparkllm.render.names import bench_key_secret_name, cluster_selector
 from sparkllm.render.placement import node_facts
 
@@ -129,6 +137,62 @@ async def read_acceptance(
 ) -> BenchmarkSeen:
     """The acceptance checklist's reads."""
     return await read_on_demand(api, ic, obj, kind=ACCEPTANCE_STEP)
+
+
+async def read_staging(
+    api: KubeAPI, ic: InferenceCluster, obj: Mapping[str, Any]
+) -> tuple[StagingJob, ...]:
+    """The model staging Jobs (spec.model.source only), each with its pod's latest
+    progress record from the tail of its log (decide/staging_seen.py says why the log).
+    A stage the last status already shows Ready, with its bytes, is not read again."""
+    if ic.spec.model.source is None:
+        return ()
+    namespace = ic.metadata.namespace or "default"
+    selector = staging_selector(ic.metadata.name)
+    jobs = await api.list(JOB, namespace, selector=selector)
+    if not jobs:
+        return ()
+    pods = await api.list(POD, namespace, selector=selector)
+    by_owner: dict[str, list[JSON]] = {}
+    for pod in pods:
+        for owner in pod["metadata"].get("ownerReferences") or []:
+            by_owner.setdefault(str(owner.get("uid")), []).append(pod)
+    staged = _staged_jobs(obj)
+    seen: list[StagingJob] = []
+    for job in jobs:
+        own = by_owner.get(str(job["metadata"].get("uid")), [])
+        newest = latest_pod(own)
+        log = None
+        if newest is not None and job["metadata"]["name"] not in staged:
+            log = await _staging_log(api, newest)
+        fact = staging_job(job, own, log=log)
+        if fact is not None:
+            seen.append(fact)
+    return tuple(seen)
+
+
+def _staged_jobs(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The stage Jobs the last status shows Ready with their bytes: nothing left to read."""
+    staging = (obj.get("status") or {}).get("modelStaging") or {}
+    return frozenset(
+        str(n.get("job"))
+        for g in staging.get("groups") or []
+        for n in g.get("nodes") or []
+        if n.get("stage") == "Ready" and n.get("bytesTotal") is not None
+    )
+
+
+async def _staging_log(api: KubeAPI, pod: Mapping[str, Any]) -> str | None:
+    """The tail of a staging pod's log; None when it cannot be read (the termination
+    message stands in)."""
+    meta = pod["metadata"]
+    try:
+        return await api.pod_log(
+            str(meta["name"]), str(meta.get("namespace") or "default"),
+            container=STAGING_CONTAINER, tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_LIMIT_BYTES,
+        )  # fmt: skip
+    except ClusterAPIError:
+        return None
 
 
 async def _job_results(

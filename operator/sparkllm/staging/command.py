@@ -23,14 +23,14 @@ import json
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import Final
 
 from pydantic import ValidationError
 
 from sparkllm.api.model_staging import ModelSourceSpec
-from sparkllm.cli_args import add_options, from_namespace, option
+from sparkllm.cli_args import add_options, from_namespace
+from sparkllm.staging.args import StageModelArgs
 from sparkllm.staging.errors import StageError
 from sparkllm.staging.plan import StageReason
 from sparkllm.staging.progress import Progress
@@ -39,41 +39,6 @@ from sparkllm.staging.stage import StageRequest, stage_model
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
-DEFAULT_LISTEN: Final = "0.0.0.0:8390"
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageModelArgs:
-    """``sparkllm stage-model``'s options, for its parser and phase 2's Job renderer."""
-
-    COMMAND: ClassVar[tuple[str, ...]] = ("stage-model",)
-
-    target: Path = option("--target", help="the model directory to create (spec.model.path)")
-    source: str | None = option(
-        "--source", default=None, help="spec.model.source as JSON (the downloading node)"
-    )
-    peer: str | None = option(
-        "--peer", default=None, help="a peer's --serve URL to copy from (the other nodes)"
-    )
-    expected_shards: int | None = option(
-        "--expected-shards", default=None, help="spec.model.expectedShards: run verify-model"
-    )
-    expected_layers: int | None = option(
-        "--expected-layers", default=None, help="spec.model.numLayers (with --expected-shards)"
-    )
-    local_address: str | None = option(
-        "--local-address",
-        default=None,
-        help="with --peer: copy from this node's address on the group's link",
-    )
-    ca_file: Path | None = option(
-        "--ca-file", default=None, help="PEM bundle to trust for https (besides the system's)"
-    )
-    progress_file: Path | None = option(
-        "--progress-file", default=None, help="keep the latest progress record here"
-    )
-    serve: bool = option("--serve", default=False, help="serve the finished --target to peers")
-    listen: str = option("--listen", default=DEFAULT_LISTEN, help="with --serve: ADDR:PORT")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -70,6 +70,7 @@ class PassFacts:
     moves: Mapping[int, Move] = field(default_factory=dict)  # failovers to spares (spares.py)
     quarantined: frozenset[str] = frozenset()  # nodes no replica runs on (quarantine.py)
     settle_after: float | None = None  # when a quarantined node settles: look again then
+    staging_holds: Mapping[int, str] = field(default_factory=dict)  # group not staged (staging.py)
 
 
 def decide_replicas(
@@ -101,7 +102,7 @@ def decide_replicas(
             reset_budget=reset_budget,
             force=facts.force,
             others_ready=others_ready,
-            blocked=facts.blocked,
+            blocked=facts.blocked or facts.staging_holds.get(index),
             engine_key=facts.engine_key,
             tools_image=facts.gateway_image,
             now=facts.now,

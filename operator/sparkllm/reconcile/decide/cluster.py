@@ -26,6 +26,7 @@ from sparkllm.api.engine_status import ReplicaEngineStatus
 from sparkllm.api.governance_store import GatewayStatus, RedisStoreSpec, gateway_status
 from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
+from sparkllm.api.staging_status import ModelStagingStatus
 from sparkllm.api.status import FrontDoorStatus
 from sparkllm.configcheck import compare_server_info
 from sparkllm.errors import SpecError
@@ -60,6 +61,7 @@ from sparkllm.reconcile.decide.secrets import (
     generated_key_secret,
 )
 from sparkllm.reconcile.decide.spares import Placement, place
+from sparkllm.reconcile.decide.staging import decide_staging
 from sparkllm.reconcile.decide.start_stages import decide_starts, with_starts
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
@@ -173,6 +175,15 @@ def _act(
         settle_after=placement.retry_after,
     )
     events.extend(placement.events)
+    staging = decide_staging(
+        ic,
+        groups={i: g.nodes for i, g in assignment.replicas.items() if i < ic.spec.replicas},
+        addresses={name: node.internal_ip for name, node in observed.nodes.items()},
+        jobs=observation.staging, previous=previous.get("modelStaging"), force=force,
+        image=gateway_image, generation=generation,
+    )  # fmt: skip
+    facts = replace(facts, staging_holds=staging.holds)
+    events.extend(staging.events)
     replicas = decide_replicas(ic, observed, assignment, facts)
     events.extend(replicas.events)
     report = cluster_report(
@@ -184,6 +195,8 @@ def _act(
         ic, observed, report.replicas, previous=previous, logs=observation.start_logs, now=now
     )
     report = with_starts(report, starts)
+    if staging.column is not None:  # a group still stages: its ranks have not started
+        report = replace(report, start_summary=staging.column)
     events.extend(starts.events)
     config = config_condition(_config_results(observation, ic.spec, report), generation=generation)
     exposed = exposed_condition(observation.absent_apis, previous, generation=generation)
@@ -217,14 +230,15 @@ def _act(
         capacity, model, config, *(() if network is None else (network,)),
         *(() if memory is None else (memory,)), *exposed,
         *monitors.conditions, *pending, versions.launch, versions.images,
+        *(() if staging.condition is None else (staging.condition,)),
     )  # fmt: skip
     proven = replace(report, extra_conditions=proofs)
     return Plan(
         target=obj,
         gang_restarts=tuple(replicas.gang_restarts),
         secrets=tuple(s for s in (secret, generated_bench_key(ic, exists=bench_key)) if s),
-        delete_jobs=benchmark.delete_jobs + acceptance.delete_jobs,
-        create_jobs=benchmark.create_jobs + acceptance.create_jobs,
+        delete_jobs=benchmark.delete_jobs + acceptance.delete_jobs + staging.delete_jobs,
+        create_jobs=benchmark.create_jobs + acceptance.create_jobs + staging.create_jobs,
         pod_patches=(*replicas.pod_patches, *drain.patches),
         apply=owned.to_apply(desired, observed),
         prune=owned.to_prune(desired, replicas.keep | drain.keep | acceptance_keep(ic), observed),
@@ -239,6 +253,7 @@ def _act(
             front_door=front_door_status(ic),
             placement=placement,
             engines=versions.engines,
+            staging=staging.status,
         ),
         events=tuple(events),
         annotations=_consumed(obj, runs, lifted=placement.lifted),
@@ -247,7 +262,11 @@ def _act(
         quarantined_nodes=len(placement.quarantine.entries),
         failovers=len(placement.moves),
         retry_after=earliest(
-            replicas.retry_after, drain.retry_after, stuck.retry_after, starts.retry_after
+            replicas.retry_after,
+            drain.retry_after,
+            stuck.retry_after,
+            starts.retry_after,
+            staging.retry_after,
         ),
         nodes=frozenset(replicas.nodes),
         # a replica held for a node looks again at any node change: a spare may free up
@@ -381,6 +400,7 @@ def _status(
     front_door: JSON | None = None,
     engines: tuple[ReplicaEngineStatus, ...] = (),
     placement: Placement | None = None,
+    staging: ModelStagingStatus | None = None,
 ) -> JSON | None:
     """The status to write, or None when it equals the live one (no write). The other
     steps' JSON becomes the typed status here, the one place it is assembled."""
@@ -397,6 +417,7 @@ def _status(
         engines=engines,
         quarantine=None if placement is None else placement.quarantine_status,
         node_failures=None if placement is None else placement.failures_status,
+        model_staging=staging,
     )
     status = derive_status(report, previous, now, parts)
     return None if all(previous.get(k) == v for k, v in status.items()) else status

@@ -19,6 +19,7 @@ from sparkllm.reconcile.decide import owned
 from sparkllm.reconcile.decide.benchmark import BenchmarkSeen
 from sparkllm.reconcile.decide.replicas import Observed
 from sparkllm.reconcile.decide.secrets import EngineKeySeen
+from sparkllm.reconcile.decide.staging_seen import StagingJob
 
 Key = tuple[str, str]
 ApiKind = tuple[str, str]  # (apiVersion, kind)
@@ -60,3 +61,4 @@ class Observation:
     absent_apis: frozenset[ApiKind] = frozenset()  # optional kinds the cluster lacks
     pod_monitors_served: bool = False  # the cluster serves PodMonitor (asked when wanted)
     start_logs: Mapping[str, str] = field(default_factory=dict)  # starting pods' log, by uid
+    staging: tuple[StagingJob, ...] = ()  # model staging Jobs (spec.model.source only)

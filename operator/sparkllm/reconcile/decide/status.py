@@ -27,6 +27,7 @@ from sparkllm.api.memory import MemoryStatus
 from sparkllm.api.network_status import NetworkStatus
 from sparkllm.api.quarantine import Failover, NodeFailures, QuarantinedNode
 from sparkllm.api.rules import ApiModel
+from sparkllm.api.staging_status import ModelStagingStatus
 from sparkllm.api.start_status import ReplicaStart
 from sparkllm.api.status import (
     FrontDoorStatus,
@@ -333,6 +334,7 @@ class StatusParts:
     engines: tuple[ReplicaEngineStatus, ...] = ()
     quarantine: tuple[QuarantinedNode, ...] | None = None  # quarantine.py ([]: all lifted)
     node_failures: tuple[NodeFailures, ...] | None = None
+    model_staging: ModelStagingStatus | None = None  # staging.py (spec.model.source only)
 
 
 def derive_status(
@@ -366,6 +368,7 @@ def derive_status(
         gateway=given.gateway,
         benchmark=given.benchmark,
         acceptance=given.acceptance,
+        model_staging=given.model_staging,
     )
     out = wire(status)
     if hand_made:  # only a hand-made previous status has them; kept as they were

@@ -1,0 +1,460 @@
+"""Model staging as a reconcile step (``spec.model.source``): Jobs, holds, status, Events.
+
+Why a step of its own: ranks must never start, or restart-loop, on a partial copy (issue
+31), so every replica's node group is staged before its ranks run, and the step decides it
+level-based from what the pass read — the staging Jobs of this object and each one's
+latest progress record (``reads.read_staging``) — with no state of its own. Pure.
+
+Per replica's node group, in ``staging.plan.plan_group``'s order:
+
+- a node's **stage Job** is created once the node it copies from is Ready and serves
+  (the downloader's at once); its outcome is the node's record: succeeded is Ready,
+  failed is Failed with the reason of its last ``failed`` record;
+- a Ready node with a successor still copying gets a **serve Job**; it is deleted once
+  every node it serves is Ready or failed (the operator ends servers: it knows about
+  retries, a server does not), and a successor's Job waits until its log says
+  ``serving`` (a peer copy that finds no server fails at once, PeerUnavailable);
+- the replica is held (its rank StatefulSets at 0 replicas, nothing starts) until every
+  node of its group is Ready: ``holds`` names why, for ``replicas.plan_replica``.
+
+A failed stage stays failed: a spec change (a new source or revision, a new digest and
+new Jobs; the old source's Jobs are deleted) or ``sparkllm.io/restart=now`` (its failed
+Jobs deleted, made again next pass) retries. A peer copy that failed PeerUnavailable is
+retried without asking: it is the order's fault, not the user's. Events: StagingStarted
+when a group's download Job is made, Staged when the group is Ready, a Warning with the
+failure's reason once per failed attempt (the status remembers the Job it saw fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sparkllm.api import ConditionType, InferenceCluster, Reason
+from sparkllm.api.staging_status import ModelStagingStatus, StagingGroupStatus, StagingNodeStatus
+from sparkllm.errors import SpecError
+from sparkllm.kube.kinds import JSON
+from sparkllm.reconcile.decide.actions import PendingEvent, Removal
+from sparkllm.reconcile.decide.staging_seen import StagingJob
+from sparkllm.reconcile.decide.status import condition
+from sparkllm.render.model_staging import (
+    render_staging_job,
+    serve_args,
+    stage_args,
+    staging_digest,
+    staging_job_name,
+)
+from sparkllm.render.product_image import ProductImage
+from sparkllm.staging.plan import NodeStage, StagePlan, StageReason, StageState, advance, plan_group
+
+POLL_SECONDS: Final = 2.0  # a pass while a stage runs: progress comes from logs, no watch
+
+
+@dataclass(frozen=True)
+class StagingOutcome:
+    """What the step decided for this pass."""
+
+    holds: Mapping[int, str] = field(default_factory=dict)  # replica -> why it waits
+    create_jobs: tuple[JSON, ...] = ()
+    delete_jobs: tuple[Removal, ...] = ()
+    status: ModelStagingStatus | None = None
+    condition: JSON | None = None
+    events: tuple[PendingEvent, ...] = ()
+    retry_after: float | None = None
+    column: str | None = None  # the Start printer column while a group stages
+
+
+@dataclass
+class _Group:
+    """One group's decisions, filled node by node."""
+
+    nodes: list[StagingNodeStatus] = field(default_factory=list)
+    create: list[JSON] = field(default_factory=list)
+    delete: list[Removal] = field(default_factory=list)
+    events: list[PendingEvent] = field(default_factory=list)
+    busy: bool = False  # a Job runs or is going: look again soon
+
+
+def decide_staging(
+    ic: InferenceCluster,
+    *,
+    groups: Mapping[int, Sequence[str]],
+    addresses: Mapping[str, str | None],
+    jobs: Sequence[StagingJob],
+    previous: Mapping[str, Any] | None,
+    force: bool,
+    image: ProductImage,
+    generation: int,
+) -> StagingOutcome:
+    """The step for one pass; an empty outcome without ``spec.model.source``."""
+    if ic.spec.model.source is None:
+        return StagingOutcome()
+    digest = staging_digest(ic)
+    live = {j.name: j for j in jobs if j.digest == digest}
+    stale = tuple(_removal(j) for j in jobs if j.digest != digest and not j.deleting)
+    before = _previous_nodes(previous, digest)
+    holds: dict[int, str] = {}
+    out_groups: list[StagingGroupStatus] = []
+    create: list[JSON] = []
+    delete: list[Removal] = list(stale)
+    events: list[PendingEvent] = []
+    busy = bool(stale) or any(j.deleting for j in jobs)
+    for replica in sorted(groups):
+        nodes = tuple(groups[replica])
+        try:
+            plan = plan_group(
+                nodes=nodes,
+                addresses={n: a for n, a in addresses.items() if a},
+                staging_node=ic.spec.model.source.staging_node,
+                fan_out=ic.spec.model.source.fan_out,
+            )
+        except SpecError as exc:
+            holds[replica] = f"model staging waits for the nodes' addresses: {exc}"
+            continue
+        group = _decide_group(
+            ic, replica=replica, nodes=nodes, plan=plan, live=live, before=before,
+            force=force, image=image, digest=digest, addresses=addresses,
+        )  # fmt: skip
+        out_groups.append(StagingGroupStatus(replica=replica, nodes=tuple(group.nodes)))
+        create.extend(group.create)
+        delete.extend(group.delete)
+        events.extend(group.events)
+        busy = busy or group.busy
+        hold = _hold_message(group.nodes)
+        if hold is not None:
+            holds[replica] = hold
+    status = ModelStagingStatus(
+        digest=digest, summary=summary(out_groups), groups=tuple(out_groups)
+    )
+    return StagingOutcome(
+        column=start_column(out_groups) if holds else None,
+        holds=holds,
+        create_jobs=tuple(create),
+        delete_jobs=tuple(delete),
+        status=status,
+        condition=staged_condition(out_groups, holds, generation=generation),
+        events=tuple(events),
+        retry_after=POLL_SECONDS if busy else None,
+    )
+
+
+def _decide_group(
+    ic: InferenceCluster,
+    *,
+    replica: int,
+    nodes: tuple[str, ...],
+    plan: StagePlan,
+    live: Mapping[str, StagingJob],
+    before: Mapping[tuple[int, str], Mapping[str, Any]],
+    force: bool,
+    image: ProductImage,
+    digest: str,
+    addresses: Mapping[str, str | None],
+) -> _Group:
+    cluster = ic.metadata.name
+    rank = {node: index for index, node in enumerate(nodes)}
+    out = _Group()
+    stages: dict[str, NodeStage] = {}
+    serving: dict[str, bool] = {}
+    for transfer in plan.transfers:  # sources come before the nodes they serve
+        node = transfer.target
+        name = staging_job_name(
+            cluster, replica=replica, rank=rank[node], role="stage", digest=digest
+        )
+        job = live.get(name)
+        stage = node_stage(job, node=node, copying=transfer.source is not None)
+        stages[node] = stage
+        source_ready = transfer.source is None or (
+            stages[transfer.source].state is StageState.READY and serving[transfer.source]
+        )
+        retry = (
+            job is not None
+            and job.outcome == "failed"
+            and not job.deleting
+            and (force or (stage.reason is StageReason.PEER_UNAVAILABLE and source_ready))
+        )
+        if retry and job is not None:
+            out.delete.append(_removal(job))
+            out.busy = True
+        elif job is None and source_ready:
+            args = stage_args(ic, transfer=transfer, address=addresses.get(node))
+            out.create.append(
+                render_staging_job(
+                    ic,
+                    replica=replica,
+                    rank=rank[node],
+                    node=node,
+                    role="stage",
+                    args=args,
+                    digest=digest,
+                    image=image,
+                )
+            )
+            out.busy = True
+            if transfer.source is None:
+                message = (
+                    f"replica {replica}: staging the model on node group "
+                    f"{', '.join(nodes)}: {node} downloads, {_order(plan)}"
+                )
+                out.events.append(PendingEvent(False, Reason.STAGING_STARTED, message))
+        elif job is not None and (job.outcome == "running" or job.deleting):
+            out.busy = True
+        serving[node] = _serve(
+            ic, out, replica=replica, node=node, rank=rank[node], plan=plan, live=live,
+            stages=stages, digest=digest, image=image, address=addresses.get(node),
+        )  # fmt: skip
+        entry = _node_status(
+            job, stage, node=node, rank=rank[node], source=transfer.source, name=name,
+            before=before.get((replica, node)),
+        )  # fmt: skip
+        out.nodes.append(entry)
+        out.events.extend(_node_events(entry, before.get((replica, node)), replica=replica))
+    return _finish(out, replica=replica, nodes=nodes, before=before)
+
+
+def _serve(
+    ic: InferenceCluster,
+    out: _Group,
+    *,
+    replica: int,
+    node: str,
+    rank: int,
+    plan: StagePlan,
+    live: Mapping[str, StagingJob],
+    stages: Mapping[str, NodeStage],
+    digest: str,
+    image: ProductImage,
+    address: str | None,
+) -> bool:
+    """Plan the node's serve Job; whether its server answers now.
+
+    Wanted while the node is Ready and a node it serves is not yet Ready or Failed (a
+    successor's stage is decided after this node's, so its Job is read from ``live``)."""
+    cluster = ic.metadata.name
+    name = staging_job_name(cluster, replica=replica, rank=rank, role="serve", digest=digest)
+    job = live.get(name)
+    successors = [t.target for t in plan.transfers if t.source == node]
+    pending = [s for s in successors if not _finished(s, live, replica=replica)]
+    wanted = stages[node].state is StageState.READY and bool(pending) and address is not None
+    if job is not None and not job.deleting and (not wanted or job.outcome != "running"):
+        out.delete.append(_removal(job))  # done serving, or a server that ended: anew
+        out.busy = True
+        return False
+    if job is None and wanted and address is not None:
+        out.create.append(
+            render_staging_job(
+                ic,
+                replica=replica,
+                rank=rank,
+                node=node,
+                role="serve",
+                args=serve_args(ic, address=address),
+                digest=digest,
+                image=image,
+            )
+        )
+        out.busy = True
+        return False
+    return job is not None and job.serving and not job.deleting
+
+
+def _finished(node: str, live: Mapping[str, StagingJob], *, replica: int) -> bool:
+    """Whether ``node``'s stage Job ended (succeeded, or failed for a reason of its own)."""
+    for job in live.values():
+        if job.role == "stage" and job.node == node and job.replica == replica:
+            if job.outcome == "succeeded":
+                return True
+            reason = _reason_of(job)
+            return job.outcome == "failed" and reason is not StageReason.PEER_UNAVAILABLE
+    return False
+
+
+def node_stage(job: StagingJob | None, *, node: str, copying: bool) -> NodeStage:
+    """A node's stage from its stage Job: none yet Pending; running, its latest record
+    (Downloading or Copying before the first); succeeded Ready; failed, the reason."""
+    stage = NodeStage(node=node)
+    if job is None:
+        return stage
+    if job.outcome == "succeeded":
+        return NodeStage(node=node, state=StageState.READY)
+    if job.outcome == "failed":
+        reason = _reason_of(job)
+        record = job.record
+        message = record.message if record is not None and record.message else job.detail
+        if reason is None:
+            return NodeStage(node=node, state=StageState.FAILED, message=message)
+        return advance(stage, "fail", reason=reason, message=message)
+    started = advance(stage, "start", copying=copying)
+    if job.record is not None and job.record.stage in (StageState.VERIFYING, StageState.READY):
+        return advance(started, "verify")
+    return started
+
+
+def _reason_of(job: StagingJob) -> StageReason | None:
+    record = job.record
+    return record.reason if record is not None and record.stage is StageState.FAILED else None
+
+
+def _node_status(
+    job: StagingJob | None,
+    stage: NodeStage,
+    *,
+    node: str,
+    rank: int,
+    source: str | None,
+    name: str,
+    before: Mapping[str, Any] | None = None,
+) -> StagingNodeStatus:
+    """The node's status entry; a Ready node whose log was not read keeps its last bytes."""
+    record = job.record if job is not None else None
+    if record is None and stage.state is StageState.READY and before is not None:
+        return StagingNodeStatus.model_validate({**before, "job": name})
+    failed = stage.state is StageState.FAILED
+    reason = (stage.reason.value if stage.reason else Reason.STAGE_FAILED.value) if failed else None
+    done = record.bytes_done if record is not None else None
+    total = record.bytes_total if record is not None and record.bytes_total else None
+    if stage.state is StageState.READY and total is not None:
+        done = total
+    return StagingNodeStatus(
+        node=node,
+        rank=rank,
+        stage=stage.state.value,
+        source_node=source,
+        bytes_done=done,
+        bytes_total=total,
+        rate_bytes_per_second=record.rate_bytes_per_second if record is not None else None,
+        eta_seconds=None if record is None or stage.state is StageState.READY
+        else record.eta_seconds,
+        reason=reason,
+        message=stage.message[:1024] if failed and stage.message else None,
+        job=name if job is not None else None,
+    )  # fmt: skip
+
+
+def _node_events(
+    entry: StagingNodeStatus, before: Mapping[str, Any] | None, *, replica: int
+) -> list[PendingEvent]:
+    """A Warning when this attempt (its Job) is newly seen Failed."""
+    if entry.stage != StageState.FAILED.value:
+        return []
+    old = before or {}
+    if old.get("stage") == StageState.FAILED.value and old.get("job") == entry.job:
+        return []
+    reason = Reason(entry.reason or Reason.STAGE_FAILED.value)
+    message = (
+        f"replica {replica}: staging the model on node {entry.node} failed: {entry.reason}: "
+        f"{entry.message or 'the staging pod failed'}; change spec.model.source or annotate "
+        "sparkllm.io/restart=now to retry"
+    )
+    return [PendingEvent(True, reason, message)]
+
+
+def _finish(
+    out: _Group,
+    *,
+    replica: int,
+    nodes: tuple[str, ...],
+    before: Mapping[tuple[int, str], Mapping[str, Any]],
+) -> _Group:
+    """The group's Staged Event, the pass its last node turned Ready."""
+    ready = all(n.stage == StageState.READY.value for n in out.nodes)
+    was = all(
+        (before.get((replica, n)) or {}).get("stage") == StageState.READY.value for n in nodes
+    )
+    if ready and not was:
+        total = out.nodes[0].bytes_total if out.nodes else None
+        size = f" ({total} bytes each)" if total else ""
+        message = f"replica {replica}: the model is staged on {', '.join(nodes)}{size}"
+        out.events.append(PendingEvent(False, Reason.STAGED, message))
+    return out
+
+
+def _order(plan: StagePlan) -> str:
+    copies = [f"{c.source} -> {c.target}" for c in plan.copies()]
+    return "then " + ", ".join(copies) if copies else "no copies"
+
+
+def _hold_message(nodes: Sequence[StagingNodeStatus]) -> str | None:
+    """Why the replica waits, or None when every node is Ready."""
+    failed = [n for n in nodes if n.stage == StageState.FAILED.value]
+    if failed:
+        first = failed[0]
+        return (
+            f"model staging failed on node {first.node}: {first.reason}: {first.message or ''}"
+        ).rstrip(": ")
+    if all(n.stage == StageState.READY.value for n in nodes):
+        return None
+    return f"model staging: {summary([StagingGroupStatus(replica=0, nodes=tuple(nodes))])}"
+
+
+def summary(groups: Sequence[StagingGroupStatus]) -> str:
+    """The printer column: ``2/3 nodes, 41%``; a failure's reason and node; ``3/3 nodes``."""
+    nodes = [n for g in groups for n in g.nodes]
+    failed = [n for n in nodes if n.stage == StageState.FAILED.value]
+    if failed:
+        return f"Failed: {failed[0].reason} on {failed[0].node}"[:128]
+    ready = sum(n.stage == StageState.READY.value for n in nodes)
+    if not nodes or ready == len(nodes):
+        return f"{ready}/{len(nodes)} nodes"
+    total = max((n.bytes_total or 0 for n in nodes), default=0)
+    if not total:
+        return f"{ready}/{len(nodes)} nodes"
+    done = sum(total if n.stage == StageState.READY.value else n.bytes_done or 0 for n in nodes)
+    return f"{ready}/{len(nodes)} nodes, {min(100, done * 100 // (total * len(nodes)))}%"
+
+
+def start_column(groups: Sequence[StagingGroupStatus]) -> str:
+    """The Start printer column while a group stages, one word as the column's other
+    values: ``Staging:2/3:41%`` (nodes staged of all, bytes done), or
+    ``StagingFailed:HashMismatch:spark-a1``. The same column, not a new one: an object
+    without a source prints as it always did."""
+    nodes = [n for g in groups for n in g.nodes]
+    failed = [n for n in nodes if n.stage == StageState.FAILED.value]
+    if failed:
+        return f"StagingFailed:{failed[0].reason}:{failed[0].node}"
+    text = summary(groups)
+    counted, _, percent = text.partition(" nodes")
+    return f"Staging:{counted}" + (f":{percent.lstrip(', ')}" if percent else "")
+
+
+def staged_condition(
+    groups: Sequence[StagingGroupStatus], holds: Mapping[int, str], *, generation: int
+) -> JSON:
+    """ModelStaged: True when every group is Ready; False Staging, or the failure's reason."""
+    kind = ConditionType.MODEL_STAGED
+    failed = [n for g in groups for n in g.nodes if n.stage == StageState.FAILED.value]
+    if failed:
+        first = failed[0]
+        message = "; ".join(holds.values()) or f"{first.node}: {first.reason}"
+        reason = Reason(first.reason or Reason.STAGE_FAILED.value)
+        return condition(kind, status=False, reason=reason, message=message, generation=generation)
+    if holds:
+        message = "; ".join(f"replica {r}: {m}" for r, m in sorted(holds.items()))
+        return condition(
+            kind, status=False, reason=Reason.STAGING, message=message, generation=generation
+        )
+    count = sum(len(g.nodes) for g in groups)
+    message = f"every replica's node group holds a verified copy ({count} nodes)"
+    return condition(
+        kind, status=True, reason=Reason.STAGED, message=message, generation=generation
+    )
+
+
+def _previous_nodes(
+    previous: Mapping[str, Any] | None, digest: str
+) -> dict[tuple[int, str], Mapping[str, Any]]:
+    """The last status's node entries of the same source, by (replica, node)."""
+    if not previous or previous.get("digest") != digest:
+        return {}
+    return {
+        (int(g.get("replica", 0)), str(n.get("node"))): n
+        for g in previous.get("groups") or []
+        for n in g.get("nodes") or []
+    }
+
+
+def _removal(job: StagingJob) -> Removal:
+    return Removal(
+        api_version="batch/v1", kind="Job", name=job.name, namespace=job.namespace, uid=job.uid
+    )

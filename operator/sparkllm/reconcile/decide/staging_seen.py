@@ -1,0 +1,116 @@
+"""A staging Job as one pass reads it: outcome, role, node, and its pod's latest record.
+
+Why apart from ``decide/staging.py``: this is the reading of raw objects (the Job, its
+pods, the tail of its pod's log) into one frozen fact, pure and tested on its own, as
+``job_result`` is for the benchmark's Jobs; ``reads.read_staging`` fetches what it needs.
+
+Progress comes from the pod's log, read through the API server (its last lines), not from
+the termination message: the message exists only once the container ended, and the
+status should show bytes, rate and ETA while it runs. At the end the log is still there
+(the pod stays with its Job); when it cannot be read, the termination message (policy
+``FallbackToLogsOnError``: the log's tail on a failure) is read the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from sparkllm.keys import (
+    ANNOTATION_STAGING_NODE,
+    LABEL_STAGING_DIGEST,
+    LABEL_STAGING_REPLICA,
+    LABEL_STAGING_ROLE,
+)
+from sparkllm.render.model_staging import STAGING_CONTAINER, Role
+from sparkllm.staging.progress import ProgressRecord, read_record
+
+Outcome = Literal["running", "succeeded", "failed"]
+LOG_TAIL_LINES: Final = 20  # the last record and the stderr line after a failure
+LOG_LIMIT_BYTES: Final = 16 * 1024
+SERVING_EVENT: Final = '"event": "serving"'
+_SUCCEEDED: Final = ("Complete", "SuccessCriteriaMet")
+_FAILED: Final = ("Failed", "FailureTarget")
+
+
+@dataclass(frozen=True)
+class StagingJob:
+    """One staging Job as read: its labels' facts, its outcome, its latest record."""
+
+    name: str
+    namespace: str
+    uid: str
+    digest: str
+    role: Role
+    replica: int
+    node: str
+    outcome: Outcome
+    deleting: bool = False
+    record: ProgressRecord | None = None  # the last progress record of its pod's log
+    serving: bool = False  # a serve Job's log said "serving": peers may copy now
+    detail: str = ""  # the pod's termination message or the Job's reason, when no record
+
+
+def latest_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The Job's newest pod (one attempt: ``backoffLimit: 0``)."""
+    ordered = sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
+    return ordered[-1] if ordered else None
+
+
+def last_record(text: str) -> ProgressRecord | None:
+    """The last progress record among ``text``'s lines (log lines and stderr skipped)."""
+    for line in reversed(text.splitlines()):
+        record = read_record(line.strip())
+        if record is not None:
+            return record
+    return None
+
+
+def staging_job(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, log: str | None
+) -> StagingJob | None:
+    """``job`` read into a fact; None when its labels are not a staging Job's."""
+    meta = job["metadata"]
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    role, replica = labels.get(LABEL_STAGING_ROLE), labels.get(LABEL_STAGING_REPLICA, "")
+    if role not in ("stage", "serve") or not replica.isdigit():
+        return None
+    status = job.get("status") or {}
+    true = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    pod = latest_pod(pods)
+    terminated = _terminated(pod)
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    outcome: Outcome = "running"
+    if any(kind in true for kind in _SUCCEEDED) or phase == "Succeeded":
+        outcome = "succeeded"
+    elif any(kind in true for kind in _FAILED) or phase == "Failed":
+        outcome = "failed"
+    message = str((terminated or {}).get("message") or "")
+    record = last_record(log or "") or last_record(message)
+    failed = next((true[k] for k in _FAILED if k in true), None)
+    detail = message.strip().splitlines()[-1] if message.strip() else ""
+    if not detail and failed is not None:
+        detail = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
+    return StagingJob(
+        name=str(meta["name"]),
+        namespace=str(meta.get("namespace") or "default"),
+        uid=str(meta.get("uid") or ""),
+        digest=labels.get(LABEL_STAGING_DIGEST, ""),
+        role="stage" if role == "stage" else "serve",
+        replica=int(replica),
+        node=str((meta.get("annotations") or {}).get(ANNOTATION_STAGING_NODE, "")),
+        outcome=outcome,
+        deleting=bool(meta.get("deletionTimestamp")),
+        record=record,
+        serving=SERVING_EVENT in (log or ""),
+        detail=detail[:512],
+    )
+
+
+def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if container.get("name") == STAGING_CONTAINER:
+            terminated = (container.get("state") or {}).get("terminated")
+            return terminated if isinstance(terminated, Mapping) else None
+    return None
