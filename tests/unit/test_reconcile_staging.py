@@ -131,6 +131,10 @@ def test_a_group_is_staged_in_the_plans_order_and_its_ranks_wait() -> None:
     assert plan.status is not None
     assert condition(plan.status)["reason"] == "Staging"
     assert plan.status["start"] == "Staging:0/3"
+    # Waiting for its copy is Pending, not a failure: nothing Degraded, nothing counted.
+    (replica,) = plan.status["replicaStatuses"]
+    assert (plan.status["phase"], replica["phase"]) == ("Pending", "Pending")
+    assert replica.get("restarts", 0) == 0
     # Pass 2: downloading, half done: bytes, rate and ETA in status; no second Job.
     obs = with_status(
         replace(obs, staging=(seen(download, log=record("Downloading", TOTAL // 2)),)), plan.status
@@ -235,6 +239,9 @@ def test_a_failed_stage_holds_the_replica_says_why_once_and_retries_on_restart()
     assert (entry["node"], entry["stage"], entry["reason"]) == ("a1", "Failed", "HashMismatch")
     assert "sha256 5d1c" in entry["message"]
     assert plan.status["start"] == "StagingFailed:HashMismatch:a1"
+    (replica,) = plan.status["replicaStatuses"]
+    assert replica["phase"] == "Degraded"
+    assert "sparkllm.io/restart=now" in replica["message"]
     assert rank_replicas(plan) == [0, 0, 0]
     assert plan.create_jobs == ()  # a2 never starts from a failed copy
     # a0's server has no one left to serve (its successor failed) and is deleted.

@@ -70,7 +70,8 @@ class PassFacts:
     moves: Mapping[int, Move] = field(default_factory=dict)  # failovers to spares (spares.py)
     quarantined: frozenset[str] = frozenset()  # nodes no replica runs on (quarantine.py)
     settle_after: float | None = None  # when a quarantined node settles: look again then
-    staging_holds: Mapping[int, str] = field(default_factory=dict)  # group not staged (staging.py)
+    staging_holds: Mapping[int, str] = field(default_factory=dict)  # a stage failed (staging.py)
+    staging_waits: Mapping[int, str] = field(default_factory=dict)  # a group still stages
 
 
 def decide_replicas(
@@ -103,6 +104,7 @@ def decide_replicas(
             force=facts.force,
             others_ready=others_ready,
             blocked=facts.blocked or facts.staging_holds.get(index),
+            waiting=facts.staging_waits.get(index),
             engine_key=facts.engine_key,
             tools_image=facts.gateway_image,
             now=facts.now,

@@ -168,13 +168,6 @@ def _act(
         holders=node_holders(obj, observation.others), now=now,
     )  # fmt: skip
     assignment, problems = placement.assignment, placement.problems
-    facts = replace(
-        facts,
-        moves=placement.moves,
-        quarantined=placement.quarantine.nodes,
-        settle_after=placement.retry_after,
-    )
-    events.extend(placement.events)
     staging = decide_staging(
         ic,
         groups={i: g.nodes for i, g in assignment.replicas.items() if i < ic.spec.replicas},
@@ -182,8 +175,15 @@ def _act(
         jobs=observation.staging, previous=previous.get("modelStaging"), force=force,
         image=gateway_image, generation=generation,
     )  # fmt: skip
-    facts = replace(facts, staging_holds=staging.holds)
-    events.extend(staging.events)
+    facts = replace(
+        facts,
+        moves=placement.moves,
+        quarantined=placement.quarantine.nodes,
+        settle_after=placement.retry_after,
+        staging_holds=staging.holds,
+        staging_waits=staging.waits,
+    )
+    events.extend((*placement.events, *staging.events))
     replicas = decide_replicas(ic, observed, assignment, facts)
     events.extend(replicas.events)
     report = cluster_report(
@@ -195,8 +195,8 @@ def _act(
         ic, observed, report.replicas, previous=previous, logs=observation.start_logs, now=now
     )
     report = with_starts(report, starts)
-    if staging.column is not None:  # a group still stages: its ranks have not started
-        report = replace(report, start_summary=staging.column)
+    # While a group stages its ranks have not started: the Start column says how far.
+    report = replace(report, start_summary=staging.column or report.start_summary)
     events.extend(starts.events)
     config = config_condition(_config_results(observation, ic.spec, report), generation=generation)
     exposed = exposed_condition(observation.absent_apis, previous, generation=generation)

@@ -92,6 +92,7 @@ class ReplicaInputs:
     engine_image: str | None = None  # pinned to one digest after a split (versions.py)
     failover: Move | None = None  # placement moved the replica to a spare group this pass
     quarantined: frozenset[str] = frozenset()  # nodes kept from replicas (quarantine.py)
+    waiting: str | None = None  # what it waits for before starting (its model copy)
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ def plan_replica(ic: InferenceCluster, observed: Observed, inputs: ReplicaInputs
         force_cause=FORCE_CAUSE if pending is None else requested_cause(pending),
         others_ready=inputs.others_ready,
         blocked=inputs.blocked,
+        waiting=inputs.waiting,
         unready_since=unready_since(rank0_pod) if current else None,
         drain=inputs.drain,
         failover=None if inputs.failover is None else inputs.failover.reason,

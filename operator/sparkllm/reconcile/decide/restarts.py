@@ -162,6 +162,7 @@ def decide(
     update_cause: str = UPDATE_CAUSE,
     force_cause: str = FORCE_CAUSE,
     failover: str | None = None,
+    waiting: str | None = None,
 ) -> Decision:
     """What to do with one replica this pass, the first rule that applies winning.
 
@@ -172,6 +173,8 @@ def decide(
     it is stopped and held, uncounted, until the spec changes or a restart is requested.
     ``unready_since``: rank 0 lost readiness after serving, container alive (``hang.py``).
     ``failover``: why placement moved the replica to a spare group this pass.
+    ``waiting``: what the replica waits for before it may start (its group's model copy,
+    decide/staging.py): held stopped, Pending, nothing counted, no one asked to act.
     """
     times = recent(history.restart_times, now)
     if failover is not None and not stopped:  # stop the old group's ranks, start anew
@@ -198,6 +201,12 @@ def decide(
         return planned(cause)
     if blocked is not None:
         return _blocked(blocked, stopped=stopped, times=times, now=now)
+    if waiting is not None:
+        if not stopped:
+            return _stop(cause=waiting, times=times, now=now, counted=False, phase=Phase.PENDING)
+        return Decision(
+            action=Action.HOLD, phase=Phase.PENDING, message=waiting, restart_times=times
+        )
     if stopped:
         if history.exhausted:
             return _exhausted(policy, times)

@@ -48,6 +48,7 @@ from sparkllm.render.model_staging import (
 from sparkllm.render.product_image import ProductImage
 from sparkllm.staging.plan import NodeStage, StagePlan, StageReason, StageState, advance, plan_group
 
+FAILED_PREFIX: Final = "model staging failed"
 POLL_SECONDS: Final = 2.0  # a pass while a stage runs: progress comes from logs, no watch
 
 
@@ -55,7 +56,8 @@ POLL_SECONDS: Final = 2.0  # a pass while a stage runs: progress comes from logs
 class StagingOutcome:
     """What the step decided for this pass."""
 
-    holds: Mapping[int, str] = field(default_factory=dict)  # replica -> why it waits
+    holds: Mapping[int, str] = field(default_factory=dict)  # replica -> its failed stage
+    waits: Mapping[int, str] = field(default_factory=dict)  # replica -> its group still stages
     create_jobs: tuple[JSON, ...] = ()
     delete_jobs: tuple[Removal, ...] = ()
     status: ModelStagingStatus | None = None
@@ -127,9 +129,11 @@ def decide_staging(
     status = ModelStagingStatus(
         digest=digest, summary=summary(out_groups), groups=tuple(out_groups)
     )
+    failed = {r: m for r, m in holds.items() if m.startswith(FAILED_PREFIX)}
     return StagingOutcome(
         column=start_column(out_groups) if holds else None,
-        holds=holds,
+        holds=failed,
+        waits={r: m for r, m in holds.items() if r not in failed},
         create_jobs=tuple(create),
         delete_jobs=tuple(delete),
         status=status,
@@ -381,7 +385,7 @@ def _hold_message(nodes: Sequence[StagingNodeStatus]) -> str | None:
     if failed:
         first = failed[0]
         return (
-            f"model staging failed on node {first.node}: {first.reason}: {first.message or ''}"
+            f"{FAILED_PREFIX} on node {first.node}: {first.reason}: {first.message or ''}"
         ).rstrip(": ")
     if all(n.stage == StageState.READY.value for n in nodes):
         return None
