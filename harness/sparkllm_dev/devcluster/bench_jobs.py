@@ -76,7 +76,10 @@ from sparkllm_dev.errors import DevClusterError
 
 logger = logging.getLogger(__name__)
 
-SELECTOR: Final = "app.kubernetes.io/component in (benchmark,acceptance)"
+# The model staging Jobs' pods (``sparkllm stage-model``) are run the same way: one
+# process per pod on the simulated node's address (host network), volumes under its hosts
+# root; a serve pod runs until the operator deletes it.
+SELECTOR: Final = "app.kubernetes.io/component in (benchmark,acceptance,model-staging)"
 STOP_GRACE_SECONDS: Final = 5.0
 BASE_URL_OPTION: Final = "--base-url"
 TERMINATION_FILE: Final = "termination-log"  # in the pod's scratch directory
