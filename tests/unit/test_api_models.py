@@ -221,17 +221,18 @@ def test_condition_reason_must_be_camel_case() -> None:
         )
 
 
-def test_condition_types_are_the_documented_thirteen() -> None:
+def test_condition_types_are_the_documented_fourteen() -> None:
     # Exposed (issue 21): spec.exposure's optional APIs, reported once one was missing.
     # Monitored: spec.monitoring's PodMonitors, or why there are none.
     # UpdatePending (issue 32): an operator update the running rank pods wait for.
     # LaunchChecked, ImagesConsistent (issue 27): the image's own SGLang judged each rank's
     # command line; every rank of a replica runs one digest and version.
     # MemoryVerified (issue 28): the memory preflight right before each engine starts.
+    # ModelStaged (issue 31): every group holds a verified copy of spec.model.source.
     assert [c.value for c in ConditionType] == [
         "Ready", "Progressing", "Degraded", "ModelVerified", "ConfigApplied", "CapacityPlanned",
         "NetworkVerified", "MemoryVerified", "Exposed", "Monitored", "UpdatePending",
-        "LaunchChecked", "ImagesConsistent",
+        "LaunchChecked", "ImagesConsistent", "ModelStaged",
     ]  # fmt: skip
 
 
