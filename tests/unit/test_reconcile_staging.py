@@ -204,6 +204,22 @@ def test_each_node_copies_from_the_one_before_once_it_serves_then_the_ranks_run(
     assert plan.create_jobs == ()
     assert plan.delete_jobs == ()
     assert Reason.STAGED.value not in reasons(plan)
+    _a_settled_pass_keeps_the_bytes_without_the_logs(obs, plan, (download, copy1, copy2))
+
+
+def _a_settled_pass_keeps_the_bytes_without_the_logs(
+    obs: Observation, plan: Plan, jobs: Sequence[JSON]
+) -> None:
+    """Observe no longer reads the staged nodes' logs (their bytes are in status), and a
+    pass without those records keeps status.modelStaging as it is."""
+    if plan.status is not None:
+        obs = with_status(obs, plan.status)
+    assert obs.obj is not None
+    before = obs.obj["status"]["modelStaging"]
+    quiet = run(replace(obs, staging=tuple(seen(job, "succeeded") for job in jobs)))
+    assert (quiet.status or obs.obj["status"])["modelStaging"] == before
+    assert before["groups"][0]["nodes"][2]["bytesDone"] == TOTAL
+    assert quiet.create_jobs == quiet.delete_jobs == ()
 
 
 class StagingEvents:
