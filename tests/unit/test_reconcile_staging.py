@@ -328,3 +328,15 @@ def test_a_missing_bucket_reads_as_not_found_from_the_termination_message() -> N
     assert condition(plan.status)["reason"] == "NotFound"
     assert "NoSuchBucket" in condition(plan.status)["message"]
     assert reasons(plan) == ["NotFound"]
+
+
+def test_a_removed_source_leaves_no_stale_condition_and_no_jobs() -> None:
+    obs, failed, plan = _failed_copy()
+    plain = cluster(replicas=1, groups=1, status=plan.status)
+    after = run(with_obj(obs, plain))
+    assert after.status is not None
+    assert "modelStaging" not in after.status
+    assert condition(after.status)["status"] == "True"
+    assert after.create_jobs == ()
+    assert len(after.delete_jobs) == 3  # the download, the server, the failed copy
+    assert failed.name in {r.name for r in after.delete_jobs}

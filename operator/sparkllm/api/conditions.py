@@ -212,7 +212,7 @@ CONDITIONS: Final[tuple[ConditionKind, ...]] = (
     ConditionKind(
         ConditionType.MODEL_STAGED,
         "every replica's node group holds a verified copy of spec.model.source (absent "
-        "without a source); a replica's ranks are held until its group is staged",
+        "while no source was ever set); a replica's ranks are held until its group is staged",
         (
             Reason.STAGED,
             Reason.STAGING,

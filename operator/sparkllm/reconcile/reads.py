@@ -144,8 +144,10 @@ async def read_staging(
 ) -> tuple[StagingJob, ...]:
     """The model staging Jobs (spec.model.source only), each with its pod's latest
     progress record from the tail of its log (decide/staging_seen.py says why the log).
-    A stage the last status already shows Ready, with its bytes, is not read again."""
-    if ic.spec.model.source is None:
+    A stage the last status already shows Ready, with its bytes, is not read again.
+    Without a source nothing is read, unless the last status shows one was staged (its
+    Jobs are then deleted)."""
+    if ic.spec.model.source is None and not (obj.get("status") or {}).get("modelStaging"):
         return ()
     namespace = ic.metadata.namespace or "default"
     selector = staging_selector(ic.metadata.name)

@@ -174,6 +174,9 @@ def _act(
         addresses={name: node.internal_ip for name, node in observed.nodes.items()},
         jobs=observation.staging, previous=previous.get("modelStaging"), force=force,
         image=gateway_image, generation=generation,
+        had_condition=any(
+            c.get("type") == ConditionType.MODEL_STAGED for c in previous.get("conditions") or []
+        ),
     )  # fmt: skip
     facts = replace(
         facts,

@@ -88,10 +88,22 @@ def decide_staging(
     force: bool,
     image: ProductImage,
     generation: int,
+    had_condition: bool = False,
 ) -> StagingOutcome:
-    """The step for one pass; an empty outcome without ``spec.model.source``."""
-    if ic.spec.model.source is None:
-        return StagingOutcome()
+    """The step for one pass; an empty outcome without ``spec.model.source`` (but for
+    ModelStaged True once a source was removed: its condition is not left stale)."""
+    if ic.spec.model.source is None:  # none, or removed: its Jobs go, its condition clears
+        left = tuple(_removal(j) for j in jobs if not j.deleting)
+        if not had_condition:
+            return StagingOutcome(delete_jobs=left)
+        message = "no spec.model.source: the model is expected at spec.model.path"
+        kind = ConditionType.MODEL_STAGED
+        return StagingOutcome(
+            delete_jobs=left,
+            condition=condition(
+                kind, status=True, reason=Reason.STAGED, message=message, generation=generation
+            ),
+        )
     digest = staging_digest(ic)
     live = {j.name: j for j in jobs if j.digest == digest}
     stale = tuple(_removal(j) for j in jobs if j.digest != digest and not j.deleting)
