@@ -21,9 +21,11 @@ from sparkllm.cli_args import parse_args
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
+from sparkllm.reconcile.decide.staging import FAILURE_REASONS, failure_reason
 from sparkllm.reconcile.decide.staging_seen import StagingJob, staging_job
 from sparkllm.render.model_staging import STAGING_CONTAINER
 from sparkllm.staging.args import StageModelArgs
+from sparkllm.staging.plan import StageReason
 from tests.unit.reconcile_fixtures import (
     GATEWAY_IMAGE,
     cluster,
@@ -340,3 +342,9 @@ def test_a_removed_source_leaves_no_stale_condition_and_no_jobs() -> None:
     assert after.create_jobs == ()
     assert len(after.delete_jobs) == 3  # the download, the server, the failed copy
     assert failed.name in {r.name for r in after.delete_jobs}
+
+
+def test_every_stage_failure_reason_is_a_condition_and_event_reason() -> None:
+    assert set(FAILURE_REASONS) == set(StageReason)
+    assert all(FAILURE_REASONS[r].value == r.value for r in StageReason)
+    assert failure_reason(None) is Reason.STAGE_FAILED

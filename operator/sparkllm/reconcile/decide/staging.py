@@ -49,6 +49,17 @@ from sparkllm.render.product_image import ProductImage
 from sparkllm.staging.plan import NodeStage, StagePlan, StageReason, StageState, advance, plan_group
 
 FAILED_PREFIX: Final = "model staging failed"
+# A stage's failure reason (staging.plan, the command's) as the condition's and Event's.
+FAILURE_REASONS: Final[Mapping[StageReason, Reason]] = {
+    StageReason.UNAUTHORIZED: Reason.UNAUTHORIZED,
+    StageReason.NOT_FOUND: Reason.NOT_FOUND,
+    StageReason.DISK_FULL: Reason.DISK_FULL,
+    StageReason.HASH_MISMATCH: Reason.HASH_MISMATCH,
+    StageReason.CONNECTION_LOST: Reason.CONNECTION_LOST,
+    StageReason.VERIFICATION_FAILED: Reason.VERIFICATION_FAILED,
+    StageReason.INVALID_SOURCE: Reason.INVALID_SOURCE,
+    StageReason.PEER_UNAVAILABLE: Reason.PEER_UNAVAILABLE,
+}
 POLL_SECONDS: Final = 2.0  # a pass while a stage runs: progress comes from logs, no watch
 
 
@@ -357,7 +368,7 @@ def _node_events(
     old = before or {}
     if old.get("stage") == StageState.FAILED.value and old.get("job") == entry.job:
         return []
-    reason = Reason(entry.reason or Reason.STAGE_FAILED.value)
+    reason = failure_reason(entry.reason)
     message = (
         f"replica {replica}: staging the model on node {entry.node} failed: {entry.reason}: "
         f"{entry.message or 'the staging pod failed'}; change spec.model.source or annotate "
@@ -443,7 +454,7 @@ def staged_condition(
     if failed:
         first = failed[0]
         message = "; ".join(holds.values()) or f"{first.node}: {first.reason}"
-        reason = Reason(first.reason or Reason.STAGE_FAILED.value)
+        reason = failure_reason(first.reason)
         return condition(kind, status=False, reason=reason, message=message, generation=generation)
     if holds:
         message = "; ".join(f"replica {r}: {m}" for r, m in sorted(holds.items()))
@@ -468,6 +479,13 @@ def _previous_nodes(
         for g in previous.get("groups") or []
         for n in g.get("nodes") or []
     }
+
+
+def failure_reason(text: str | None) -> Reason:
+    """The condition's and Event's reason for a node's failure reason (status text);
+    StageFailed when the pod failed without saying why."""
+    known = {stage.value: reason for stage, reason in FAILURE_REASONS.items()}
+    return known.get(text or "", Reason.STAGE_FAILED)
 
 
 def _removal(job: StagingJob) -> Removal:
