@@ -21,7 +21,7 @@ from sparkllm.cli_args import parse_args
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
-from sparkllm.reconcile.decide.staging import FAILURE_REASONS, failure_reason
+from sparkllm.reconcile.decide.staging_report import FAILURE_REASONS, failure_reason
 from sparkllm.reconcile.decide.staging_seen import StagingJob, staging_job
 from sparkllm.render.model_staging import STAGING_CONTAINER
 from sparkllm.staging.args import StageModelArgs

@@ -36,6 +36,14 @@ from sparkllm.api.staging_status import ModelStagingStatus, StagingGroupStatus, 
 from sparkllm.errors import SpecError
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.actions import PendingEvent, Removal
+from sparkllm.reconcile.decide.staging_report import (
+    FAILED_PREFIX,
+    failure_reason,
+    hold_message,
+    staged_condition,
+    start_column,
+    summary,
+)
 from sparkllm.reconcile.decide.staging_seen import StagingJob
 from sparkllm.reconcile.decide.status import condition
 from sparkllm.render.model_staging import (
@@ -48,18 +56,6 @@ from sparkllm.render.model_staging import (
 from sparkllm.render.product_image import ProductImage
 from sparkllm.staging.plan import NodeStage, StagePlan, StageReason, StageState, advance, plan_group
 
-FAILED_PREFIX: Final = "model staging failed"
-# A stage's failure reason (staging.plan, the command's) as the condition's and Event's.
-FAILURE_REASONS: Final[Mapping[StageReason, Reason]] = {
-    StageReason.UNAUTHORIZED: Reason.UNAUTHORIZED,
-    StageReason.NOT_FOUND: Reason.NOT_FOUND,
-    StageReason.DISK_FULL: Reason.DISK_FULL,
-    StageReason.HASH_MISMATCH: Reason.HASH_MISMATCH,
-    StageReason.CONNECTION_LOST: Reason.CONNECTION_LOST,
-    StageReason.VERIFICATION_FAILED: Reason.VERIFICATION_FAILED,
-    StageReason.INVALID_SOURCE: Reason.INVALID_SOURCE,
-    StageReason.PEER_UNAVAILABLE: Reason.PEER_UNAVAILABLE,
-}
 POLL_SECONDS: Final = 2.0  # a pass while a stage runs: progress comes from logs, no watch
 
 
@@ -146,7 +142,7 @@ def decide_staging(
         delete.extend(group.delete)
         events.extend(group.events)
         busy = busy or group.busy
-        hold = _hold_message(group.nodes)
+        hold = hold_message(group.nodes)
         if hold is not None:
             holds[replica] = hold
     status = ModelStagingStatus(
@@ -402,72 +398,6 @@ def _order(plan: StagePlan) -> str:
     return "then " + ", ".join(copies) if copies else "no copies"
 
 
-def _hold_message(nodes: Sequence[StagingNodeStatus]) -> str | None:
-    """Why the replica waits, or None when every node is Ready."""
-    failed = [n for n in nodes if n.stage == StageState.FAILED.value]
-    if failed:
-        first = failed[0]
-        return (
-            f"{FAILED_PREFIX} on node {first.node}: {first.reason}: {first.message or ''}"
-        ).rstrip(": ")
-    if all(n.stage == StageState.READY.value for n in nodes):
-        return None
-    return f"model staging: {summary([StagingGroupStatus(replica=0, nodes=tuple(nodes))])}"
-
-
-def summary(groups: Sequence[StagingGroupStatus]) -> str:
-    """The printer column: ``2/3 nodes, 41%``; a failure's reason and node; ``3/3 nodes``."""
-    nodes = [n for g in groups for n in g.nodes]
-    failed = [n for n in nodes if n.stage == StageState.FAILED.value]
-    if failed:
-        return f"Failed: {failed[0].reason} on {failed[0].node}"[:128]
-    ready = sum(n.stage == StageState.READY.value for n in nodes)
-    if not nodes or ready == len(nodes):
-        return f"{ready}/{len(nodes)} nodes"
-    total = max((n.bytes_total or 0 for n in nodes), default=0)
-    if not total:
-        return f"{ready}/{len(nodes)} nodes"
-    done = sum(total if n.stage == StageState.READY.value else n.bytes_done or 0 for n in nodes)
-    return f"{ready}/{len(nodes)} nodes, {min(100, done * 100 // (total * len(nodes)))}%"
-
-
-def start_column(groups: Sequence[StagingGroupStatus]) -> str:
-    """The Start printer column while a group stages, one word as the column's other
-    values: ``Staging:2/3:41%`` (nodes staged of all, bytes done), or
-    ``StagingFailed:HashMismatch:spark-a1``. The same column, not a new one: an object
-    without a source prints as it always did."""
-    nodes = [n for g in groups for n in g.nodes]
-    failed = [n for n in nodes if n.stage == StageState.FAILED.value]
-    if failed:
-        return f"StagingFailed:{failed[0].reason}:{failed[0].node}"
-    text = summary(groups)
-    counted, _, percent = text.partition(" nodes")
-    return f"Staging:{counted}" + (f":{percent.lstrip(', ')}" if percent else "")
-
-
-def staged_condition(
-    groups: Sequence[StagingGroupStatus], holds: Mapping[int, str], *, generation: int
-) -> JSON:
-    """ModelStaged: True when every group is Ready; False Staging, or the failure's reason."""
-    kind = ConditionType.MODEL_STAGED
-    failed = [n for g in groups for n in g.nodes if n.stage == StageState.FAILED.value]
-    if failed:
-        first = failed[0]
-        message = "; ".join(holds.values()) or f"{first.node}: {first.reason}"
-        reason = failure_reason(first.reason)
-        return condition(kind, status=False, reason=reason, message=message, generation=generation)
-    if holds:
-        message = "; ".join(f"replica {r}: {m}" for r, m in sorted(holds.items()))
-        return condition(
-            kind, status=False, reason=Reason.STAGING, message=message, generation=generation
-        )
-    count = sum(len(g.nodes) for g in groups)
-    message = f"every replica's node group holds a verified copy ({count} nodes)"
-    return condition(
-        kind, status=True, reason=Reason.STAGED, message=message, generation=generation
-    )
-
-
 def _previous_nodes(
     previous: Mapping[str, Any] | None, digest: str
 ) -> dict[tuple[int, str], Mapping[str, Any]]:
@@ -479,13 +409,6 @@ def _previous_nodes(
         for g in previous.get("groups") or []
         for n in g.get("nodes") or []
     }
-
-
-def failure_reason(text: str | None) -> Reason:
-    """The condition's and Event's reason for a node's failure reason (status text);
-    StageFailed when the pod failed without saying why."""
-    known = {stage.value: reason for stage, reason in FAILURE_REASONS.items()}
-    return known.get(text or "", Reason.STAGE_FAILED)
 
 
 def _removal(job: StagingJob) -> Removal:
