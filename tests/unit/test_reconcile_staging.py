@@ -21,6 +21,7 @@ from sparkllm.cli_args import parse_args
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
+from sparkllm.reconcile.decide.staging import decide_staging
 from sparkllm.reconcile.decide.staging_report import FAILURE_REASONS, failure_reason
 from sparkllm.reconcile.decide.staging_seen import StagingJob, staging_job
 from sparkllm.render.model_staging import STAGING_CONTAINER
@@ -263,9 +264,8 @@ def test_a_failed_stage_holds_the_replica_says_why_once_and_retries_on_restart()
     assert rank_replicas(plan) == [0, 0, 0]
     assert plan.create_jobs == ()  # a2 never starts from a failed copy
     # a0's server has no one left to serve (its successor failed) and is deleted.
-    assert [r.name for r in plan.delete_jobs] == [
-        failed.name.replace("-stage-r0-n1-", "-serve-r0-n0-")
-    ]
+    server = next(j for j in obs.staging if j.role == "serve")
+    assert [r.name for r in plan.delete_jobs] == [server.name]
     # The next pass (status written) posts no second Event and retries nothing.
     again = run(with_status(obs, plan.status))
     assert "HashMismatch" not in reasons(again)
@@ -348,3 +348,19 @@ def test_every_stage_failure_reason_is_a_condition_and_event_reason() -> None:
     assert set(FAILURE_REASONS) == set(StageReason)
     assert all(FAILURE_REASONS[r].value == r.value for r in StageReason)
     assert failure_reason(None) is Reason.STAGE_FAILED
+
+
+def test_a_replica_on_another_group_stages_its_new_nodes_and_drops_the_old_jobs() -> None:
+    """A failover to a spare group: the old group's Jobs are not taken for the new nodes'."""
+    obs, _, _ = _failed_copy()
+    assert obs.ic is not None
+    addresses = {"b0": "10.0.1.10", "b1": "10.0.1.11", "b2": "10.0.1.12"}
+    outcome = decide_staging(
+        obs.ic, groups={0: ("b0", "b1", "b2")}, addresses=addresses,
+        jobs=obs.staging, previous=None, force=False, image=GATEWAY_IMAGE, generation=1,
+    )  # fmt: skip
+    assert {r.name for r in outcome.delete_jobs} == {j.name for j in obs.staging}
+    (download,) = outcome.create_jobs
+    assert node_of(download) == "b0"
+    assert download["metadata"]["name"] not in {j.name for j in obs.staging}
+    assert outcome.waits == {0: "model staging: 0/3 nodes"}

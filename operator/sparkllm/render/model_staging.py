@@ -67,9 +67,14 @@ def staging_digest(ic: InferenceCluster) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def staging_job_name(cluster: str, *, replica: int, rank: int, role: Role, digest: str) -> str:
-    """``<cluster>-<role>-r<replica>-n<rank>-<digest>``, within a Job name's 63."""
-    return f"{cluster[:30]}-{role}-r{replica}-n{rank}-{digest[:8]}"
+def staging_job_name(
+    cluster: str, *, replica: int, rank: int, role: Role, digest: str, node: str
+) -> str:
+    """``<cluster>-<role>-r<replica>-n<rank>-<8 hex>``, within a Job name's 63; the hex is
+    of the source's digest and the node, so a replica moved to another group (a spare)
+    stages its new nodes instead of finding the old group's Jobs."""
+    mark = hashlib.sha256(f"{digest}/{node}".encode()).hexdigest()[:8]
+    return f"{cluster[:30]}-{role}-r{replica}-n{rank}-{mark}"
 
 
 def staging_labels(cluster: str, *, replica: int, role: Role, digest: str) -> dict[str, str]:
@@ -158,7 +163,9 @@ def render_staging_job(
     labels = staging_labels(name, replica=replica, role=role, digest=digest)
     return render_template(
         "model_staging_job.yaml.j2",
-        name=staging_job_name(name, replica=replica, rank=rank, role=role, digest=digest),
+        name=staging_job_name(
+            name, replica=replica, rank=rank, role=role, digest=digest, node=node
+        ),
         namespace=namespace,
         labels=labels,
         annotations={ANNOTATION_STAGING_NODE: node},

@@ -112,8 +112,12 @@ def decide_staging(
             ),
         )
     digest = staging_digest(ic)
-    live = {j.name: j for j in jobs if j.digest == digest}
-    stale = tuple(_removal(j) for j in jobs if j.digest != digest and not j.deleting)
+    # A Job of another source, or of a node no longer in its replica's group (moved to a
+    # spare, scaled away), is deleted; a node that comes back finds its copy staged.
+    placed = {(replica, node) for replica, nodes in groups.items() for node in nodes}
+    current = [j for j in jobs if j.digest == digest and (j.replica, j.node) in placed]
+    live = {j.name: j for j in current}
+    stale = tuple(_removal(j) for j in jobs if j not in current and not j.deleting)
     before = _previous_nodes(previous, digest)
     holds: dict[int, str] = {}
     out_groups: list[StagingGroupStatus] = []
@@ -183,7 +187,7 @@ def _decide_group(
     for transfer in plan.transfers:  # sources come before the nodes they serve
         node = transfer.target
         name = staging_job_name(
-            cluster, replica=replica, rank=rank[node], role="stage", digest=digest
+            cluster, replica=replica, rank=rank[node], role="stage", digest=digest, node=node
         )
         job = live.get(name)
         stage = node_stage(job, node=node, copying=transfer.source is not None)
@@ -255,7 +259,9 @@ def _serve(
     Wanted while the node is Ready and a node it serves is not yet Ready or Failed (a
     successor's stage is decided after this node's, so its Job is read from ``live``)."""
     cluster = ic.metadata.name
-    name = staging_job_name(cluster, replica=replica, rank=rank, role="serve", digest=digest)
+    name = staging_job_name(
+        cluster, replica=replica, rank=rank, role="serve", digest=digest, node=node
+    )
     job = live.get(name)
     successors = [t.target for t in plan.transfers if t.source == node]
     pending = [s for s in successors if not _finished(s, live, replica=replica)]
