@@ -12,6 +12,8 @@ staged, the files on every node; and a missing bucket reported as NotFound.
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,7 +162,42 @@ def test_a_group_is_staged_once_downloaded_twice_copied_before_its_ranks(
     jobs = devcluster.kubectl_json("get", "jobs", "-n", namespace)["items"]
     roles = sorted(j["metadata"]["labels"]["sparkllm.io/staging-role"] for j in jobs)
     assert roles == ["stage", "stage", "stage"]
+    # The servers' own count, printed when the operator deleted them: one model's bytes on
+    # each link of the chain, a0 -> a1 and a1 -> a2, and nothing to anyone else.
+    served = wait_until(
+        lambda: served_bytes(tmp_path / "stage") if len(served_bytes(tmp_path / "stage")) == 2
+        else None,
+        timeout=30, what="both servers' 'served' records",
+    )  # fmt: skip
+    address = node_addresses(devcluster)
+    print(f"bytes sent by each server: {served}")
+    assert served == {
+        address["spark-a0"]: {address["spark-a1"]: size},
+        address["spark-a1"]: {address["spark-a2"]: size},
+    }
     assert shared_operator.log().count("Traceback") == 0
+
+
+def served_bytes(logs: Path) -> dict[str, dict[str, int]]:
+    """Each serve pod's ``served`` record (its --listen address -> bytes sent per peer)."""
+    out: dict[str, dict[str, int]] = {}
+    for log in logs.glob("*-serve-*.log"):
+        text = log.read_text(errors="replace")
+        listen = re.search(r"--listen (\S+):\d+", text)
+        for line in text.splitlines():
+            if listen and line.startswith("{") and '"served"' in line:
+                out[listen.group(1)] = dict(json.loads(line)["bytesSent"])
+    return out
+
+
+def node_addresses(devcluster: DevCluster) -> dict[str, str]:
+    nodes = devcluster.kubectl_json("get", "nodes")["items"]
+    return {
+        n["metadata"]["name"]: next(
+            a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"
+        )
+        for n in nodes
+    }
 
 
 @quick_resync
