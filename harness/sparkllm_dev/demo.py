@@ -364,7 +364,8 @@ def _front_door(cluster: DevCluster, key: str) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     answer = httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60)
     print(f"[demo] front door {url}: POST /v1/chat/completions -> {answer.status_code}")
-    print(f"       {answer.text[:300]}\n")
+    shown = answer.text if len(answer.text) <= 300 else answer.text[:300] + " … (cut)"
+    print(f"       {shown}\n")
 
 
 def _ready_upstream(url: str) -> bool:
