@@ -169,6 +169,24 @@ def test_a_rerun_on_a_staged_target_does_nothing(tmp_path: Path) -> None:
     shutil.rmtree(target)
 
 
+def test_a_staged_copy_of_another_source_is_refused_not_taken(tmp_path: Path) -> None:
+    """A new source at the same path (a new revision, other URLs) must not be answered
+    with the old files: the stage names the mismatch and fetches nothing."""
+    files = toy_model(tmp_path / "origin")
+    target = tmp_path / "node" / "model"
+    with https_server(files, certs=tmp_path / "certs") as (server, ca):
+        stage(target, ca, source=https_source(server, files))
+        before = {p.name: p.stat().st_mtime_ns for p in target.iterdir()}
+        urls = [{"url": f"{server.url}/{p}"} for p in sorted(files)]  # another spec
+        other = ModelSourceSpec.model_validate({"https": {"urls": urls}})
+        with pytest.raises(StageError) as refused:
+            stage(target, ca, source=other)
+    assert refused.value.reason is StageReason.INVALID_SOURCE
+    assert "holds a copy of another source" in str(refused.value)
+    assert "give the new source a new model.path" in str(refused.value)
+    assert {p.name: p.stat().st_mtime_ns for p in target.iterdir()} == before
+
+
 def test_a_stray_file_of_an_earlier_run_is_not_moved_into_place(tmp_path: Path) -> None:
     files = toy_model(tmp_path / "origin")
     target = tmp_path / "node" / "model"

@@ -76,6 +76,7 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
     """Stage the model at ``request.target``; raises StageError with the reason."""
     target = request.target
     if (target / MANIFEST_FILE).is_file():
+        _same_source(request)
         progress.set_stage(StageState.READY)
         progress.emit("done", message=f"{target} is already staged")
         return {}
@@ -96,13 +97,45 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
             {"path": path, "size": f.size, "sha256": f.sha256}
             for path, f in sorted(fetched.items())
         ]
-        (staging / MANIFEST_FILE).write_text(json.dumps({"files": manifest}), encoding="utf-8")
+        record: dict[str, object] = {"files": manifest}
+        if request.source is not None:
+            record["source"] = source_key(request.source)
+        (staging / MANIFEST_FILE).write_text(json.dumps(record), encoding="utf-8")
         os.replace(staging, target)
     except OSError as exc:
         raise from_os_error(exc, what=str(staging)) from exc
     progress.set_stage(StageState.READY)
     progress.emit("done", files=len(fetched))
     return fetched
+
+
+def source_key(source: ModelSourceSpec) -> str:
+    """16 hex naming what a copy was downloaded from (the source as the spec gives it)."""
+    wire = source.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return hashlib.sha256(json.dumps(wire, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _same_source(request: StageRequest) -> None:
+    """A finished copy counts as staged only for the source it came from: a new revision
+    (or bucket, or URL list) at the same path must not be answered with the old files.
+    A copy made from a peer, or by a stage that recorded no source, is taken as it is."""
+    if request.source is None:
+        return
+    path = request.target / MANIFEST_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise from_os_error(exc, what=str(path)) from exc
+    except ValueError as exc:
+        raise StageError(StageReason.INVALID_SOURCE, f"{path}: not a stage's manifest") from exc
+    staged_from = recorded.get("source") if isinstance(recorded, dict) else None
+    if staged_from is not None and staged_from != source_key(request.source):
+        raise StageError(
+            StageReason.INVALID_SOURCE,
+            f"{request.target} holds a copy of another source (staged from {staged_from}, "
+            f"asked for {source_key(request.source)}): give the new source a new model.path, "
+            "or move the old copy away",
+        )
 
 
 def _remove_strays(staging: Path, *, keep: set[str]) -> None:
