@@ -36,12 +36,19 @@ from sparkllm.offline import fresh_plan, render_file
 from sparkllm.render.acceptance import AcceptanceRequest, render_acceptance_job
 from sparkllm.render.benchmark import render_benchmark_job
 from sparkllm.render.engine_cache import EngineCache
+from sparkllm.render.model_staging import (
+    render_staging_job,
+    serve_args,
+    stage_args,
+    staging_digest,
+)
 from sparkllm.render.product_image import (
     IMAGE_ENV,
     PULL_POLICY_ENV,
     ProductImage,
     product_image_from,
 )
+from sparkllm.staging.plan import Copy
 from tests.unit.test_chart_render import CHART, ROOT, one, run_helm
 
 pytestmark = pytest.mark.needs_binary  # helm (make binaries)
@@ -126,8 +133,27 @@ def made_objects(doc: JSON, env: dict[str, str]) -> list[JSON]:
         render_acceptance_job(
             ic, request=AcceptanceRequest(user="alice"), image=image, generation=1
         ),
+        *staging_jobs(doc, image),
     ]
     return [*plan.apply, *jobs]
+
+
+def staging_jobs(doc: JSON, image: ProductImage) -> list[JSON]:
+    """The model-staging Jobs the operator makes for ``doc`` with a source: a download on
+    one node and the server its successor copies from (docs/model-staging.md)."""
+    staged = copy.deepcopy(doc)
+    staged["spec"]["model"]["source"] = {
+        "s3": {"endpoint": "https://s3.registry.local", "bucket": "models", "prefix": "ds/"}
+    }
+    ic = validate_inference_cluster(staged)
+    digest = staging_digest(ic)
+    download = Copy(target="spark-a0", source=None, source_address=None, wave=0)
+    return [
+        render_staging_job(ic, replica=0, rank=0, node="spark-a0", role="stage", digest=digest,
+                           args=stage_args(ic, transfer=download, address=None), image=image),
+        render_staging_job(ic, replica=0, rank=0, node="spark-a0", role="serve", digest=digest,
+                           args=serve_args(ic, address="10.0.0.10"), image=image),
+    ]  # fmt: skip
 
 
 def pod_specs(objs: list[JSON]) -> Iterator[tuple[str, JSON]]:
@@ -175,7 +201,8 @@ def test_every_pod_the_operator_makes_pulls_from_the_mirror(
     pods = dict(pod_specs(objs))
     kinds = sorted({name.split("/")[0] for name in pods})
     assert kinds == ["Deployment", "Job", "StatefulSet"]
-    assert len(pods) == 3 + 1 + 2  # three ranks, the gateway, the benchmark and acceptance
+    # three ranks, the gateway, the benchmark and acceptance, a model stage and its server
+    assert len(pods) == 3 + 1 + 2 + 2
     product_containers = set()
     for name, spec in pods.items():
         assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
@@ -191,6 +218,7 @@ def test_every_pod_the_operator_makes_pulls_from_the_mirror(
         "admission",
         "router",
         "bench",
+        "stage-model",
     }
     text = yaml.safe_dump_all(objs)
     assert [registry for registry in PUBLIC if registry in text] == []
@@ -232,6 +260,7 @@ def test_the_pull_policy_reaches_every_container_of_the_sparkllm_image() -> None
         "admission": "Always",
         "router": "Always",
         "bench": "Always",
+        "stage-model": "Always",
     }
 
 
@@ -241,5 +270,6 @@ def test_no_pod_template_escapes_these_checks() -> None:
     assert with_pods == [
         "benchmark_job.yaml.j2",  # the benchmark and acceptance Jobs
         "gateway_deployment.yaml.j2",
+        "model_staging_job.yaml.j2",  # a model source's stage and serve Jobs
         "rank_statefulset.yaml.j2",
     ]
