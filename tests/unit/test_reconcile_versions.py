@@ -187,3 +187,27 @@ def test_the_pin_is_the_majority_then_rank_0() -> None:
     assert pin_for("r:1", [_rank(0, B), _rank(1, A)]) == f"r:1@{B}"  # a tie: rank 0's
     assert pin_for("r:1", [_rank(0, None), _rank(1, A), _rank(2, B)]) == f"r:1@{A}"
     assert pin_for(f"r@{A}", [_rank(0, B), _rank(1, A)]) is None  # pinned by the user
+
+
+def test_a_refusal_is_not_reworded_while_the_stopped_ranks_terminate() -> None:
+    """Every rank refused; a later pass sees only ranks 1 and 2 (rank 0's pod already
+    gone): the verdict keeps its first words, not 'rank 1 ... (and 1 more ranks)'."""
+    refused = {
+        "ok": False, "version": "0.5.22", "flag": "--enable-foo", "value": "1",
+        "error": "unrecognized arguments: --enable-foo 1",
+    }  # fmt: skip
+    builds = {(0, rank): refused for rank in range(3)}
+    obj, objects, pods = _world(builds=builds)
+    obs = observation(obj, objects=objects, pods=pods)
+    status = status_of(obs, decide(obs, gateway_image=GATEWAY_IMAGE))
+    first = _condition(status, "LaunchChecked")
+    assert first["message"].startswith("replica 0 rank 0 on a0: ")
+    assert "(and 2 more ranks)" in first["message"]
+    fewer = with_status(observation(obj, objects=objects, pods=pods[1:]), status)
+    again = status_of(fewer, decide(fewer, gateway_image=GATEWAY_IMAGE))
+    assert _condition(again, "LaunchChecked") == first
+    # A new generation (the spec changed) is judged anew.
+    changed = with_status(observation(obj, objects=objects, pods=pods[1:]), status)
+    changed.obj["metadata"]["generation"] = 2
+    fresh = status_of(changed, decide(changed, gateway_image=GATEWAY_IMAGE))
+    assert _condition(fresh, "LaunchChecked")["message"].startswith("replica 0 rank 1 on a1: ")

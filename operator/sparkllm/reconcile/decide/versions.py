@@ -204,6 +204,7 @@ def decide_versions(
     launch = keep_failed(
         launch, previous, ConditionType.LAUNCH_CHECKED, generation=generation, force=force
     )
+    launch = _keep_refusal(launch, previous, generation=generation, force=force)
     images = _images_condition(by_replica, split, pins, phases or {}, generation=generation)
     engines = tuple(
         ReplicaEngineStatus(
@@ -223,6 +224,32 @@ def decide_versions(
         for index in sorted(set(by_replica) | set(pins))
     )
     return VersionsOutcome(launch=launch, images=images, engines=engines, pins=pins)
+
+
+def _keep_refusal(
+    now: JSON, previous_status: Mapping[str, Any], *, generation: int, force: bool
+) -> JSON:
+    """This generation's LaunchRefused verdict, once made, is not re-worded: while the
+    stopped replica's rank pods terminate, a pass sees fewer of the same refusals and would
+    name another first rank and a smaller count (the verdict churned in CI)."""
+    previous = next(
+        (
+            c
+            for c in previous_status.get("conditions") or []
+            if c.get("type") == ConditionType.LAUNCH_CHECKED.value
+        ),
+        None,
+    )
+    if (
+        not force
+        and previous is not None
+        and now.get("reason") == Reason.LAUNCH_REFUSED
+        and previous.get("reason") == Reason.LAUNCH_REFUSED
+        and previous.get("observedGeneration") == generation
+    ):
+        keys = ("type", "status", "reason", "message", "observedGeneration")
+        return {k: previous[k] for k in keys}
+    return now
 
 
 def _launch_condition(
