@@ -29,6 +29,7 @@ from tests.unit.reconcile_fixtures import (
     observation,
     rank_pods,
     replica_objects,
+    status_of,
 )
 from tests.unit.reconcile_world import advance
 from tests.unit.test_render_ranks import pod_spec, sample, statefulsets
@@ -212,6 +213,22 @@ def test_warn_serves_and_says_so() -> None:
     )  # fmt: skip
     assert plan.status["memory"]["findings"][0]["check"] == "MemAvailable"
     assert any(e.reason == "MemoryCheckFailed" and e.warning for e in plan.events)
+
+
+def test_warn_keeps_its_verdict_through_a_pass_that_sees_no_result() -> None:
+    """A pass that sees the rank pods without their memory results (a pod being replaced,
+    a status not written yet) keeps the warn verdict: no flip to Unknown and back, so the
+    Warning Event is posted once (three identical Events were seen in CI)."""
+    obs, plan = _pass("warn", exit_code=0)
+    first = _conditions(plan)["MemoryVerified"]
+    assert first["status"] == "False"
+    obs = advance(obs, plan, seconds=5)
+    for pod in obs.observed.pods:
+        pod["status"].pop("initContainerStatuses", None)
+    again = decide(obs, gateway_image=GATEWAY_IMAGE)
+    kept = next(c for c in status_of(obs, again)["conditions"] if c["type"] == "MemoryVerified")
+    assert (kept["status"], kept["message"]) == ("False", first["message"])
+    assert not [e for e in again.events if e.reason == "MemoryCheckFailed"]
 
 
 def test_gate_stops_the_replica_until_a_restart_is_requested() -> None:

@@ -225,14 +225,15 @@ def preflight_verdict(
     generation: int,
     force: bool,
 ) -> JSON | None:
-    """A preflight's condition in its mode: None when off; in gate mode a failure is kept
-    (the stop takes the pods and their messages) until the spec changes or a restart."""
+    """A preflight's condition in its mode: None when off; otherwise a failure is kept
+    until the spec changes or a restart: in gate mode the stop takes the pods and their
+    messages; in warn mode a pass that sees the rank pods without their results (a pod
+    being replaced, a status not yet written) would make it Unknown and then False again,
+    and each return to False was one more identical Warning Event."""
     if mode == "off":
         return None
     engine_pods, expected = rank_pods(observed)
     verdict = judge(engine_pods, generation=generation, expected=expected)
-    if mode != "gate":
-        return verdict
     return keep_failed(verdict, previous_status, kind, generation=generation, force=force)
 
 
