@@ -142,10 +142,7 @@ def keep_failed(
     force: bool,
 ) -> JSON:
     """``now``, unless it is Unknown and this generation's previous verdict was False."""
-    previous = next(
-        (c for c in previous_status.get("conditions") or [] if c.get("type") == kind.value),
-        None,
-    )
+    previous = previous_condition(previous_status, kind)
     if (
         now["status"] == "Unknown"
         and previous is not None
@@ -153,9 +150,22 @@ def keep_failed(
         and previous.get("observedGeneration") == generation
         and not force
     ):
-        keys = ("type", "status", "reason", "message", "observedGeneration")
-        return {k: previous[k] for k in keys}
+        return kept(previous)
     return now
+
+
+def previous_condition(previous_status: Mapping[str, Any], kind: ConditionType) -> JSON | None:
+    """The last status's condition of ``kind`` (None when it had none)."""
+    return next(
+        (c for c in previous_status.get("conditions") or [] if c.get("type") == kind.value),
+        None,
+    )
+
+
+def kept(previous: Mapping[str, Any]) -> JSON:
+    """A previous verdict carried into this pass, as the condition it was."""
+    keys = ("type", "status", "reason", "message", "observedGeneration")
+    return {k: previous[k] for k in keys}
 
 
 def model_verdict(

@@ -41,7 +41,13 @@ from sparkllm.api.engine_status import EngineRankStatus, ReplicaEngineStatus
 from sparkllm.integrity import ModelSummary
 from sparkllm.integrity.summary import SummaryError
 from sparkllm.keys import LABEL_REPLICA
-from sparkllm.reconcile.decide.proofs import init_container_result, keep_failed, rank_pods
+from sparkllm.reconcile.decide.proofs import (
+    init_container_result,
+    keep_failed,
+    kept,
+    previous_condition,
+    rank_pods,
+)
 from sparkllm.reconcile.decide.replica_state import pods_by_rank
 from sparkllm.reconcile.decide.replicas import Observed, label
 from sparkllm.reconcile.decide.status import condition
@@ -232,14 +238,7 @@ def _keep_refusal(
     """This generation's LaunchRefused verdict, once made, is not re-worded: while the
     stopped replica's rank pods terminate, a pass sees fewer of the same refusals and would
     name another first rank and a smaller count (the verdict churned in CI)."""
-    previous = next(
-        (
-            c
-            for c in previous_status.get("conditions") or []
-            if c.get("type") == ConditionType.LAUNCH_CHECKED.value
-        ),
-        None,
-    )
+    previous = previous_condition(previous_status, ConditionType.LAUNCH_CHECKED)
     if (
         not force
         and previous is not None
@@ -247,8 +246,7 @@ def _keep_refusal(
         and previous.get("reason") == Reason.LAUNCH_REFUSED
         and previous.get("observedGeneration") == generation
     ):
-        keys = ("type", "status", "reason", "message", "observedGeneration")
-        return {k: previous[k] for k in keys}
+        return kept(previous)
     return now
 
 
