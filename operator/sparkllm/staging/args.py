@@ -50,3 +50,13 @@ class StageModelArgs:
     )
     serve: bool = option("--serve", default=False, help="serve the finished --target to peers")
     listen: str = option("--listen", default=DEFAULT_LISTEN, help="with --serve: ADDR:PORT")
+    clean: bool = option(
+        "--clean",
+        default=False,
+        help="remove this model's other copies beside the finished --target (the cleaning rule)",
+    )
+    keep_previous: int = option(
+        "--keep-previous",
+        default=1,
+        help="with --clean: how many other finished copies to keep, newest first",
+    )
