@@ -15,6 +15,7 @@ import json
 import ssl
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from sparkllm.staging.serve import MANIFEST_FILE, PeerServer
 from tests.unit.test_gateway_tls import make_certificate
 from tests.unit.test_integrity_fixtures import make_model_dir
 
@@ -187,3 +189,30 @@ def hub_entry(path: str, data: bytes) -> dict[str, Any]:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def seed_copy(root: Path, files: dict[str, bytes], *, wrong_sha: str | None = None) -> Path:
+    """A finished copy at ``root`` as a group's download leaves it (the files and the
+    manifest a peer serves), without a source server: the origin of the peer-copy tests.
+    ``wrong_sha`` names a file whose manifest hash is wrong (every copy of it mismatches)."""
+    root.mkdir(parents=True)
+    entries = []
+    for path, data in sorted(files.items()):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+        digest = sha256(b"not " + data) if path == wrong_sha else sha256(data)
+        entries.append({"path": path, "size": len(data), "sha256": digest})
+    (root / MANIFEST_FILE).write_text(json.dumps({"files": entries}), encoding="utf-8")
+    return root
+
+
+@contextmanager
+def peer_server(model_dir: Path) -> Iterator[str]:
+    """``stage-model --serve``'s server on 127.0.0.1 for ``model_dir``; yields its URL."""
+    with PeerServer(model_dir, ("127.0.0.1", 0)) as server, ThreadPoolExecutor(1) as pool:
+        serving = pool.submit(server.serve_forever)
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+        serving.result()  # the server's loop ended without an error

@@ -7,5 +7,6 @@
   storage through the MinIO client; the Hugging Face Hub through ``huggingface_hub``).
 - ``serve``: a finished copy served to peers (Range requests, a manifest).
 - ``stage``: one node's stage (space check, staging directory, verify-model, atomic move).
+- ``clean``: the rule that removes a model's old copies beside the current one (``--clean``).
 - ``progress``: JSON-line progress records; ``command``: ``sparkllm stage-model``.
 """

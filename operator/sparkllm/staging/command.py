@@ -14,6 +14,10 @@ Two modes, one command (phase 2's Jobs run it on each node of a group, as
 - serve: ``--serve --target DIR --listen ADDR:PORT``: serve a finished copy to peers
   until SIGTERM, then print ``{"event": "served", "bytesSent": {<peer address>: bytes}}``
   (the bytes on each link).
+- clean: ``--clean --target DIR --keep-previous N``: remove the model's other copies
+  beside the finished copy ``DIR`` by the rule in ``staging.clean``; one line on stdout,
+  ``{"event": "cleaned", "removed": [...], "kept": [...], "skipped": [...],
+  "bytesFreed": N}``. A target that is not a finished copy fails as a stage does (exit 1).
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ from pydantic import ValidationError
 from sparkllm.api.model_staging import ModelSourceSpec
 from sparkllm.cli_args import add_options, from_namespace
 from sparkllm.staging.args import StageModelArgs
+from sparkllm.staging.clean import clean_copies
 from sparkllm.staging.errors import StageError
-from sparkllm.staging.plan import StageReason
+from sparkllm.staging.plan import StageReason, StageState
 from sparkllm.staging.progress import Progress
 from sparkllm.staging.serve import PeerServer
 from sparkllm.staging.stage import StageRequest, stage_model
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +66,8 @@ def parse_source(text: str) -> ModelSourceSpec:
 
 def run(namespace: argparse.Namespace) -> int:
     args = from_namespace(StageModelArgs, namespace)
+    if args.clean:
+        return _clean(args)
     if args.serve:
         return _serve(args)
     progress = Progress(file=args.progress_file)
@@ -76,9 +84,34 @@ def run(namespace: argparse.Namespace) -> int:
         )
         stage_model(request, progress)
     except StageError as exc:
-        progress.failed(exc.reason, exc.detail)
-        print(f"stage-model: failed: {exc}", file=sys.stderr, flush=True)
-        return EXIT_FAILED
+        return _failed(progress, exc)
+    return EXIT_OK
+
+
+def _failed(progress: Progress, exc: StageError) -> int:
+    """A failed record on stdout and one line with the reason on stderr: exit 1."""
+    progress.failed(exc.reason, exc.detail)
+    print(f"stage-model: failed: {exc}", file=sys.stderr, flush=True)
+    return EXIT_FAILED
+
+
+def _clean(args: StageModelArgs) -> int:
+    """The cleaning rule beside ``--target``: one ``cleaned`` record, or one failed line."""
+    alone = args.source is None and args.peer is None and not args.serve
+    if not alone or args.keep_previous < 0:
+        print(
+            "stage-model: --clean takes --target and --keep-previous N (0 or more) only",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_USAGE
+    progress = Progress(out=sys.stdout, file=args.progress_file)  # stdout as it is now
+    try:
+        report = clean_copies(args.target, keep_previous=args.keep_previous)
+    except StageError as exc:
+        return _failed(progress, exc)
+    progress.stage = StageState.READY  # the target stays this node's finished copy
+    progress.emit("cleaned", **report.record())
     return EXIT_OK
 
 

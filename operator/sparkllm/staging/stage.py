@@ -22,6 +22,7 @@ import io
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,7 @@ class StageRequest:
     local_address: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
     free_bytes: FreeBytes = disk_free_bytes
+    wall: Callable[[], float] = time.time  # the manifest's stagedAt (--clean's "newest")
 
 
 def staging_path(target: Path) -> Path:
@@ -97,7 +99,7 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
             {"path": path, "size": f.size, "sha256": f.sha256}
             for path, f in sorted(fetched.items())
         ]
-        record: dict[str, object] = {"files": manifest}
+        record: dict[str, object] = {"files": manifest, "stagedAt": round(request.wall(), 3)}
         if request.source is not None:
             record["source"] = source_key(request.source)
         (staging / MANIFEST_FILE).write_text(json.dumps(record), encoding="utf-8")
