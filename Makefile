@@ -21,7 +21,7 @@ CLUSTER ?= demo
 # collection: about 12 s of CPU without it, 4 s with it, on the 2-core machine).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo control-plane demo-down test lint unit bench setup binaries tools binaries-prefixed tools-prefixed image devcluster-up devcluster-down crds clean venv
+.PHONY: demo control-plane demo-staging demo-down test lint unit bench setup binaries tools binaries-prefixed tools-prefixed image devcluster-up devcluster-down crds clean venv
 
 # The same install script the Dockerfile's builder stage runs: the image cannot drift
 # from what the tests ran against.
@@ -67,6 +67,12 @@ demo:
 
 control-plane:
 	bash hack/build-binaries.sh --control-plane
+
+# The model staging journey on the running demo (docs/model-staging.md, "On the demo"): the
+# S3 server and helm (make binaries' tools), then `sparkllm-dev model-source`.
+demo-staging: $(STAMP)
+	bash hack/build-binaries.sh
+	$(BIN)/sparkllm-dev --cluster demo model-source
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator harness tests conftest.py

@@ -121,6 +121,12 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_down(cluster) if args.action == "down" else demo_up(cluster)
 
 
+def _model_source(args: argparse.Namespace) -> int:
+    from sparkllm_dev.demo_staging import model_source_up
+
+    return model_source_up(_cluster(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkllm-dev", description=__doc__.splitlines()[0] if __doc__ else None
@@ -165,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="dev cluster + operator + sample InferenceCluster, Ready")
     demo.add_argument("action", nargs="?", choices=["up", "down"], default="up")
     demo.set_defaults(handler=_demo)
+
+    source = sub.add_parser(
+        "model-source",
+        help="on the running demo: an S3 server with a toy model, its host allowed, an "
+        "InferenceCluster to stage it (docs/model-staging.md)",
+    )
+    source.set_defaults(handler=_model_source)
     return parser
 
 

@@ -97,6 +97,7 @@ _STOPPED = {  # how `demo down` names each background process it stops
     "engines": "the engine harness",
     "gateways": "the gateway pods' harness",
     "jobs": "the Jobs' pods' harness",
+    "model-source": "the staging journey's S3 server",  # sparkllm-dev model-source
 }
 
 
@@ -128,11 +129,11 @@ def _host_model_dir(cluster: DevCluster, node: str) -> Path:
     return cluster.paths.state_dir / "hosts" / node / MODEL_PATH.lstrip("/")
 
 
-def _pid_file(cluster: DevCluster, name: str) -> Path:
+def pid_file(cluster: DevCluster, name: str) -> Path:
     return cluster.paths.state_dir / f"demo-{name}.pid"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -141,15 +142,15 @@ def _alive(pid: int) -> bool:
 
 
 def _gone(pid: int) -> bool:
-    return not _alive(pid)
+    return not alive(pid)
 
 
 def _start_background(
     cluster: DevCluster, name: str, args: list[str], extra_env: dict[str, str]
 ) -> Path:
-    pid_file = _pid_file(cluster, name)
+    pid_path = pid_file(cluster, name)
     log = cluster.paths.state_dir / f"demo-{name}.log"
-    if pid_file.exists() and _alive(int(pid_file.read_text())):
+    if pid_path.exists() and alive(int(pid_path.read_text())):
         return log
     env = {
         **os.environ,
@@ -165,7 +166,7 @@ def _start_background(
             env=env,
             start_new_session=True,
         )
-    pid_file.write_text(str(proc.pid))
+    pid_path.write_text(str(proc.pid))
     return log
 
 
@@ -343,6 +344,13 @@ def demo_up(cluster: DevCluster | None = None, *, timeout: float = 300) -> int:
     return 0
 
 
+def restart_operator(cluster: DevCluster, env: dict[str, str]) -> Path:
+    """Stop the demo's operator and start it again with ``env`` (a changed policy, as a
+    ``helm upgrade`` rolls the operator's pod); its log."""
+    _stop(cluster, "operator")
+    return _start_background(cluster, "operator", _processes(cluster)["operator"], env)
+
+
 def _front_door(cluster: DevCluster, key: str) -> None:
     """Send one chat request through admission -> smg -> a simulated rank 0, and show it."""
     state = cluster.paths.state_dir / "gateways.json"
@@ -380,17 +388,21 @@ def stop_demo_processes(cluster: DevCluster) -> list[str]:
     names of those that were alive. ``sparkllm-dev down`` calls it too: the control plane
     gone under them, they would otherwise run on, retrying an API server that never comes
     back."""
-    stopped = []
-    for name in _STOPPED:
-        pid_file = _pid_file(cluster, name)
-        if pid_file.exists():
-            pid = int(pid_file.read_text())
-            if _alive(pid):
-                os.kill(pid, signal.SIGTERM)
-                wait_until(partial(_gone, pid), timeout=30, what=f"demo {name} exit")
-                stopped.append(name)
-            pid_file.unlink()
-    return stopped
+    return [name for name in _STOPPED if _stop(cluster, name)]
+
+
+def _stop(cluster: DevCluster, name: str) -> bool:
+    """Stop one background process (SIGTERM, then its exit awaited); whether it was alive."""
+    path = pid_file(cluster, name)
+    if not path.exists():
+        return False
+    pid = int(path.read_text())
+    running = alive(pid)
+    if running:
+        os.kill(pid, signal.SIGTERM)
+        wait_until(partial(_gone, pid), timeout=30, what=f"demo {name} exit")
+    path.unlink()
+    return running
 
 
 def stopped_line(names: list[str]) -> str:
