@@ -72,3 +72,7 @@ LABEL_STAGING_REPLICA: Final = "sparkllm.io/staging-replica"
 LABEL_STAGING_ROLE: Final = "sparkllm.io/staging-role"
 LABEL_STAGING_DIGEST: Final = "sparkllm.io/staging-digest"
 ANNOTATION_STAGING_NODE: Final = "sparkllm.io/staging-node"
+# On rank StatefulSets, their pod templates and the gateway's Deployment (spec.model.source
+# only): the digest of the staged copy the pods mount (render/model_layout.py), so a new
+# revision rolls replica by replica and the copy in use is never cleaned.
+ANNOTATION_MODEL_DIGEST: Final = "sparkllm.io/model-digest"

@@ -79,6 +79,7 @@ class Reason(StrEnum):
     STAGING = "Staging"  # ModelStaged=False: a node group's copies are under way
     STAGED = "Staged"  # ModelStaged=True; Event: a node group holds verified copies
     STAGING_STARTED = "StagingStarted"  # Event: a node group's download began
+    STAGING_CLEANED = "StagingCleaned"  # Event: a group's older copies removed (the rule)
     # ModelStaged=False and a Warning Event: a node's stage failed (staging.plan.StageReason)
     UNAUTHORIZED = "Unauthorized"  # the source refused the credentials
     NOT_FOUND = "NotFound"  # repository, revision, bucket, object or URL missing

@@ -52,10 +52,27 @@ class StagingNodeStatus(ApiModel):
     )
 
 
+Digest = Annotated[str, StringConstraints(max_length=16)]
+
+
 class StagingGroupStatus(ApiModel):
     """One replica's node group."""
 
     replica: int = Field(ge=0, le=MAX_REPLICAS, description="replica is the replica's index.")
+    running_digest: Digest | None = Field(
+        default=None,
+        description="runningDigest is the digest of the copy every rank pod of the replica "
+        "mounts: the current digest, or the one before while the replica rolls over to a "
+        "new revision (it serves on its old copy meanwhile); absent while its pods differ "
+        "or do not run.",
+    )
+    bytes_freed: int | None = Field(
+        default=None,
+        ge=0,
+        description="bytesFreed by the clean Jobs on the group's nodes, once every replica "
+        "and the gateway run the current digest (older copies removed, the one before "
+        "kept).",
+    )
     nodes: tuple[StagingNodeStatus, ...] = Field(
         default=(),
         max_length=MAX_GROUP_NODES,
@@ -66,7 +83,7 @@ class StagingGroupStatus(ApiModel):
 class ModelStagingStatus(ApiModel):
     """The copies of ``spec.model.source`` on every replica's nodes."""
 
-    digest: Annotated[str, StringConstraints(max_length=16)] = Field(
+    digest: Digest = Field(
         description="digest names the source and target staged (a new source, a new digest)."
     )
     summary: Annotated[str, StringConstraints(max_length=128)] = Field(

@@ -37,7 +37,7 @@ from sparkllm.reconcile.decide.staging_seen import (
     latest_pod,
     staging_job,
 )
-from sparkllm.render.model_staging import STAGING_CONTAINER, staging_selector
+from sparkllm.render.model_staging import STAGING_CONTAINER, staging_job_name, staging_selector
 from sparkllm.render.names import bench_key_secret_name, cluster_selector
 from sparkllm.render.placement import node_facts
 
@@ -174,14 +174,31 @@ async def read_staging(
 
 
 def _staged_jobs(obj: Mapping[str, Any]) -> frozenset[str]:
-    """The stage Jobs the last status shows Ready with their bytes: nothing left to read."""
+    """The stage Jobs the last status shows Ready with their bytes, and the clean Jobs of
+    groups whose bytes freed it shows: nothing left to read."""
     staging = (obj.get("status") or {}).get("modelStaging") or {}
-    return frozenset(
+    name = str(obj.get("metadata", {}).get("name", ""))
+    digest = str(staging.get("digest", ""))
+    staged = {
         str(n.get("job"))
         for g in staging.get("groups") or []
         for n in g.get("nodes") or []
         if n.get("stage") == "Ready" and n.get("bytesTotal") is not None
-    )
+    }
+    cleaned = {
+        staging_job_name(
+            name,
+            replica=int(g.get("replica", 0)),
+            rank=int(n.get("rank", 0)),
+            role="clean",
+            digest=digest,
+            node=str(n.get("node")),
+        )
+        for g in staging.get("groups") or []
+        if g.get("bytesFreed") is not None
+        for n in g.get("nodes") or []
+    }
+    return frozenset(staged | cleaned)
 
 
 async def _staging_log(api: KubeAPI, pod: Mapping[str, Any]) -> str | None:

@@ -207,9 +207,15 @@ def _typed(options: tuple[tuple[str, str], ...]) -> dict[str, Any]:
 
 
 def render_acceptance_job(
-    ic: InferenceCluster, *, request: AcceptanceRequest, image: ProductImage, generation: int
+    ic: InferenceCluster,
+    *,
+    request: AcceptanceRequest,
+    image: ProductImage,
+    generation: int,
+    model_digest: str | None = None,
 ) -> JSON:
-    """The acceptance Job for ``request``, as its ServiceAccount, stamped."""
+    """The acceptance Job for ``request``, as its ServiceAccount, stamped; with a source
+    it mounts the copy of ``model_digest`` (the gateway's)."""
     annotations = {ANNOTATION_ACCEPTANCE_SET_BASELINE: str(request.set_baseline).lower()}
     if request.options:
         words = (f"{name}={value}" for name, value in request.options)
@@ -224,7 +230,9 @@ def render_acceptance_job(
         model_mount=True,
         service_account=acceptance_rbac_name(name),
     )
-    return render_bench_job(ic, job=job, image=image, generation=generation)
+    return render_bench_job(
+        ic, job=job, image=image, generation=generation, model_digest=model_digest
+    )
 
 
 def render_acceptance_rbac(ic: InferenceCluster) -> list[JSON]:

@@ -177,9 +177,10 @@ def render_benchmark_job(
     scenarios: Sequence[str] | None,
     image: ProductImage,
     generation: int,
+    model_digest: str | None = None,
 ) -> JSON:
     """The benchmark Job requested for ``user`` (a data key of the users' keys Secret),
-    stamped."""
+    stamped; with a source it mounts the copy of ``model_digest`` (the gateway's)."""
     request = BenchmarkRequest(user=user, scenarios=tuple(scenarios) if scenarios else None)
     annotations: dict[str, str] = {}
     if request.scenarios:
@@ -196,6 +197,7 @@ def render_benchmark_job(
         ),
         image=image,
         generation=generation,
+        model_digest=model_digest,
     )
 
 
@@ -215,7 +217,12 @@ class BenchJob:
 
 
 def render_bench_job(
-    ic: InferenceCluster, *, job: BenchJob, image: ProductImage, generation: int
+    ic: InferenceCluster,
+    *,
+    job: BenchJob,
+    image: ProductImage,
+    generation: int,
+    model_digest: str | None = None,
 ) -> JSON:
     """One attempt of ``sparkllm <args>`` for ``job.user`` against the front door, with the
     operator's own Jobs' key, stamped; ``image`` is the operator's own (it has the CLI)."""
@@ -225,7 +232,7 @@ def render_bench_job(
     volumes: list[JSON] = [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}]
     if job.model_mount:
         mounts.insert(0, {"name": "model", "mountPath": ic.spec.model.path, "readOnly": True})
-        volumes.insert(0, model_volume(ic))
+        volumes.insert(0, model_volume(ic, model_digest))
     rendered = render_template(
         "benchmark_job.yaml.j2",
         name=job.name,

@@ -44,7 +44,7 @@ from sparkllm.gateway_settings import (
     env_var_name,
     governance_key_prefix,
 )
-from sparkllm.keys import LABEL_CLUSTER
+from sparkllm.keys import ANNOTATION_MODEL_DIGEST, LABEL_CLUSTER
 from sparkllm.render.exposure import (
     gateway_probe_scheme,
     gateway_tls_mounts,
@@ -313,10 +313,10 @@ def user_keys_volume(ic: InferenceCluster) -> JSON:
     return {"name": "user-keys", "projected": {"sources": [users, bench], "defaultMode": 0o440}}
 
 
-def _volumes(ic: InferenceCluster) -> list[JSON]:
+def _volumes(ic: InferenceCluster, model_digest: str | None) -> list[JSON]:
     volumes = [
         user_keys_volume(ic),
-        model_volume(ic),
+        model_volume(ic, model_digest),
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         *gateway_tls_volumes(ic),
     ]
@@ -344,10 +344,10 @@ def gateway_tolerations(ic: InferenceCluster) -> list[JSON]:
 
 def _deployment(
     ic: InferenceCluster, *, rbac: str, common: Mapping[str, object], engine_key: EngineKeyRef,
-    gateway_image: ProductImage,
+    gateway_image: ProductImage, model_digest: str | None,
 ) -> JSON:  # fmt: skip
     name = ic.metadata.name
-    return render_template(
+    deployment = render_template(
         "gateway_deployment.yaml.j2",
         name=gateway_name(name),
         replicas=ic.spec.gateway.replicas,
@@ -367,23 +367,33 @@ def _deployment(
         router=_router(ic, engine_key=engine_key),
         pre_stop={"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
         **common,
-        volumes=_volumes(ic),
+        volumes=_volumes(ic, model_digest),
     )
+    if model_digest is not None and ic.spec.model.source is not None:
+        deployment["metadata"]["annotations"] = {ANNOTATION_MODEL_DIGEST: model_digest}
+    return deployment
 
 
 def render_gateway(
-    ic: InferenceCluster, *, engine_key: EngineKeyRef, gateway_image: ProductImage
+    ic: InferenceCluster,
+    *,
+    engine_key: EngineKeyRef,
+    gateway_image: ProductImage,
+    model_digest: str | None = None,
 ) -> list[JSON]:
     """ServiceAccount, Role, RoleBinding, Deployment and Service of the gateway, stamped;
-    both containers run ``gateway_image`` (the operator's own)."""
+    both containers run ``gateway_image`` (the operator's own). With a source it mounts
+    the copy of ``model_digest`` (one every replica's group holds: decide/staging.py),
+    recorded on the Deployment; None: the current source's copy, not yet everywhere."""
     name, namespace = ic.metadata.name, ic.metadata.namespace or "default"
     labels = cluster_labels(name, COMPONENT_GATEWAY)
     owner = owner_reference(name=name, uid=ic.metadata.uid or "")
     rbac = gateway_rbac_name(name)
     common = {"namespace": namespace, "labels": labels, "owner": owner}
     deployment = _deployment(
-        ic, rbac=rbac, common=common, engine_key=engine_key, gateway_image=gateway_image
-    )
+        ic, rbac=rbac, common=common, engine_key=engine_key, gateway_image=gateway_image,
+        model_digest=model_digest,
+    )  # fmt: skip
     service = render_template(
         "gateway_service.yaml.j2",
         name=gateway_name(name),

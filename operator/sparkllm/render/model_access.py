@@ -10,12 +10,19 @@ are only on the nodes that hold them, which are this InferenceCluster's own node
 
 - explicit ``placement.nodeGroups``: the nodes the spec lists (the object says its model is
   there, whether or not a replica runs on them now);
-- ``placement.nodeGroupLabel``: the nodes of the groups its replicas were given, i.e. the
-  nodes where its rank pods run (required pod affinity to them, per node). Any node with
-  the label is not enough: another InferenceCluster's group carries it too and holds
-  another model (issue 25: the front door landed on the demo's group). The affinity needs
-  a rank pod to be scheduled; an object without a running replica has no model node, and
-  its gateway (or Job) waits Pending until one is.
+- ``placement.nodeGroupLabel``, or any placement with ``spec.model.source``: the nodes of
+  the groups its replicas were given, i.e. the nodes where its rank pods run (required
+  pod affinity to them, per node). Any node with the label is not enough: another
+  InferenceCluster's group carries it too and holds another model (issue 25: the front
+  door landed on the demo's group). The affinity needs a rank pod to be scheduled; an
+  object without a running replica has no model node, and its gateway (or Job) waits
+  Pending until one is. With a source the operator stages the copies only on the groups
+  a replica runs on, so a listed group without a replica holds nothing: the affinity to
+  the rank pods then applies with explicit groups too.
+
+With a source the host directory is the staged copy of one digest
+(``render/model_layout.py``), mounted at ``spec.model.path``: callers name the digest they
+run (a replica its own, the gateway and Jobs the one every group holds).
 
 Only the pods that must run on a Spark tolerate the GPU taint (``nvidia.com/gpu``).
 
@@ -28,6 +35,7 @@ from typing import Final
 
 from sparkllm.api import InferenceCluster
 from sparkllm.keys import LABEL_CLUSTER
+from sparkllm.render.model_layout import host_model_dir
 from sparkllm.render.names import COMPONENT_ENGINE, LABEL_COMPONENT
 from sparkllm.render.objects import JSON
 
@@ -45,13 +53,14 @@ def on_host(ic: InferenceCluster) -> bool:
     return ic.spec.model.persistent_volume_claim is None
 
 
-def model_volume(ic: InferenceCluster) -> JSON:
-    """The volume ``model``: the PVC read-only, or the host directory (must exist)."""
+def model_volume(ic: InferenceCluster, digest: str | None = None) -> JSON:
+    """The volume ``model``: the PVC read-only, or the host directory (must exist): with
+    a source, the copy of ``digest`` (default: the current source's)."""
     model = ic.spec.model
     if model.persistent_volume_claim is not None:
         claim = {"claimName": model.persistent_volume_claim.claim_name, "readOnly": True}
         return {"name": "model", "persistentVolumeClaim": claim}
-    return {"name": "model", "hostPath": {"path": model.path, "type": "Directory"}}
+    return {"name": "model", "hostPath": {"path": host_model_dir(ic, digest), "type": "Directory"}}
 
 
 def rank_pod_selector(cluster: str) -> JSON:
@@ -64,7 +73,7 @@ def model_node_affinity(ic: InferenceCluster) -> JSON | None:
     if not on_host(ic):
         return None
     placement = ic.spec.placement
-    if placement.node_groups is None:
+    if placement.node_groups is None or ic.spec.model.source is not None:
         term = {
             "labelSelector": rank_pod_selector(ic.metadata.name),
             "topologyKey": NODE_TOPOLOGY_KEY,

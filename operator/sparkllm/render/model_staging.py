@@ -12,8 +12,12 @@ operator already does, and re-creates a server when a failed copy is retried.
 Every Job of a node group is pinned to its node (``nodeSelector`` on the hostname) on the
 host network: the copies travel between the nodes' own addresses on the group's link
 (``--peer http://<address>:8390``, ``--local-address``), as ``staging.plan`` ordered them.
-The host directory that holds ``spec.model.path`` is mounted at the same path: the stage
-writes ``<parent>/.staging/<name>`` and renames it into place, on one file system.
+The host directory that holds ``spec.model.path`` is mounted at the same path: the stage's
+target is the digest's copy beside it (``render/model_layout.py``:
+``<parent>/.sparkllm-models/<name>/<digest>``), staged in ``.../<name>/.staging/<digest>``
+and renamed into place, on one file system. A **clean Job** per node, once every replica
+and the gateway run the current digest, removes the older copies but the one before it
+(``--clean --keep-previous 1``, decide/staging_clean.py).
 
 Credentials come from the spec's Secrets as env (``HF_TOKEN``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``), never on the command line. The Job's name carries a digest of
@@ -39,6 +43,7 @@ from sparkllm.keys import (
 )
 from sparkllm.kube.kinds import JSON
 from sparkllm.render.model_access import model_tolerations
+from sparkllm.render.model_layout import host_model_dir, staging_digest
 from sparkllm.render.names import LABEL_COMPONENT, cluster_labels, owner_reference
 from sparkllm.render.objects import render_template
 from sparkllm.render.pod_security import RESTRICTED_CONTAINER_SECURITY, restricted_pod_security
@@ -50,21 +55,14 @@ COMPONENT_STAGING: Final = "model-staging"
 STAGING_PORT: Final = 8390  # a serving node's port on its own address (the group's link)
 STAGING_CONTAINER: Final = "stage-model"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
-Role = Literal["stage", "serve"]
+Role = Literal["stage", "serve", "clean"]
+ROLES: Final[tuple[Role, ...]] = ("stage", "serve", "clean")
+KEEP_PREVIOUS: Final = 1  # the cleaning rule: the copy in use and the one before it
 # A download or copy of a model moves ~170 GB through one process: page cache, not heap.
 _RESOURCES: Final[JSON] = {
     "requests": {"cpu": "500m", "memory": "512Mi"},
     "limits": {"memory": "2Gi"},
 }
-
-
-def staging_digest(ic: InferenceCluster) -> str:
-    """10 hex of the source and the target path: what a node's copy is a copy of."""
-    source = ic.spec.model.source
-    assert source is not None  # only called with a source
-    wire = source.model_dump(mode="json", by_alias=True, exclude_none=True)
-    text = json.dumps({"source": wire, "path": ic.spec.model.path}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def staging_job_name(
@@ -130,7 +128,7 @@ def stage_args(ic: InferenceCluster, *, transfer: Copy, address: str | None) -> 
     )
     copying = transfer.source_address is not None
     args = StageModelArgs(
-        target=Path(model.path),
+        target=Path(host_model_dir(ic)),
         source=None if copying else json.dumps(wire, separators=(",", ":"), sort_keys=True),
         peer=peer_url(transfer.source_address) if transfer.source_address else None,
         local_address=address if copying else None,
@@ -142,8 +140,15 @@ def stage_args(ic: InferenceCluster, *, transfer: Copy, address: str | None) -> 
 
 def serve_args(ic: InferenceCluster, *, address: str) -> list[str]:
     args = StageModelArgs(
-        target=Path(ic.spec.model.path), serve=True, listen=f"{address}:{STAGING_PORT}"
+        target=Path(host_model_dir(ic)), serve=True, listen=f"{address}:{STAGING_PORT}"
     )
+    return command_line(args)
+
+
+def clean_args(ic: InferenceCluster) -> list[str]:
+    """The cleaning rule on one node: beside the current copy, keep the newest
+    :data:`KEEP_PREVIOUS` other finished copies, remove the rest (and unfinished ones)."""
+    args = StageModelArgs(target=Path(host_model_dir(ic)), clean=True, keep_previous=KEEP_PREVIOUS)
     return command_line(args)
 
 
@@ -183,3 +188,23 @@ def render_staging_job(
         resources=_RESOURCES,
         models_dir=str(PurePosixPath(ic.spec.model.path).parent),
     )
+
+
+__all__ = [
+    "COMPONENT_STAGING",
+    "KEEP_PREVIOUS",
+    "ROLES",
+    "STAGING_CONTAINER",
+    "STAGING_PORT",
+    "Role",
+    "clean_args",
+    "credentials_env",
+    "peer_url",
+    "render_staging_job",
+    "serve_args",
+    "stage_args",
+    "staging_digest",  # its first home; render/model_layout.py now
+    "staging_job_name",
+    "staging_labels",
+    "staging_selector",
+]

@@ -14,7 +14,11 @@ whole-template hash (``sparkllm.io/template-hash``):
   what changed can be named;
 - ``sparkllm.io/spec-hash``: a digest of the user's spec sections that shape a rank pod
   (model, engine, network, the startup grace), so a user's change is told from the
-  operator's own;
+  operator's own. With ``spec.model.source`` the source counts as the digest of the copy
+  the replica runs (render/model_layout.py): a new revision changes no replica's hash
+  until that replica's group holds the new copy, and then rolls it (one at a time);
+- ``sparkllm.io/model-digest`` (with a source, once the copy is staged): that digest,
+  so the roll's cause names the old and the new copy;
 - ``sparkllm.io/operator-version``: the operator version that rendered it (its image's tag,
   the chart's appVersion unless ``image.tag``/``image.digest`` says otherwise).
 
@@ -32,6 +36,7 @@ from typing import Any, Final
 from sparkllm import __version__
 from sparkllm.api import InferenceClusterSpec
 from sparkllm.keys import (
+    ANNOTATION_MODEL_DIGEST,
     ANNOTATION_OPERATOR_VERSION,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_TEMPLATE_HASH,
@@ -84,7 +89,7 @@ def template_sections(template: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def spec_digest(spec: InferenceClusterSpec) -> str:
+def spec_digest(spec: InferenceClusterSpec, *, model_digest: str | None = None) -> str:
     """The user's spec sections that shape a rank pod (not replicas, admission, gateway,
     exposure, monitoring, placement, the restart budget: no rank pod carries them).
 
@@ -97,6 +102,9 @@ def spec_digest(spec: InferenceClusterSpec) -> str:
     (Changing a default is a new field, or a documented spec migration.)"""
     data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     shaping = {k: data.get(k) for k in ("model", "engine", "network")}
+    model = shaping["model"]
+    if model_digest is not None and isinstance(model, dict) and "source" in model:
+        shaping["model"] = {**model, "source": model_digest}  # the copy it runs (above)
     shaping["startupGraceSeconds"] = (data.get("restartPolicy") or {}).get("startupGraceSeconds")
     return _digest(shaping)
 
@@ -111,15 +119,26 @@ def operator_version(image: ProductImage) -> str:
     return f"{__version__}@{digest.partition(':')[2][:12]}"
 
 
-def stamp(template: JSON, *, spec: InferenceClusterSpec, image: ProductImage) -> dict[str, str]:
-    """The annotations a rank pod template carries (its metadata has no others)."""
+def stamp(
+    template: JSON,
+    *,
+    spec: InferenceClusterSpec,
+    image: ProductImage,
+    model_digest: str | None = None,
+    staged: bool = False,
+) -> dict[str, str]:
+    """The annotations a rank pod template carries (its metadata has no others);
+    ``model_digest`` the copy it mounts (a source only), recorded once ``staged``."""
     parts = ",".join(f"{k}={_digest(v, 8)}" for k, v in template_sections(template).items())
-    return {
+    stamped = {
         ANNOTATION_TEMPLATE_HASH: template_hash(template, ignore_label=LABEL_GENERATION),
         ANNOTATION_TEMPLATE_PARTS: parts,
-        ANNOTATION_SPEC_HASH: spec_digest(spec),
+        ANNOTATION_SPEC_HASH: spec_digest(spec, model_digest=model_digest),
         ANNOTATION_OPERATOR_VERSION: operator_version(image),
     }
+    if staged and model_digest is not None:
+        stamped[ANNOTATION_MODEL_DIGEST] = model_digest
+    return stamped
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,7 @@ class Stamp:
     parts: dict[str, str]
     spec: str | None
     version: str | None
+    model: str | None = None  # the staged copy's digest (spec.model.source only)
 
     @classmethod
     def of(cls, annotations: Mapping[str, Any] | None) -> Stamp:
@@ -148,6 +168,7 @@ class Stamp:
             parts=parts,
             spec=text(ANNOTATION_SPEC_HASH),
             version=text(ANNOTATION_OPERATOR_VERSION),
+            model=text(ANNOTATION_MODEL_DIGEST),
         )
 
     def changed(self, want: Stamp) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from sparkllm.api import ENGINE_HTTP_PORT, InferenceCluster
 from sparkllm.cli_args import command_line
 from sparkllm.integrity.args import VerifyModelArgs
 from sparkllm.keys import (
+    ANNOTATION_MODEL_DIGEST,
     ANNOTATION_TEMPLATE_HASH,
     LABEL_GENERATION,
     LABEL_NODE_GROUP,
@@ -31,6 +32,7 @@ from sparkllm.render.engine import engine_env
 from sparkllm.render.engine_cache import engine_cache_pieces
 from sparkllm.render.memory_preflight import memory_preflight
 from sparkllm.render.model_access import model_volume
+from sparkllm.render.model_layout import staging_digest
 from sparkllm.render.names import (
     owner_reference,
     rank_labels,
@@ -83,6 +85,10 @@ class ReplicaPlan:
     # The engine image pinned to one digest (``repo@sha256:...``) after the ranks pulled
     # different ones (reconcile/decide/versions.py); None: spec.engine.image as written.
     engine_image: str | None = None
+    # With spec.model.source: the digest of the staged copy the replica runs (the current
+    # source's, or the one before while its group stages a new revision: decide/staging.py);
+    # None: the current source's copy, not staged yet (the replica is held at 0).
+    model_digest: str | None = None
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -133,11 +139,11 @@ INFINIBAND_MOUNT: Final[JSON] = {
 }
 
 
-def _volumes(ic: InferenceCluster) -> tuple[list[JSON], list[JSON]]:
+def _volumes(ic: InferenceCluster, *, model_digest: str | None) -> tuple[list[JSON], list[JSON]]:
     model = ic.spec.model
     volumes: list[JSON] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
-        model_volume(ic),
+        model_volume(ic, model_digest),
     ]
     mounts: list[JSON] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
@@ -247,7 +253,7 @@ def render_rank_statefulset(
     labels = {**rank_labels(name, plan.index, rank), LABEL_NODE_GROUP: plan.group_key}
     serves_api = rank == 0
     env = _rank_env(ic, engine_key=engine_key, serves_api=serves_api)
-    volumes, mounts = _volumes(ic)
+    volumes, mounts = _volumes(ic, model_digest=plan.model_digest)
     init_containers = network_preflight(
         ic, rank=rank, addresses=plan.addresses, image=tools_image, env=env, volumes=volumes
     )
@@ -302,7 +308,15 @@ def render_rank_statefulset(
         init_containers=init_containers,
     )
     template = obj["spec"]["template"]
-    template["metadata"]["annotations"] = stamp(template, spec=ic.spec, image=tools_image)
+    copy = None
+    if ic.spec.model.source is not None:
+        copy = plan.model_digest or staging_digest(ic)
+    template["metadata"]["annotations"] = stamp(
+        template, spec=ic.spec, image=tools_image, model_digest=copy,
+        staged=plan.model_digest is not None,
+    )  # fmt: skip
+    if plan.model_digest is not None and copy is not None:  # what the cleaning rule keeps
+        obj["metadata"]["annotations"] = {ANNOTATION_MODEL_DIGEST: copy}
     return stamp_hash(obj)
 
 

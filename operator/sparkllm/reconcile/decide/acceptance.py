@@ -109,16 +109,25 @@ def _acceptance_request(ic: InferenceCluster, obj: Mapping[str, Any]) -> Request
     return Requested(
         user=request.user,
         job=acceptance_job_name(ic.metadata.name, request=request, generation=generation),
-        create=lambda image: _objects(ic, request=request, image=image, generation=generation),
+        create=lambda image, digest: _objects(
+            ic, request=request, image=image, generation=generation, model_digest=digest
+        ),
         consumed=(ANNOTATION_ACCEPTANCE_SET_BASELINE,),
         finished=_with_baseline if request.set_baseline else None,
     )
 
 
 def _objects(
-    ic: InferenceCluster, *, request: AcceptanceRequest, image: ProductImage, generation: int
+    ic: InferenceCluster,
+    *,
+    request: AcceptanceRequest,
+    image: ProductImage,
+    generation: int,
+    model_digest: str | None,
 ) -> tuple[JSON, ...]:
-    job = render_acceptance_job(ic, request=request, image=image, generation=generation)
+    job = render_acceptance_job(
+        ic, request=request, image=image, generation=generation, model_digest=model_digest
+    )
     return (*render_acceptance_rbac(ic), job)
 
 

@@ -72,6 +72,8 @@ class PassFacts:
     settle_after: float | None = None  # when a quarantined node settles: look again then
     staging_holds: Mapping[int, str] = field(default_factory=dict)  # a stage failed (staging.py)
     staging_waits: Mapping[int, str] = field(default_factory=dict)  # a group still stages
+    model_digests: Mapping[int, str] = field(default_factory=dict)  # replica -> staged copy
+    gateway_digest: str | None = None  # the copy every group holds, for the gateway
 
 
 def decide_replicas(
@@ -113,6 +115,7 @@ def decide_replicas(
             engine_image=facts.pins.get(index),
             failover=facts.moves.get(index),
             quarantined=facts.quarantined,
+            model_digest=facts.model_digests.get(index),
         )
         result = plan_replica(ic, observed, inputs)
         if result.drain_mark is not None and rank0 is not None:
@@ -136,8 +139,9 @@ def decide_replicas(
     # The front door (admission layer + router) goes first in apply order, before
     # the ranks: a Role must exist before the router's pod watch needs it.
     out.desired[:0] = render_gateway(
-        ic, engine_key=facts.engine_key, gateway_image=facts.gateway_image
-    )
+        ic, engine_key=facts.engine_key, gateway_image=facts.gateway_image,
+        model_digest=facts.gateway_digest,
+    )  # fmt: skip
     # Last; a kind whose CRD the cluster lacks is not planned (status says so instead).
     exposure = render_exposure(ic)
     out.desired.extend(o for o in exposure if (o["apiVersion"], o["kind"]) not in facts.absent_apis)

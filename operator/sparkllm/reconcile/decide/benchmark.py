@@ -95,8 +95,8 @@ class Requested:
 
     user: str
     job: str
-    create: Callable[[ProductImage], tuple[JSON, ...]]
-    """The objects to create for an image, the Job last."""
+    create: Callable[[ProductImage, str | None], tuple[JSON, ...]]
+    """The objects to create for an image and the model copy's digest, the Job last."""
     consumed: tuple[str, ...] = ()
     """Annotations answered with the request, beside the request annotation."""
     finished: Callable[[JSON], tuple[JSON, Mapping[str, str | None]]] | None = None
@@ -124,10 +124,10 @@ def _benchmark_request(ic: InferenceCluster, obj: Mapping[str, Any]) -> Requeste
         return None
     generation = int(obj["metadata"].get("generation") or 0)
 
-    def create(image: ProductImage) -> tuple[JSON, ...]:
+    def create(image: ProductImage, model_digest: str | None) -> tuple[JSON, ...]:
         job = render_benchmark_job(
             ic, user=request.user, scenarios=request.scenarios, image=image,
-            generation=generation,
+            generation=generation, model_digest=model_digest,
         )  # fmt: skip
         return (job,)
 
@@ -177,8 +177,10 @@ def decide_on_demand(
     ready: bool,
     image: ProductImage,
     now: datetime,
+    model_digest: str | None = None,
 ) -> BenchmarkOutcome:
-    """Pure: the step's status, Events, annotations, objects to create and Jobs to delete."""
+    """Pure: the step's status, Events, annotations, objects to create and Jobs to delete;
+    ``model_digest``: the staged copy a Job mounts (spec.model.source: the gateway's)."""
     previous = (obj.get("status") or {}).get(kind.status_field) or {}
     try:
         request = kind.request(ic, obj)
@@ -208,7 +210,7 @@ def decide_on_demand(
         Removal(api_version="batch/v1", kind="Job", name=v.name, namespace=namespace, uid=v.uid)
         for v in plan.delete
     )
-    create = request.create(image) if plan.create and request is not None else ()
+    create = request.create(image, model_digest) if plan.create and request is not None else ()
     outcome = _outcome(kind, plan, request=request, previous=previous)
     return replace(outcome, create_jobs=create, delete_jobs=delete)
 
@@ -250,9 +252,13 @@ def decide_benchmark(
     ready: bool,
     image: ProductImage,
     now: datetime,
+    model_digest: str | None = None,
 ) -> BenchmarkOutcome:
     """Pure: the benchmark step's outcome."""
-    return decide_on_demand(ic, obj, seen, kind=BENCHMARK_STEP, ready=ready, image=image, now=now)
+    return decide_on_demand(
+        ic, obj, seen, kind=BENCHMARK_STEP, ready=ready, image=image, now=now,
+        model_digest=model_digest,
+    )  # fmt: skip
 
 
 __all__ = [

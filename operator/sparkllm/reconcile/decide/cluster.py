@@ -62,6 +62,7 @@ from sparkllm.reconcile.decide.secrets import (
 )
 from sparkllm.reconcile.decide.spares import Placement, place
 from sparkllm.reconcile.decide.staging import decide_staging
+from sparkllm.reconcile.decide.staging_copies import live_copies
 from sparkllm.reconcile.decide.start_stages import decide_starts, with_starts
 from sparkllm.reconcile.decide.status import (
     ClusterReport,
@@ -168,15 +169,22 @@ def _act(
         holders=node_holders(obj, observation.others), now=now,
     )  # fmt: skip
     assignment, problems = placement.assignment, placement.problems
+    placed = {i: g for i, g in assignment.replicas.items() if i < ic.spec.replicas}
+    copies = live_copies(
+        ic, statefulsets=observed.statefulsets, pods=observed.pods,
+        deployments=observed.owned.get("Deployment", []),
+        group_keys={i: g.key for i, g in placed.items()},
+    )  # fmt: skip
     staging = decide_staging(
         ic,
-        groups={i: g.nodes for i, g in assignment.replicas.items() if i < ic.spec.replicas},
+        groups={i: g.nodes for i, g in placed.items()},
         addresses={name: node.internal_ip for name, node in observed.nodes.items()},
         jobs=observation.staging, previous=previous.get("modelStaging"), force=force,
         image=gateway_image, generation=generation,
         had_condition=any(
             c.get("type") == ConditionType.MODEL_STAGED for c in previous.get("conditions") or []
         ),
+        copies=copies,
     )  # fmt: skip
     facts = replace(
         facts,
@@ -185,6 +193,8 @@ def _act(
         settle_after=placement.retry_after,
         staging_holds=staging.holds,
         staging_waits=staging.waits,
+        model_digests=staging.digests,
+        gateway_digest=staging.gateway_digest,
     )
     events.extend((*placement.events, *staging.events))
     replicas = decide_replicas(ic, observed, assignment, facts)
@@ -219,11 +229,13 @@ def _act(
     )  # fmt: skip
     ready = cluster_phase(report) is Phase.READY and report.desired_replicas > 0
     benchmark = decide_benchmark(
-        ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now
-    )
+        ic, obj, observation.benchmark, ready=ready, image=gateway_image, now=now,
+        model_digest=staging.gateway_digest,
+    )  # fmt: skip
     acceptance = decide_acceptance(
-        ic, obj, observation.acceptance, ready=ready, image=gateway_image, now=now
-    )
+        ic, obj, observation.acceptance, ready=ready, image=gateway_image, now=now,
+        model_digest=staging.gateway_digest,
+    )  # fmt: skip
     runs = (benchmark, acceptance)
     events.extend(PendingEvent(e.warning, e.reason, e.message) for r in runs for e in r.events)
     running = observation.running_requests

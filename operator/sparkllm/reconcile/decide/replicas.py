@@ -93,6 +93,7 @@ class ReplicaInputs:
     failover: Move | None = None  # placement moved the replica to a spare group this pass
     quarantined: frozenset[str] = frozenset()  # nodes kept from replicas (quarantine.py)
     waiting: str | None = None  # what it waits for before starting (its model copy)
+    model_digest: str | None = None  # the staged copy it runs (spec.model.source; staging.py)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def _renderer(
             running=running,
             node_ips=node_ips,
             engine_image=inputs.engine_image,
+            model_digest=inputs.model_digest,
         )
         return render_replica(
             ic, plan=plan, engine_key=inputs.engine_key, tools_image=inputs.tools_image
@@ -332,6 +334,7 @@ def cause_class(cause: str) -> str:
     """A bounded metric label from a free-text restart cause."""
     for word, name in (
         ("operator update", "operator_update"),
+        ("model staged", "update"),  # a new revision's copy (decide/upgrade.model_cause)
         ("template changed", "update"),  # before "node": its cause names a node address
         ("pipeline hung", "pipeline_hung"),
         ("model copies", "model_mismatch"),

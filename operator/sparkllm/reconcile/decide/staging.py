@@ -36,6 +36,8 @@ from sparkllm.api.staging_status import ModelStagingStatus, StagingGroupStatus, 
 from sparkllm.errors import SpecError
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.actions import PendingEvent, Removal
+from sparkllm.reconcile.decide.staging_clean import decide_clean, roll_complete
+from sparkllm.reconcile.decide.staging_copies import LiveCopies
 from sparkllm.reconcile.decide.staging_report import (
     FAILED_PREFIX,
     failure_reason,
@@ -44,7 +46,7 @@ from sparkllm.reconcile.decide.staging_report import (
     start_column,
     summary,
 )
-from sparkllm.reconcile.decide.staging_seen import StagingJob
+from sparkllm.reconcile.decide.staging_seen import StagingJob, job_removal
 from sparkllm.reconcile.decide.status import condition
 from sparkllm.render.model_staging import (
     render_staging_job,
@@ -72,6 +74,8 @@ class StagingOutcome:
     events: tuple[PendingEvent, ...] = ()
     retry_after: float | None = None
     column: str | None = None  # the Start printer column while a group stages
+    digests: Mapping[int, str] = field(default_factory=dict)  # replica -> staged copy it runs
+    gateway_digest: str | None = None  # the copy the gateway and Jobs mount, when staged
 
 
 @dataclass
@@ -96,11 +100,13 @@ def decide_staging(
     image: ProductImage,
     generation: int,
     had_condition: bool = False,
+    copies: LiveCopies | None = None,
 ) -> StagingOutcome:
     """The step for one pass; an empty outcome without ``spec.model.source`` (but for
-    ModelStaged True once a source was removed: its condition is not left stale)."""
+    ModelStaged True once a source was removed: its condition is not left stale).
+    ``copies``: the staged copies the replicas and the gateway run now (staging_copies)."""
     if ic.spec.model.source is None:  # none, or removed: its Jobs go, its condition clears
-        left = tuple(_removal(j) for j in jobs if not j.deleting)
+        left = tuple(job_removal(j) for j in jobs if not j.deleting)
         if not had_condition:
             return StagingOutcome(delete_jobs=left)
         message = "no spec.model.source: the model is expected at spec.model.path"
@@ -111,15 +117,16 @@ def decide_staging(
                 kind, status=True, reason=Reason.STAGED, message=message, generation=generation
             ),
         )
+    copies = copies or LiveCopies()
     digest = staging_digest(ic)
     # A Job of another source, or of a node no longer in its replica's group (moved to a
     # spare, scaled away), is deleted; a node that comes back finds its copy staged.
     placed = {(replica, node) for replica, nodes in groups.items() for node in nodes}
     current = [j for j in jobs if j.digest == digest and (j.replica, j.node) in placed]
     live = {j.name: j for j in current}
-    stale = tuple(_removal(j) for j in jobs if j not in current and not j.deleting)
+    stale = tuple(job_removal(j) for j in jobs if j not in current and not j.deleting)
     before = _previous_nodes(previous, digest)
-    holds: dict[int, str] = {}
+    unstaged: dict[int, str] = {}  # replica -> why its group holds no current copy yet
     out_groups: list[StagingGroupStatus] = []
     create: list[JSON] = []
     delete: list[Removal] = list(stale)
@@ -135,34 +142,55 @@ def decide_staging(
                 fan_out=ic.spec.model.source.fan_out,
             )
         except SpecError as exc:
-            holds[replica] = f"model staging waits for the nodes' addresses: {exc}"
+            unstaged[replica] = f"model staging waits for the nodes' addresses: {exc}"
             continue
         group = _decide_group(
             ic, replica=replica, nodes=nodes, plan=plan, live=live, before=before,
             force=force, image=image, digest=digest, addresses=addresses,
         )  # fmt: skip
-        out_groups.append(StagingGroupStatus(replica=replica, nodes=tuple(group.nodes)))
+        out_groups.append(
+            StagingGroupStatus(
+                replica=replica, running_digest=copies.pods.get(replica), nodes=tuple(group.nodes)
+            )
+        )
         create.extend(group.create)
         delete.extend(group.delete)
         events.extend(group.events)
         busy = busy or group.busy
         hold = hold_message(group.nodes)
         if hold is not None:
-            holds[replica] = hold
+            unstaged[replica] = hold
+    # A replica whose group holds the current copy runs it; one that still runs an older
+    # staged copy keeps serving on it (a new revision, or a failed one, stops nothing);
+    # only a replica with no copy at all waits (held at 0), or is held on a failure.
+    digests = {r: digest for r in groups if r not in unstaged}
+    digests.update({r: d for r, d in copies.statefulsets.items() if r in unstaged and r in groups})
+    holds = {r: m for r, m in unstaged.items() if r not in digests}
+    everywhere = bool(groups) and not unstaged
+    clean = decide_clean(
+        ic, groups=groups, live=live, digest=digest, image=image, force=force,
+        complete=everywhere and roll_complete(digest, sorted(groups), copies),
+        freed_before=_previous_freed(previous, digest),
+    )  # fmt: skip
+    out_groups = [
+        g.model_copy(update={"bytes_freed": clean.freed.get(g.replica)}) for g in out_groups
+    ]
     status = ModelStagingStatus(
         digest=digest, summary=summary(out_groups), groups=tuple(out_groups)
     )
     failed = {r: m for r, m in holds.items() if m.startswith(FAILED_PREFIX)}
     return StagingOutcome(
-        column=start_column(out_groups) if holds else None,
+        column=start_column(out_groups) if unstaged else None,
         holds=failed,
         waits={r: m for r, m in holds.items() if r not in failed},
-        create_jobs=tuple(create),
-        delete_jobs=tuple(delete),
+        create_jobs=(*create, *clean.create),
+        delete_jobs=(*delete, *clean.delete),
         status=status,
-        condition=staged_condition(out_groups, holds, generation=generation),
-        events=tuple(events),
-        retry_after=POLL_SECONDS if busy else None,
+        condition=staged_condition(out_groups, unstaged, generation=generation),
+        events=(*events, *clean.events),
+        retry_after=POLL_SECONDS if busy or clean.busy else None,
+        digests=digests,
+        gateway_digest=digest if everywhere else copies.gateway,
     )
 
 
@@ -202,7 +230,7 @@ def _decide_group(
             and (force or (stage.reason is StageReason.PEER_UNAVAILABLE and source_ready))
         )
         if retry and job is not None:
-            out.delete.append(_removal(job))
+            out.delete.append(job_removal(job))
             out.busy = True
         elif job is None and source_ready:
             args = stage_args(ic, transfer=transfer, address=addresses.get(node))
@@ -267,7 +295,7 @@ def _serve(
     pending = [s for s in successors if not _finished(s, live, replica=replica)]
     wanted = stages[node].state is StageState.READY and bool(pending) and address is not None
     if job is not None and not job.deleting and (not wanted or job.outcome != "running"):
-        out.delete.append(_removal(job))  # done serving, or a server that ended: anew
+        out.delete.append(job_removal(job))  # done serving, or a server that ended: anew
         out.busy = True
         return False
     if job is None and wanted and address is not None:
@@ -404,6 +432,17 @@ def _order(plan: StagePlan) -> str:
     return "then " + ", ".join(copies) if copies else "no copies"
 
 
+def _previous_freed(previous: Mapping[str, Any] | None, digest: str) -> dict[int, int]:
+    """The last status's bytes freed per group of the same source (its clean reported)."""
+    if not previous or previous.get("digest") != digest:
+        return {}
+    return {
+        int(g.get("replica", 0)): int(g["bytesFreed"])
+        for g in previous.get("groups") or []
+        if g.get("bytesFreed") is not None
+    }
+
+
 def _previous_nodes(
     previous: Mapping[str, Any] | None, digest: str
 ) -> dict[tuple[int, str], Mapping[str, Any]]:
@@ -415,9 +454,3 @@ def _previous_nodes(
         for g in previous.get("groups") or []
         for n in g.get("nodes") or []
     }
-
-
-def _removal(job: StagingJob) -> Removal:
-    return Removal(
-        api_version="batch/v1", kind="Job", name=job.name, namespace=job.namespace, uid=job.uid
-    )

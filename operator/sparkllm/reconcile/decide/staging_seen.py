@@ -13,6 +13,7 @@ status should show bytes, rate and ETA while it runs. At the end the log is stil
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -23,13 +24,15 @@ from sparkllm.keys import (
     LABEL_STAGING_REPLICA,
     LABEL_STAGING_ROLE,
 )
-from sparkllm.render.model_staging import STAGING_CONTAINER, Role
+from sparkllm.reconcile.decide.actions import Removal
+from sparkllm.render.model_staging import ROLES, STAGING_CONTAINER, Role
 from sparkllm.staging.progress import ProgressRecord, read_record
 
 Outcome = Literal["running", "succeeded", "failed"]
 LOG_TAIL_LINES: Final = 20  # the last record and the stderr line after a failure
 LOG_LIMIT_BYTES: Final = 16 * 1024
 SERVING_EVENT: Final = '"event": "serving"'
+CLEANED_EVENT: Final = "cleaned"  # a clean Job's one line: what it removed, bytes freed
 _SUCCEEDED: Final = ("Complete", "SuccessCriteriaMet")
 _FAILED: Final = ("Failed", "FailureTarget")
 
@@ -50,6 +53,7 @@ class StagingJob:
     record: ProgressRecord | None = None  # the last progress record of its pod's log
     serving: bool = False  # a serve Job's log said "serving": peers may copy now
     detail: str = ""  # the pod's termination message or the Job's reason, when no record
+    bytes_freed: int | None = None  # a clean Job's ``cleaned`` line: the bytes it removed
 
 
 def latest_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -67,14 +71,31 @@ def last_record(text: str) -> ProgressRecord | None:
     return None
 
 
+def bytes_freed(text: str) -> int | None:
+    """The ``bytesFreed`` of the last ``{"event": "cleaned", ...}`` line in ``text``."""
+    for line in reversed(text.splitlines()):
+        try:
+            raw = json.loads(line.strip())
+        except ValueError:
+            continue
+        if isinstance(raw, dict) and raw.get("event") == CLEANED_EVENT:
+            freed = raw.get("bytesFreed")
+            return freed if isinstance(freed, int) and freed >= 0 else None
+    return None
+
+
+def _role(value: str | None) -> Role | None:
+    return next((r for r in ROLES if r == value), None)
+
+
 def staging_job(
     job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, log: str | None
 ) -> StagingJob | None:
     """``job`` read into a fact; None when its labels are not a staging Job's."""
     meta = job["metadata"]
     labels: Mapping[str, str] = meta.get("labels") or {}
-    role, replica = labels.get(LABEL_STAGING_ROLE), labels.get(LABEL_STAGING_REPLICA, "")
-    if role not in ("stage", "serve") or not replica.isdigit():
+    role, replica = _role(labels.get(LABEL_STAGING_ROLE)), labels.get(LABEL_STAGING_REPLICA, "")
+    if role is None or not replica.isdigit():
         return None
     status = job.get("status") or {}
     true = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
@@ -97,7 +118,7 @@ def staging_job(
         namespace=str(meta.get("namespace") or "default"),
         uid=str(meta.get("uid") or ""),
         digest=labels.get(LABEL_STAGING_DIGEST, ""),
-        role="stage" if role == "stage" else "serve",
+        role=role,
         replica=int(replica),
         node=str((meta.get("annotations") or {}).get(ANNOTATION_STAGING_NODE, "")),
         outcome=outcome,
@@ -105,6 +126,7 @@ def staging_job(
         record=record,
         serving=SERVING_EVENT in (log or ""),
         detail=detail[:512],
+        bytes_freed=bytes_freed(log or "") if role == "clean" else None,
     )
 
 
@@ -114,3 +136,10 @@ def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
             terminated = (container.get("state") or {}).get("terminated")
             return terminated if isinstance(terminated, Mapping) else None
     return None
+
+
+def job_removal(job: StagingJob) -> Removal:
+    """The deletion of ``job`` (its uid as the precondition)."""
+    return Removal(
+        api_version="batch/v1", kind="Job", name=job.name, namespace=job.namespace, uid=job.uid
+    )

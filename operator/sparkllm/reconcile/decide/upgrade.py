@@ -5,7 +5,9 @@ making (``render/rank_stamp.py``); a pod whose template hash differs from the cu
 rendering is told apart here:
 
 - the user's rank-shaping spec changed (spec digest differs): a rolling update, as before,
-  cause ``spec changed (rolling update)``;
+  cause ``spec changed (rolling update)``, or ``model staged: A -> B (rolling update)``
+  when what differs is the staged copy the pods mount (spec.model.source: the replica's
+  group now holds the new revision's copy, decide/staging.py);
 - the same operator version rendered it from the same spec: what changed is the cluster
   around it (a node's address, a Secret's name, the operator's image settings): a rolling
   update, cause ``rank template changed (...)``;
@@ -41,6 +43,7 @@ Apply = Literal["onRestart", "drained"]
 APPLY_VALUES: Final[tuple[Apply, ...]] = ("onRestart", "drained")
 APPLY_ENV: Final = "SPARKLLM_APPLY_OPERATOR_CHANGES"  # the chart's upgrade.applyOperatorChanges
 TEMPLATE_CAUSE: Final = "rank template changed (node address, Secret or image settings)"
+MODEL_CAUSE: Final = "model staged"  # a new revision's copy: the replica rolls onto it
 UNKNOWN_VERSION: Final = "unrecorded"
 # Operator versions whose rank-pod changes fix a security problem and should be applied
 # at once: version -> what it fixes (the release notes' words). UpdatePending says so, so
@@ -144,7 +147,7 @@ def drift(pods: Sequence[JSON], generation: int, want: Mapping[int, Stamp]) -> D
         if have.template == desired.template:
             continue
         if have.spec is not None and have.spec != desired.spec:
-            roll = UPDATE_CAUSE
+            roll = model_cause(have, desired) or UPDATE_CAUSE
         elif have.version == desired.version:
             roll = roll or TEMPLATE_CAUSE
         else:
@@ -165,6 +168,13 @@ def drift(pods: Sequence[JSON], generation: int, want: Mapping[int, Stamp]) -> D
         sections=tuple(s for s in SECTIONS if s in changed),
     )
     return Drift(pending=merged)
+
+
+def model_cause(have: Stamp, want: Stamp) -> str | None:
+    """The roll's cause when the pods run another staged copy than the one rendered."""
+    if have.model is None or want.model is None or have.model == want.model:
+        return None
+    return f"{MODEL_CAUSE}: {have.model} -> {want.model} (rolling update)"
 
 
 def adopt_patches(
