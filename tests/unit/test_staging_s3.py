@@ -1,17 +1,21 @@
-"""``sparkllm stage-model`` from a real S3-compatible server: gofakes3, built from the Go
-module proxy by hack/build-binaries.sh (``make binaries``), on 127.0.0.1.
+"""``sparkllm stage-model`` from a real S3-compatible server: versitygw, built from the Go
+module proxy by hack/build-binaries.sh (``make binaries``), on 127.0.0.1 over a posix
+directory (a bucket is a directory), with one account (ACCESS_KEY, SECRET_KEY).
 
 The toy model is uploaded with the MinIO client, then staged with the same client's
 listing and ranged gets. Faults go through a small TCP proxy in front of the server,
 armed on one object's GET: the response cut after N body bytes (the stage resumes with
 ``Range: bytes=N-``) or its body bytes flipped (the single-part ETag, an MD5, catches it:
-HashMismatch, fetched again). gofakes3 checks no signatures, so Unauthorized is not
-shown here (its mapping is unit-tested with the HTTP path's); a missing bucket is.
+HashMismatch, fetched again). versitygw checks every request's SigV4 signature, so a
+wrong secret, an unknown key and no credentials are each shown as ``Unauthorized``; a
+missing bucket as ``NotFound``; a multipart object (its ETag no MD5) by its size.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import socket
 import subprocess
 import threading
@@ -23,6 +27,7 @@ import pytest
 from minio import Minio
 
 from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.cli import main
 from sparkllm.staging.errors import StageError
 from sparkllm.staging.plan import StageReason
 from sparkllm.staging.progress import Progress
@@ -30,7 +35,9 @@ from sparkllm.staging.stage import StageRequest, stage_model
 from tests.unit.staging_fixtures import toy_model
 from tests.unit.test_chart_render import require_binary
 
-pytestmark = pytest.mark.needs_binary  # gofakes3 (make binaries)
+pytestmark = pytest.mark.needs_binary  # versitygw (make binaries)
+ACCESS_KEY, SECRET_KEY = "k", "s"  # the server's one account
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
 BUCKET = "models"
 PREFIX = "toy/v1/"
 SHARD = "model-00002-of-00003.safetensors"
@@ -49,32 +56,34 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + START_DEADLINE_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"gofakes3 exited with {process.returncode}")
+            raise AssertionError(f"the S3 server exited with {process.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.02)
-    raise AssertionError(f"gofakes3 did not listen on {port} in {START_DEADLINE_SECONDS} s")
+    raise AssertionError(f"the S3 server did not listen on {port} in {START_DEADLINE_SECONDS} s")
 
 
 @pytest.fixture
-def s3_server() -> Iterator[int]:
-    binary = require_binary("gofakes3", how="run `make binaries` (hack/build-binaries.sh)")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """versitygw on a free port of 127.0.0.1, bucket BUCKET empty; yields the port."""
+    binary = require_binary("versitygw", how="run `make binaries` (hack/build-binaries.sh)")
+    root = tmp_path_factory.mktemp("s3")
+    (root / "data" / BUCKET).mkdir(parents=True)  # a bucket is a directory
     port = free_port()
-    process = subprocess.Popen(
-        [str(binary), "-backend", "memory", "-initialbucket", BUCKET, "-quiet",
-         "-host", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    with (root / "server.log").open("wb") as log:
+        process = subprocess.Popen(
+            [str(binary), "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet",
+             "--port", f"127.0.0.1:{port}", "posix", str(root / "data")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
         wait_for_port(port, process)
         yield port
     finally:
         process.terminate()
         process.wait(timeout=10)
-        if process.stderr is not None:
-            process.stderr.close()
 
 
 class FaultProxy:
@@ -143,10 +152,11 @@ def _recv(sock: socket.socket) -> bytes:
         return b""
 
 
-def upload(port: int, files: dict[str, bytes]) -> None:
-    client = Minio(f"127.0.0.1:{port}", access_key="k", secret_key="s", secure=False)
+def upload(port: int, files: dict[str, bytes], *, part_size: int = 0) -> None:
+    """Each file an object under PREFIX (``part_size``: multipart, in parts of that size)."""
+    client = Minio(f"127.0.0.1:{port}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False)
     for path, data in files.items():
-        client.put_object(BUCKET, PREFIX + path, io.BytesIO(data), len(data))
+        client.put_object(BUCKET, PREFIX + path, io.BytesIO(data), len(data), part_size=part_size)
 
 
 def source(port: int, *, bucket: str = BUCKET) -> ModelSourceSpec:
@@ -155,11 +165,16 @@ def source(port: int, *, bucket: str = BUCKET) -> ModelSourceSpec:
     )
 
 
-def stage(tmp_path: Path, spec: ModelSourceSpec) -> tuple[Progress, Path]:
+def stage(
+    tmp_path: Path,
+    spec: ModelSourceSpec,
+    *,
+    env: dict[str, str] = CREDENTIALS,
+    expected_shards: int | None = 3,
+) -> tuple[Progress, Path]:
     progress = Progress(out=io.StringIO(), interval=0.0)
     target = tmp_path / "node" / "model"
-    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
-    request = StageRequest(target=target, source=spec, expected_shards=3, environ=env)
+    request = StageRequest(target=target, source=spec, expected_shards=expected_shards, environ=env)
     stage_model(request, progress)
     return progress, target
 
@@ -209,3 +224,79 @@ def test_a_missing_bucket_is_not_found(tmp_path: Path, s3_server: int) -> None:
         stage(tmp_path, source(s3_server, bucket="absent"))
     assert caught.value.reason is StageReason.NOT_FOUND
     assert "NoSuchBucket" in str(caught.value)
+
+
+def test_a_wrong_secret_is_unauthorized_and_the_right_one_stages(
+    tmp_path: Path,
+    s3_server: int,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    upload(s3_server, toy_model(tmp_path / "origin"))
+    target = tmp_path / "node" / "model"
+    progress_file = tmp_path / "progress.json"
+    spec = source(s3_server).model_dump_json(by_alias=True, exclude_none=True)
+    argv = ["stage-model", "--target", str(target), "--source", spec,
+            "--progress-file", str(progress_file), "--expected-shards", "3"]  # fmt: skip
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-" + SECRET_KEY)
+
+    code = main(argv)
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (code, err) == (
+        1,
+        [f"stage-model: failed: Unauthorized: s3 bucket {BUCKET} prefix '{PREFIX}': "
+         "SignatureDoesNotMatch"],
+    )  # fmt: skip
+    last = json.loads(progress_file.read_text())
+    assert (last["event"], last["stage"], last["reason"]) == ("failed", "Failed", "Unauthorized")
+    assert last["message"].endswith("SignatureDoesNotMatch")
+    assert not target.exists()
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    assert main(argv) == 0
+    assert json.loads(progress_file.read_text())["event"] == "done"
+    assert (target / SHARD).is_file()
+
+
+@pytest.mark.parametrize(
+    ("env", "code"),
+    [
+        (
+            {"AWS_ACCESS_KEY_ID": "nobody", "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
+            "XAdminUserNotFound",
+        ),
+        ({}, "AccessDenied"),  # no credentials: unsigned requests
+    ],
+)
+def test_an_unknown_key_or_none_is_unauthorized(
+    tmp_path: Path, s3_server: int, env: dict[str, str], code: str
+) -> None:
+    upload(s3_server, toy_model(tmp_path / "origin"))
+    with pytest.raises(StageError) as caught:
+        stage(tmp_path, source(s3_server), env=env)
+    assert caught.value.reason is StageReason.UNAUTHORIZED
+    assert str(caught.value) == f"Unauthorized: s3 bucket {BUCKET} prefix '{PREFIX}': {code}"
+
+
+def test_a_multipart_object_is_checked_by_its_size(tmp_path: Path, s3_server: int) -> None:
+    part = 5 * 1024 * 1024  # S3's smallest part
+    files = {"weights.bin": os.urandom(part + 4096)}
+    upload(s3_server, files, part_size=part)
+    client = Minio(
+        f"127.0.0.1:{s3_server}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False
+    )
+    etag = client.stat_object(BUCKET, PREFIX + "weights.bin").etag
+    assert etag is not None
+    assert etag.strip('"').endswith("-2")  # two parts: the ETag is no MD5
+    proxy = FaultProxy(s3_server, key=PREFIX + "weights.bin", mode="cut", after=part)
+    try:
+        progress, target = stage(tmp_path, source(proxy.port), expected_shards=None)
+    finally:
+        proxy.close()
+    assert (target / "weights.bin").read_bytes() == files["weights.bin"]
+    retries = [r for r in progress.records if r["event"] == "retry"]
+    assert [r["message"] for r in retries] == [
+        f"s3://{BUCKET}/{PREFIX}weights.bin: ProtocolError; resuming at byte {part}"
+    ]

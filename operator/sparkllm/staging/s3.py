@@ -29,7 +29,13 @@ from sparkllm.staging.plan import StageReason
 from sparkllm.staging.transfer import ConnectionLostError, Expected, Opener, Stream
 
 CHUNK = 1024 * 1024
-_UNAUTHORIZED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+# XAdminUserNotFound: versitygw's answer (HTTP 404) to an access key it does not know
+_UNAUTHORIZED = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "XAdminUserNotFound",
+}
 _NOT_FOUND = {"NoSuchBucket", "NoSuchKey"}
 _ERROR_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
 
