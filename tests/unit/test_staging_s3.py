@@ -20,7 +20,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -87,11 +87,24 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 class FaultProxy:
-    """TCP proxy to the S3 server; corrupts or cuts the response to one object's first GET."""
+    """TCP proxy to the S3 server; corrupts or cuts the response to one object's first GET.
 
-    def __init__(self, upstream: int, *, key: str, mode: str, after: int = 0) -> None:
-        self.upstream, self.mode, self.after = upstream, mode, after
-        self.needle = f"GET /{BUCKET}/{key}".encode()
+    ``path``: the request path to arm on instead of the object's (another HTTP server);
+    ``before``: called once that request arrives, before it is forwarded (mode ``pass``
+    forwards the response as it is)."""
+
+    def __init__(
+        self,
+        upstream: int,
+        *,
+        key: str = "",
+        mode: str,
+        after: int = 0,
+        path: str | None = None,
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        self.upstream, self.mode, self.after, self.before = upstream, mode, after, before
+        self.needle = f"GET {path or f'/{BUCKET}/{key}'}".encode()
         self.armed = True
         self.requests: list[bytes] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -114,6 +127,8 @@ class FaultProxy:
             self.requests.append(data)
             if self.armed and self.needle in data:
                 self.armed, state["fault"] = False, True
+                if self.before is not None:
+                    self.before()
             server.sendall(data)
         server.close()
 
