@@ -313,6 +313,8 @@ def _serve(
         )
         out.busy = True
         return False
+    if job is not None and not job.serving:
+        out.busy = True  # its log says ``serving`` soon: a log line is no watch event, poll
     return job is not None and job.serving and not job.deleting
 
 
