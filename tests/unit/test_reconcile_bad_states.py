@@ -257,3 +257,29 @@ def test_replicas_zero_is_stopped_not_ready() -> None:
     assert plan.status["phase"] == "Stopped"
     ready = conditions(plan)["Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "ScaledToZero")
+
+
+def _gateway_pod(*, since: float) -> dict[str, Any]:
+    """A gateway pod that follows the rank pods (required pod affinity), unschedulable."""
+    term = {"labelSelector": {"matchLabels": {"app.kubernetes.io/component": "engine"}},
+            "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    pod = {"metadata": {"name": "llm-5f-x",
+                        "labels": {"app.kubernetes.io/component": "gateway"}}}  # fmt: skip
+    pod = _unscheduled(pod, since=since, message="0/6 nodes: didn't match pod affinity rules")
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    pod["spec"] = {"affinity": {"podAffinity": required}}  # not yet bound to a node
+    return pod
+
+
+def test_a_pod_that_follows_the_ranks_waits_for_them_and_is_named_by_its_component() -> None:
+    """The gateway's pod affinity needs a placed rank pod: while none is (the ranks held
+    while the model stages), it waits and is not reported; once one is, it is, by name."""
+    gateway = _gateway_pod(since=UNSCHEDULABLE_GRACE_SECONDS * 2)
+    assert unschedulable([gateway], now=NOW).messages == ()
+    rank = {
+        "metadata": {"name": "llm-r0-rank0-0",
+                     "labels": {"app.kubernetes.io/component": "engine"}},
+        "spec": {"nodeName": "a0"},
+    }  # fmt: skip
+    (message,) = unschedulable([gateway, rank], now=NOW).messages
+    assert message.startswith("pod llm-5f-x (gateway) cannot be scheduled: 0/6 nodes")

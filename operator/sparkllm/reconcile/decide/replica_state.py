@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Final, TypeVar
 
 from sparkllm.keys import LABEL_GENERATION, LABEL_RANK, LABEL_REPLICA
+from sparkllm.render.names import COMPONENT_ENGINE, LABEL_COMPONENT
 from sparkllm.render.placement import NodeFacts
 
 JSON = dict[str, Any]
@@ -184,6 +185,16 @@ def _unscheduled(pod: Mapping[str, Any]) -> tuple[datetime, str] | None:
     return None
 
 
+def _is_rank(pod: Mapping[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT) == COMPONENT_ENGINE
+
+
+def _follows_ranks(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's placement requires a rank pod on its node (pod affinity)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("podAffinity") or {}
+    return bool(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
 @dataclass(frozen=True)
 class Unschedulable:
     """Rank pods the scheduler could not place for longer than the grace, and when the
@@ -199,12 +210,17 @@ def unschedulable(
     now: datetime,
     grace: float = UNSCHEDULABLE_GRACE_SECONDS,
 ) -> Unschedulable:
-    """The scheduler's word on each rank pod Pending past ``grace``, in pod-name order."""
+    """The scheduler's word on each pod Pending past ``grace``, in pod-name order.
+
+    A pod that follows the rank pods (the gateway's or a Job's required pod affinity to
+    them, render/model_access.py) is not stuck while no rank pod is placed: it waits for
+    the ranks (held while the model stages, say), which say themselves why they wait."""
     messages: list[str] = []
     waits: list[float] = []
+    ranks_placed = any(_is_rank(p) and (p.get("spec") or {}).get("nodeName") for p in pods)
     for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
         seen = _unscheduled(pod)
-        if seen is None:
+        if seen is None or (_follows_ranks(pod) and not ranks_placed):
             continue
         since, why = seen
         waited = (now - since).total_seconds()
@@ -212,6 +228,10 @@ def unschedulable(
             waits.append(grace - waited)
             continue
         labels = pod["metadata"].get("labels") or {}
-        where = f"replica {labels.get(LABEL_REPLICA, '?')}, rank {labels.get(LABEL_RANK, '?')}"
+        where = (
+            f"replica {labels.get(LABEL_REPLICA, '?')}, rank {labels.get(LABEL_RANK, '?')}"
+            if LABEL_RANK in labels
+            else str(labels.get(LABEL_COMPONENT, "not a rank"))
+        )
         messages.append(f"pod {pod['metadata']['name']} ({where}) cannot be scheduled: {why}")
     return Unschedulable(messages=tuple(messages), retry_after=min(waits) if waits else None)
