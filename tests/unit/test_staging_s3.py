@@ -150,7 +150,7 @@ class FaultProxy:
                         server.close()
                         return
                     continue
-                if in_body and self.mode == "flip":
+                if in_body and self.mode == "flip" and data:  # not a head alone
                     data = bytes(b ^ 0xFF for b in data[:8]) + data[8:]
                     state["fault"] = False
             client.sendall(data)
