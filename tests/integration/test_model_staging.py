@@ -12,6 +12,8 @@ staged, the files on every node; and a missing bucket reported as NotFound.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import re
 import sys
@@ -21,11 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from minio import Minio
 
+from sparkllm.render.model_layout import copy_dir
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.bench_jobs import BenchJobs
+from sparkllm_dev.devcluster.gateway_pods import GatewayPods
 from sparkllm_dev.testing import SharedOperatorView, quick_resync
-from tests.integration.test_reconcile import apply, condition, icl, sample, user_keys
+from tests.integration.test_reconcile import apply, condition, icl, ready, sample, user_keys
+from tests.unit.gateway_fixtures import train_tokenizer, write_model_dir
 from tests.unit.staging_fixtures import toy_model
 from tests.unit.test_staging_s3 import BUCKET, PREFIX, SHARD, FaultProxy, s3_server, upload
 
@@ -34,6 +40,11 @@ __all__ = ["s3_server"]  # the fixture, imported for this module's tests
 GROUP = ["spark-a0", "spark-a1", "spark-a2"]
 MODEL_PATH = "/models/toy"
 DEADLINE = 60  # seconds
+
+
+def on_node(tmp_path: Path, node: str, path: str) -> Path:
+    """Where the simulated node keeps ``path`` (the harness's hosts root)."""
+    return tmp_path / "hosts" / node / path.lstrip("/")
 
 
 def staged_cluster(port: int, *, bucket: str = BUCKET) -> dict[str, Any]:
@@ -138,7 +149,7 @@ def test_a_group_is_staged_once_downloaded_twice_copied_before_its_ranks(
     for node in GROUP:  # a whole model's bytes on each transfer
         entry = by_node[node]
         assert (entry["stage"], entry["bytesDone"], entry["bytesTotal"]) == ("Ready", size, size)
-        local = tmp_path / "hosts" / node / MODEL_PATH.lstrip("/")
+        local = on_node(tmp_path, node, copy_dir(MODEL_PATH, report["digest"]))
         assert {p: (local / p).read_bytes() for p in files} == files
     assert report["summary"] == "3/3 nodes"
     assert any(c.startswith("Staging:") for c in columns), columns
@@ -281,6 +292,128 @@ def test_a_shard_corrupted_in_transit_is_fetched_again_and_the_group_still_stage
     print(f"\nretry records: {retries}")
     assert [r["reason"] for r in retries] == ["HashMismatch"]
     assert SHARD in retries[0]["file"]
+    digest = icl(devcluster, namespace)["status"]["modelStaging"]["digest"]
     for node in GROUP:
-        local = tmp_path / "hosts" / node / MODEL_PATH.lstrip("/")
+        local = on_node(tmp_path, node, copy_dir(MODEL_PATH, digest))
         assert (local / SHARD).read_bytes() == files[SHARD]
+
+
+REVISIONS = ("toy/v1/", "toy/v2/", "toy/v3/")  # the same toy model under three prefixes
+ROLL_DEADLINE = 150  # seconds: a stage, a drained restart of the replica, the clean Jobs
+
+
+def servable(files: dict[str, bytes], front: Path) -> dict[str, bytes]:
+    """The toy model with a real tokenizer and chat template (the gateway fixtures'), which
+    the engine simulator and the gateway load (the toy ones only have the shape
+    verify-model checks), so the replica and the gateway become Ready and can roll; the
+    same two files are written to ``front``, the gateway pods' model directory."""
+    write_model_dir(front, train_tokenizer())
+    names = ("tokenizer.json", "tokenizer_config.json")
+    return {**files, **{name: (front / name).read_bytes() for name in names}}
+
+
+def upload_under(port: int, prefix: str, files: dict[str, bytes]) -> None:
+    client = Minio(f"127.0.0.1:{port}", access_key="k", secret_key="s", secure=False)
+    for path, data in files.items():
+        client.put_object(BUCKET, prefix + path, io.BytesIO(data), len(data))
+
+
+def copies_on(tmp_path: Path, node: str) -> set[str]:
+    """The finished copies' directories (digests) beside the model path on ``node``."""
+    parent = on_node(tmp_path, node, copy_dir(MODEL_PATH, "x")).parent
+    return {p.name for p in parent.iterdir() if not p.name.startswith(".")}
+
+
+def revision(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
+    doc["spec"]["model"]["source"]["s3"]["prefix"] = prefix
+    return doc
+
+
+def rolled_and_cleaned(
+    devcluster: DevCluster, namespace: str, *, old: str | None, phases: list[str]
+) -> dict[str, Any] | None:
+    """Ready on a new digest's copy (not ``old``), the copies before it cleaned (bytesFreed);
+    each look while the new copy stages records the replica's phase in ``phases``."""
+    seen = icl(devcluster, namespace)
+    if (condition(seen, "ModelStaged") or {}).get("reason") == "Staging":
+        phases.append(seen["status"]["replicaStatuses"][0]["phase"])
+    obj = ready(devcluster, namespace)
+    report = (obj or {}).get("status", {}).get("modelStaging") or {}
+    group = (report.get("groups") or [{}])[0]
+    if obj is None or report.get("digest") in (None, old):
+        return None
+    if group.get("runningDigest") != report["digest"] or group.get("bytesFreed") is None:
+        return None
+    return obj
+
+
+def check_rolled(
+    obj: dict[str, Any], digests: list[str], *, restarts: int, phases: list[str], tmp_path: Path
+) -> None:
+    """After a new revision: served on the old copy while staging, one roll naming both
+    copies, and on every node the copy in use and the one before it, nothing older."""
+    report, replica = obj["status"]["modelStaging"], obj["status"]["replicaStatuses"][0]
+    on_nodes = {node: copies_on(tmp_path, node) for node in GROUP}
+    print(
+        f"revision {len(digests)}: digest {digests[-1]}; phases while staging "
+        f"{sorted(set(phases))} ({len(phases)} looks); restart {replica.get('lastRestart')}; "
+        f"copies per node {on_nodes}; bytesFreed {report['groups'][0]['bytesFreed']}"
+    )
+    assert set(phases) <= {"Ready"}, phases
+    assert replica.get("restarts", 0) == restarts + 1
+    reason = f"model staged: {digests[-2]} -> {digests[-1]} (rolling update)"
+    assert replica["lastRestart"]["reason"] == reason
+    assert all(c == set(digests[-2:]) for c in on_nodes.values()), on_nodes
+
+
+@quick_resync
+def test_a_new_revision_is_staged_beside_rolled_once_and_the_copy_before_is_kept(
+    devcluster: DevCluster,
+    namespace: str,
+    shared_operator: SharedOperatorView,
+    staging: Staging,
+    tmp_path: Path,
+) -> None:
+    """Revision A staged and Ready; B staged beside it while the replica serves on A, the
+    replica rolled once onto B ('model staged: A -> B'), the clean Jobs keep A as the copy
+    before; revision C then removes A (its bytes freed on each node)."""
+    files = servable(toy_model(tmp_path / "origin"), tmp_path / "front")
+    size = sum(len(data) for data in files.values())
+    for prefix in REVISIONS:
+        upload_under(staging.port, prefix, files)
+    secrets(devcluster, namespace)
+    doc = revision(staged_cluster(staging.port), REVISIONS[0])
+    for parser in ("toolCallParser", "reasoningParser"):  # V4's prompt needs V4's tokenizer
+        doc["spec"]["engine"].pop(parser, None)
+    gateways = GatewayPods(
+        devcluster, tokenizer_dir=tmp_path / "front", namespace=namespace,
+        log_dir=tmp_path / "gateways",
+    )  # fmt: skip
+    with gateways:  # the gateway's pods run (and roll): the cleaning rule waits for them
+        apply(devcluster, namespace, doc)
+        look = functools.partial(rolled_and_cleaned, devcluster, namespace, old=None, phases=[])
+        obj = wait_until(look, timeout=ROLL_DEADLINE, interval=0.5, what="revision A served")
+        digests = [obj["status"]["modelStaging"]["digest"]]
+        restarts = obj["status"]["replicaStatuses"][0].get("restarts", 0)
+        print(f"\nrevision 1: digest {digests[0]}, copies {copies_on(tmp_path, GROUP[0])}")
+        freed: list[int] = []
+        for prefix in REVISIONS[1:]:
+            apply(devcluster, namespace, revision(doc, prefix))
+            phases: list[str] = []
+            look = functools.partial(
+                rolled_and_cleaned, devcluster, namespace, old=digests[-1], phases=phases
+            )
+            obj = wait_until(look, timeout=ROLL_DEADLINE, interval=0.2, what=prefix)
+            digests.append(obj["status"]["modelStaging"]["digest"])
+            check_rolled(obj, digests, restarts=restarts, phases=phases, tmp_path=tmp_path)
+            restarts += 1
+            freed.append(obj["status"]["modelStaging"]["groups"][0]["bytesFreed"])
+    current = on_node(tmp_path, GROUP[2], copy_dir(MODEL_PATH, digests[-1]))
+    assert {p: (current / p).read_bytes() for p in files} == files
+    # B kept A as the copy before (nothing freed); C removed A on each of the three nodes.
+    assert freed[0] == 0
+    assert freed[1] >= 3 * size, (freed, size)
+    cleaned = [m for r, m in events(devcluster, namespace) if r == "StagingCleaned"]
+    print(f"model bytes {size}; bytesFreed per revision {freed}; StagingCleaned: {cleaned}")
+    assert len(cleaned) == 3  # one per digest's clean of the one group
+    assert shared_operator.log().count("Traceback") == 0
