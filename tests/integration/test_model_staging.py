@@ -1,9 +1,9 @@
 """Model staging end to end (issue 31): the operator stages a toy model from a real
-S3-compatible server (gofakes3) onto a three-node group, before any rank starts.
+S3-compatible server (versitygw) onto a three-node group, before any rank starts.
 
 The staging Jobs' pods run for real (``BenchJobs``, the Jobs' pods harness: one
 ``sparkllm stage-model`` process per pod, on the simulated node's loopback address, its
-host directory under this test's hosts root), so spark-a0 downloads from gofakes3 and
+host directory under this test's hosts root), so spark-a0 downloads from versitygw and
 spark-a1 and spark-a2 copy node to node over 127.0.0.x, as ``plan_group`` orders them.
 Seen from outside, as a user would: the progress in status and the Start column, the
 ModelStaged condition, the Events, the rank StatefulSets held at 0 until the group is
@@ -33,9 +33,18 @@ from sparkllm_dev.testing import SharedOperatorView, quick_resync
 from tests.integration.test_reconcile import apply, condition, icl, ready, sample, user_keys
 from tests.unit.gateway_fixtures import train_tokenizer, write_model_dir
 from tests.unit.staging_fixtures import toy_model
-from tests.unit.test_staging_s3 import BUCKET, PREFIX, SHARD, FaultProxy, s3_server, upload
+from tests.unit.test_staging_s3 import (
+    ACCESS_KEY,
+    BUCKET,
+    PREFIX,
+    SECRET_KEY,
+    SHARD,
+    FaultProxy,
+    s3_server,
+    upload,
+)
 
-pytestmark = [pytest.mark.cluster, pytest.mark.needs_binary]  # gofakes3 (make binaries)
+pytestmark = [pytest.mark.cluster, pytest.mark.needs_binary]  # versitygw (make binaries)
 __all__ = ["s3_server"]  # the fixture, imported for this module's tests
 GROUP = ["spark-a0", "spark-a1", "spark-a2"]
 MODEL_PATH = "/models/toy"
@@ -48,7 +57,7 @@ def on_node(tmp_path: Path, node: str, path: str) -> Path:
 
 
 def staged_cluster(port: int, *, bucket: str = BUCKET) -> dict[str, Any]:
-    """The sample on group a, its model the toy one (4 layers, 3 shards) from gofakes3."""
+    """The sample on group a, its model the toy one (4 layers, 3 shards) from versitygw."""
     doc = sample(GROUP)
     model = doc["spec"]["model"]
     model.update(path=MODEL_PATH, numLayers=4, expectedShards=3)
@@ -65,7 +74,7 @@ def staged_cluster(port: int, *, bucket: str = BUCKET) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Staging:
-    """gofakes3's port, and the staging pods' processes (``BenchJobs``) on the same hosts
+    """versitygw's port, and the staging pods' processes (``BenchJobs``) on the same hosts
     root as the engine harness's."""
 
     port: int
@@ -266,7 +275,7 @@ def test_a_shard_corrupted_in_transit_is_fetched_again_and_the_group_still_stage
     staging: Staging,
     tmp_path: Path,
 ) -> None:
-    """One shard's bytes flipped once between gofakes3 and spark-a0: its ETag catches it,
+    """One shard's bytes flipped once between versitygw and spark-a0: its ETag catches it,
     the download fetches it again (a ``retry`` record, HashMismatch), and every node ends
     with the good bytes."""
     files = toy_model(tmp_path / "origin")
@@ -313,7 +322,7 @@ def servable(files: dict[str, bytes], front: Path) -> dict[str, bytes]:
 
 
 def upload_under(port: int, prefix: str, files: dict[str, bytes]) -> None:
-    client = Minio(f"127.0.0.1:{port}", access_key="k", secret_key="s", secure=False)
+    client = Minio(f"127.0.0.1:{port}", access_key=ACCESS_KEY, secret_key=SECRET_KEY, secure=False)
     for path, data in files.items():
         client.put_object(BUCKET, prefix + path, io.BytesIO(data), len(data))
 
