@@ -5,10 +5,10 @@
 # modules at v0.0.0, so `go install k8s.io/kubernetes/cmd/...@vX` fails by design.
 # We build inside a small helper module that replaces each staging module with its
 # published v0.36.x, together with kwok and etcd (build_control_plane says why together).
-# helm, kubeconform, glua, versitygw and gofakes3 install normally.
+# helm, kubeconform, glua and versitygw install normally.
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
-#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua,versitygw,gofakes3}. The first seven are one
+#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua,versitygw}. The first seven are one
 #         binary (hack/control-plane/main.go) hard-linked under each name. A binary already
 #         there is not rebuilt. With --control-plane only the seven (what `make demo` needs).
 #
@@ -37,9 +37,6 @@ GLUA_VERSION="${GLUA_VERSION:-v1.1.2}"  # gopher-lua, the Lua Argo CD embeds (he
 # Cold build measured 3 Dec 07:29 (empty GOCACHE and GOMODCACHE, modules downloaded, 2 cores
 # at load 14-15 beside a CI run's builds): 165 s wall, user 107 s, sys 16 s; 45 MB binary.
 VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
-# gofakes3 checks no signatures; kept only for the demo's S3 source (sparkllm-dev's
-# demo_staging) until it runs versitygw too: the tests no longer use it.
-GOFAKES3_VERSION="${GOFAKES3_VERSION:-v1.2.0}"
 
 CACHE="${SPARKLLM_CACHE:-$HOME/.cache/sparkllm}"
 BIN="$CACHE/bin/$K8S_VERSION"
@@ -174,11 +171,6 @@ build_versitygw() {
     "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
 }
 
-build_gofakes3() {
-  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" \
-    "github.com/johannesboyne/gofakes3/cmd/gofakes3@$GOFAKES3_VERSION"
-}
-
 # The builds run side by side: each spends part of its time fetching modules from the
 # proxy (network) while another compiles (CPU), and Go's build cache is safe to share.
 # A failed build fails the script, naming it; its output is in $WORK/<name>.log.
@@ -202,7 +194,6 @@ if [[ ${1:-} != --control-plane ]]; then
   have kubeconform || start_build kubeconform "kubeconform $KUBECONFORM_VERSION" build_kubeconform
   have glua || start_build glua "glua (gopher-lua) $GLUA_VERSION" build_glua
   have versitygw || start_build versitygw "versitygw $VERSITYGW_VERSION" build_versitygw
-  have gofakes3 || start_build gofakes3 "gofakes3 $GOFAKES3_VERSION" build_gofakes3
 fi
 failed=()
 for i in "${!pids[@]}"; do

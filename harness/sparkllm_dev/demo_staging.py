@@ -6,8 +6,9 @@ way, ``spec.model.source``, needs three things a newcomer's machine does not hav
 this command provides on the demo so that the journey is ``kubectl apply`` and
 ``kubectl get icl -w``, as in docs/model-staging.md:
 
-- a real S3-compatible server (gofakes3, built from the Go module proxy by
-  ``make binaries``) on 127.0.0.1, holding two revisions of a small but real model
+- a real S3-compatible server (versitygw, built from the Go module proxy by
+  ``make binaries``; it checks every request's signature) on 127.0.0.1, over a directory
+  of the demo's state, holding two revisions of a small but real model
   (``toy/v1/`` and ``toy/v2/``: 4 layers, 3 shards, a tokenizer; v2's weights differ), and
   the credentials Secret ``s3-creds`` the spec names;
 - the administrator's leave to download from that host: a default install allows the
@@ -60,6 +61,8 @@ GROUP_B: Final = ("spark-b0", "spark-b1", "spark-b2")
 OBJECT: Final = "toy"
 MODEL_PATH: Final = "/models/toy"
 SECRET: Final = "s3-creds"
+ACCESS_KEY: Final = "demo"  # the server's one account, and the Secret's keys
+SECRET_KEY: Final = "demo-secret"
 CHART: Final = Path(__file__).resolve().parents[2] / "charts" / "sparkllm"
 START_DEADLINE_SECONDS: Final = 20.0
 # What an administrator sets to allow this source (helm upgrade --set ...).
@@ -82,7 +85,7 @@ def model_source_up(cluster: DevCluster) -> int:
     """Set the journey up on the running demo; print what to run next."""
     if not alive_process(cluster, "operator"):
         raise DevClusterError("the demo is not running: run `make demo` first")
-    server = cluster.paths.binary("gofakes3")
+    server = cluster.paths.binary("versitygw")
     helm = cluster.paths.binary("helm")
     missing = [p.name for p in (server, helm) if not p.exists()]
     if missing:
@@ -90,7 +93,7 @@ def model_source_up(cluster: DevCluster) -> int:
             f"not built: {', '.join(missing)} (run `make binaries`, or `make demo-staging`)"
         )
     source = _serve(cluster, server)
-    print(f"[model-source] S3 server (gofakes3) {source.endpoint}, bucket {BUCKET}:")
+    print(f"[model-source] S3 server (versitygw) {source.endpoint}, bucket {BUCKET}:")
     for prefix, size in source.sizes.items():
         print(f"[model-source]   {prefix}  a 4-layer toy model in 3 shards, {size} bytes")
     allowed = _allow_host(cluster, helm)
@@ -101,12 +104,11 @@ def model_source_up(cluster: DevCluster) -> int:
     _secret(cluster)
     print(f"[model-source] Secret {NAMESPACE}/{SECRET} (accessKeyId, secretAccessKey)")
     print(f"[model-source] wrote {source.manifest}: InferenceCluster {OBJECT!r} on group b\n")
-    kubectl = f"{cluster.paths.binary('kubectl')}"
-    print("Next (docs/model-staging.md, 'On the demo'):")
-    print(f"  {kubectl} apply -f {source.manifest}")
-    print(f"  {kubectl} get icl {OBJECT} -w      # Staging:1/3:33% ... then Ready")
-    revise = f"sed -i 's|toy/v1/|toy/v2/|' {source.manifest}"
-    print(f"  {revise} && {kubectl} apply -f {source.manifest}   # a new revision")
+    print("Next, with the demo's export lines (`.venv/bin/sparkllm-dev status` prints them);")
+    print("docs/model-staging.md, 'On the demo':")
+    print(f"  kubectl apply -f {source.manifest}")
+    print(f"  kubectl get icl {OBJECT} -w      # Staging:1/3:33% ... then Ready")
+    print(f"  sed -i 's|toy/v1/|toy/v2/|' {source.manifest}   # a new revision, then apply again")
     return 0
 
 
@@ -120,17 +122,19 @@ def _state(cluster: DevCluster) -> Path:
 
 
 def _serve(cluster: DevCluster, binary: Path) -> ModelSource:
-    """gofakes3 in the background (once), both revisions uploaded, the object's file."""
+    """versitygw in the background (once), both revisions uploaded, the object's file."""
     state = _state(cluster)
     if alive_process(cluster, NAME) and state.exists():
         port = int(json.loads(state.read_text())["port"])
     else:
         port = _free_port()
+        data = cluster.paths.state_dir / NAME / "s3"
+        (data / BUCKET).mkdir(parents=True, exist_ok=True)  # a bucket is a directory
         log = cluster.paths.state_dir / f"demo-{NAME}.log"
         with log.open("ab") as out:
             process = subprocess.Popen(
-                [str(binary), "-backend", "memory", "-initialbucket", BUCKET, "-quiet",
-                 "-host", f"{HOST}:{port}"],
+                [str(binary), "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet",
+                 "--port", f"{HOST}:{port}", "posix", str(data)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         pid_file(cluster, NAME).write_text(str(process.pid))
@@ -156,13 +160,14 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + START_DEADLINE_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise DevClusterError(f"gofakes3 exited with {process.returncode} (see its log)")
+            raise DevClusterError(f"versitygw exited with {process.returncode} (see its log)")
         try:
             socket.create_connection((HOST, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.05)
-    raise DevClusterError(f"gofakes3 did not listen on {HOST}:{port} in {START_DEADLINE_SECONDS} s")
+    waited = f"{START_DEADLINE_SECONDS} s"
+    raise DevClusterError(f"versitygw did not listen on {HOST}:{port} in {waited}")
 
 
 def _upload(cluster: DevCluster, endpoint: str, prefix: str, hidden: int) -> int:
@@ -170,8 +175,8 @@ def _upload(cluster: DevCluster, endpoint: str, prefix: str, hidden: int) -> int
     root = write_toy_model(
         cluster.paths.state_dir / NAME / prefix.strip("/"), layers=4, shards=3, hidden=hidden
     )
-    client = Minio(endpoint.removeprefix("http://"), access_key="demo", secret_key="demo",
-                   secure=False)  # fmt: skip
+    client = Minio(endpoint.removeprefix("http://"), access_key=ACCESS_KEY,
+                   secret_key=SECRET_KEY, secure=False)  # fmt: skip
     total = 0
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         data = path.read_bytes()
@@ -227,7 +232,7 @@ def allowing_policy(helm: Path) -> DemoPolicy:
 def _secret(cluster: DevCluster) -> None:
     created = cluster.kubectl(
         "create", "secret", "generic", SECRET, "-n", NAMESPACE,
-        "--from-literal=accessKeyId=demo", "--from-literal=secretAccessKey=demo",
+        f"--from-literal=accessKeyId={ACCESS_KEY}", f"--from-literal=secretAccessKey={SECRET_KEY}",
         "--dry-run=client", "-o", "yaml",
     )  # fmt: skip
     cluster.kubectl("apply", "-f", "-", input=created.stdout)
