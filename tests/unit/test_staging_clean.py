@@ -101,7 +101,10 @@ def test_old_copies_and_partial_downloads_go_the_newest_previous_one_stays(
 
 
 def test_keep_previous_zero_leaves_the_target_alone_and_falls_back_to_mtime(
-    tmp_path: Path, peer: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    peer: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     models = tmp_path / COPIES_DIR / "toy"
     current, older, newer = copies(peer, models, b=100.0, a=500.0, c=0.0)
@@ -116,7 +119,8 @@ def test_keep_previous_zero_leaves_the_target_alone_and_falls_back_to_mtime(
     assert [k["path"] for k in record["kept"]] == [str(current), str(newer)]
     assert [r["path"] for r in record["removed"]] == [str(older)]
 
-    code, record, _ = run_clean(current, capsys, "--keep-previous", "0")
+    monkeypatch.chdir(models)  # a relative --target
+    code, record, _ = run_clean(Path(current.name), capsys, "--keep-previous", "0")
     assert code == 0
     assert [r["path"] for r in record["removed"]] == [str(newer)]
     assert sorted(p.name for p in models.iterdir()) == [".staging", "b"]  # .staging empty

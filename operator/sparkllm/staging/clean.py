@@ -121,6 +121,7 @@ class CleanReport:
 def clean_copies(target: Path, *, keep_previous: int) -> CleanReport:
     """Apply the rule beside ``target``; raises StageError (InvalidSource) and touches
     nothing when ``target`` is not a finished copy where the operator keeps copies."""
+    target = Path(os.path.abspath(target))  # a relative --target names its parent too
     parent = target.parent
     _check_target(target)
     try:
