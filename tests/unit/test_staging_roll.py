@@ -25,9 +25,11 @@ from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.secrets import engine_key_ref
+from sparkllm.reconcile.decide.staging_copies import statefulset_copies
 from sparkllm.reconcile.decide.staging_seen import Outcome, StagingJob
 from sparkllm.render import ReplicaPlan, render_replica
 from sparkllm.render.gateway import render_gateway
+from sparkllm.render.model_access import model_node_affinity
 from sparkllm.render.model_layout import copy_dir, staging_digest
 from sparkllm.render.model_staging import Role, staging_job_name
 from sparkllm.staging.args import StageModelArgs
@@ -311,3 +313,57 @@ def test_a_new_replica_without_a_copy_is_held_until_its_group_is_staged() -> Non
     assert plan.status["replicaStatuses"][1]["phase"] == "Pending"
     groups = {g["replica"]: g for g in plan.status["modelStaging"]["groups"]}
     assert "runningDigest" not in groups[1]
+
+
+def test_a_copy_counts_only_on_its_group_and_at_its_path() -> None:
+    """A replica moved to a spare group, or a changed spec.model.path, has no copy there:
+    it is held until staged instead of starting on a directory that does not exist."""
+    ic = validate_inference_cluster(B)
+    live = replica_on(A, 0, DA)
+    statefulsets = [o for o in live if o["kind"] == "StatefulSet"]
+    assert statefulset_copies(ic, statefulsets, {0: "group-0"}) == {0: DA}
+    assert statefulset_copies(ic, statefulsets, {0: "group-2"}) == {}  # a spare group
+    moved = copy.deepcopy(B)
+    moved["spec"]["model"]["path"] = "/models/other"
+    assert statefulset_copies(validate_inference_cluster(moved), statefulsets, {0: "group-0"}) == {}
+    # StatefulSets rendered while held (no copy staged) carry no digest: they never count.
+    held = validate_inference_cluster(A)
+    plan = ReplicaPlan(
+        index=0, group_key="group-0", nodes=GROUPS[0], rank0_ip=IPS["a0"], generation=1,
+        running=False,
+    )  # fmt: skip
+    unstaged = render_replica(held, plan=plan, engine_key=engine_key_ref(held))[:3]
+    assert all(DIGEST_KEY not in (o["metadata"].get("annotations") or {}) for o in unstaged)
+    assert statefulset_copies(held, unstaged, {0: "group-0"}) == {}
+
+
+def test_the_gateway_of_a_source_object_follows_the_rank_pods_with_explicit_groups() -> None:
+    """Groups listed without a replica are not staged: the gateway (and the Jobs) go where
+    this object's rank pods run, not to any listed node."""
+    ic = validate_inference_cluster(B)
+    assert ic.spec.placement.node_groups is not None
+    (deployment,) = [o for o in gateway_on(B, DB) if o["kind"] == "Deployment"]
+    affinity = deployment["spec"]["template"]["spec"]["affinity"]
+    assert list(affinity) == ["podAffinity"]
+    plain = validate_inference_cluster(cluster(replicas=2, groups=2))
+    assert list(model_node_affinity(plain) or {}) == ["nodeAffinity"]
+
+
+def test_a_failed_clean_is_named_in_model_staged_and_made_again_once_deleted() -> None:
+    both = (*staged(0, DB), *staged(1, DB))
+    failed = job(0, 1, DB, "failed", role="clean", detail="stage-model: failed: permission")
+    done = (*cleaned(0, DB, 10)[::2], failed, *cleaned(1, DB, 5))
+    obs = replace(world(B, [(DB, DB), (DB, DB)], DB), staging=(*both, *done))
+    plan = run(obs)
+    assert plan.status is not None
+    staged_now = condition(plan.status)
+    assert staged_now["status"] == "True"
+    assert (
+        "removing the older copies failed on a1: stage-model: failed: permission"
+        in (staged_now["message"])
+    )
+    assert plan.create_jobs == ()
+    # Deleted by hand, it is made again (the roll is still complete).
+    gone = replace(obs, staging=(*both, *cleaned(0, DB, 10)[::2], *cleaned(1, DB, 5)))
+    (again,) = run(gone).create_jobs
+    assert again["metadata"]["name"] == failed.name

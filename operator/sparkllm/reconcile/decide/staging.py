@@ -14,11 +14,18 @@ Per replica's node group, in ``staging.plan.plan_group``'s order:
   every node it serves is Ready or failed (the operator ends servers: it knows about
   retries, a server does not), and a successor's Job waits until its log says
   ``serving`` (a peer copy that finds no server fails at once, PeerUnavailable);
-- the replica is held (its rank StatefulSets at 0 replicas, nothing starts) until every
-  node of its group is Ready: ``holds`` names why, for ``replicas.plan_replica``.
+- a replica with no copy at all is held (its rank StatefulSets at 0 replicas, nothing
+  starts) until every node of its group is Ready: ``holds`` names why, for
+  ``replicas.plan_replica``. A replica that runs an older staged copy (a new revision:
+  its StatefulSets' ``sparkllm.io/model-digest``, staging_copies.py) keeps serving on it
+  and is rendered on the new copy (``digests``) once its group holds it: its spec hash
+  changes and the rolling update restarts it, one replica at a time. The gateway and the
+  Jobs mount the new copy once every group holds it (``gateway_digest``); once every pod
+  runs it, the clean Jobs remove the copies older than the one before (staging_clean.py).
 
-A failed stage stays failed: a spec change (a new source or revision, a new digest and
-new Jobs; the old source's Jobs are deleted) or ``sparkllm.io/restart=now`` (its failed
+A failed stage stays failed (and stops no replica that has a copy): a spec change (a
+new source or revision, a new digest and new Jobs, staged beside the old copy, which stays
+on disk; the old source's Jobs are deleted) or ``sparkllm.io/restart=now`` (its failed
 Jobs deleted, made again next pass) retries. A peer copy that failed PeerUnavailable is
 retried without asking: it is the order's fault, not the user's. Events: StagingStarted
 when a group's download Job is made, Staged when the group is Ready, a Warning with the
@@ -36,7 +43,11 @@ from sparkllm.api.staging_status import ModelStagingStatus, StagingGroupStatus, 
 from sparkllm.errors import SpecError
 from sparkllm.kube.kinds import JSON
 from sparkllm.reconcile.decide.actions import PendingEvent, Removal
-from sparkllm.reconcile.decide.staging_clean import decide_clean, roll_complete
+from sparkllm.reconcile.decide.staging_clean import (
+    decide_clean,
+    roll_complete,
+    with_clean_failures,
+)
 from sparkllm.reconcile.decide.staging_copies import LiveCopies
 from sparkllm.reconcile.decide.staging_report import (
     FAILED_PREFIX,
@@ -186,7 +197,9 @@ def decide_staging(
         create_jobs=(*create, *clean.create),
         delete_jobs=(*delete, *clean.delete),
         status=status,
-        condition=staged_condition(out_groups, unstaged, generation=generation),
+        condition=with_clean_failures(
+            staged_condition(out_groups, unstaged, generation=generation), clean.failures
+        ),
         events=(*events, *clean.events),
         retry_after=POLL_SECONDS if busy or clean.busy else None,
         digests=digests,

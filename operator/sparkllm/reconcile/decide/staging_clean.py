@@ -38,6 +38,7 @@ class CleanOutcome:
     freed: Mapping[int, int] = field(default_factory=dict)  # replica -> bytes freed
     events: tuple[PendingEvent, ...] = ()
     busy: bool = False  # a clean Job runs or is going: look again soon
+    failures: tuple[str, ...] = ()  # "<node>: <why>" of each failed clean Job
 
 
 def roll_complete(digest: str, replicas: Sequence[int], copies: LiveCopies) -> bool:
@@ -63,12 +64,14 @@ def decide_clean(
 ) -> CleanOutcome:
     """Per group: its clean Jobs made once the roll is ``complete`` (a later restart of a
     replica does not undo them), a failed one made again at ``sparkllm.io/restart=now``,
-    and ``StagingCleaned`` the pass its last one succeeded."""
+    and ``StagingCleaned`` the pass its last one succeeded; a failed one is named in
+    ModelStaged's message (:func:`with_clean_failures`), no Event per pass."""
     cluster = ic.metadata.name
     create: list[JSON] = []
     delete: list[Removal] = []
     freed: dict[int, int] = {}
     events: list[PendingEvent] = []
+    failures: list[str] = []
     busy = False
     for replica in sorted(groups):
         nodes = tuple(groups[replica])
@@ -92,6 +95,8 @@ def decide_clean(
             elif job.outcome == "failed" and force and not job.deleting:
                 delete.append(job_removal(job))
                 busy = True
+            elif job.outcome == "failed":
+                failures.append(f"{node}: {job.detail or 'the clean pod failed'}")
             elif job.outcome == "running" or job.deleting:
                 busy = True
         if all(job is not None and job.outcome == "succeeded" for job in jobs):
@@ -105,5 +110,19 @@ def decide_clean(
                 )
                 events.append(PendingEvent(False, Reason.STAGING_CLEANED, message))
     return CleanOutcome(
-        create=tuple(create), delete=tuple(delete), freed=freed, events=tuple(events), busy=busy
+        create=tuple(create), delete=tuple(delete), freed=freed, events=tuple(events),
+        busy=busy, failures=tuple(failures),
+    )  # fmt: skip
+
+
+def with_clean_failures(staged: JSON, failures: Sequence[str]) -> JSON:
+    """ModelStaged (True: every copy is in place) also says which clean Jobs failed: the
+    old copies stay on those nodes until the Job is deleted (the next pass makes it again,
+    the roll being complete) or ``sparkllm.io/restart=now`` deletes it."""
+    if not failures:
+        return staged
+    note = (
+        f"; removing the older copies failed on {'; '.join(failures)} (they stay on disk; "
+        "delete the failed clean Job to run it again)"
     )
+    return {**staged, "message": (str(staged.get("message", "")) + note)[:32768]}

@@ -1,4 +1,5 @@
-"""A staging Job as one pass reads it: outcome, role, node, and its pod's latest record.
+"""A staging Job as one pass reads it: outcome, role, node, and its pod's latest record
+(a clean Job's: the bytes its ``cleaned`` line says it freed).
 
 Why apart from ``decide/staging.py``: this is the reading of raw objects (the Job, its
 pods, the tail of its pod's log) into one frozen fact, pure and tested on its own, as
