@@ -24,6 +24,7 @@ from sparkllm.cli_args import parse_args
 from sparkllm.reconcile.decide import decide
 from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
+from sparkllm.reconcile.decide.replicas import cause_class
 from sparkllm.reconcile.decide.secrets import engine_key_ref
 from sparkllm.reconcile.decide.staging_copies import statefulset_copies
 from sparkllm.reconcile.decide.staging_seen import Outcome, StagingJob
@@ -237,6 +238,7 @@ def test_a_staged_group_flips_its_replica_to_the_new_copy_and_rolls_it_alone() -
     assert plan.status is not None
     phases = [r["phase"] for r in plan.status["replicaStatuses"]]
     assert phases == ["Restarting", "Ready"]
+    assert cause_class(f"model staged: {DA} -> {DB} (rolling update)") == "update"  # metric
     # The gateway waits for every group: it keeps A's copy.
     assert applied(plan, "Deployment") == []
     assert roles(plan.create_jobs, "clean") == []
