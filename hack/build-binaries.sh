@@ -8,9 +8,10 @@
 # helm, kubeconform, glua and versitygw install normally.
 #
 # Output: $SPARKLLM_CACHE/bin/<k8s-version>/{etcd,kube-apiserver,kube-controller-manager,
-#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua,versitygw}. The first seven are one
-#         binary (hack/control-plane/main.go) hard-linked under each name. A binary already
-#         there is not rebuilt. With --control-plane only the seven (what `make demo` needs).
+#         kube-scheduler,kubectl,kwok,kwokctl,helm,kubeconform,glua,versitygw}. The first
+#         seven are one binary (hack/control-plane/main.go) hard-linked under each name. A
+#         binary already there is not rebuilt. With --control-plane only the seven (what
+#         `make demo` needs).
 #
 # Cold cost, measured (go build -debug-trace; empty GOCACHE and SPARKLLM_CACHE, 2 Dec
 # 22:35-22:51, idle but for a helper's light work, the virtualenv installing beside the
