@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from sparkllm.api import validate_inference_cluster
 from sparkllm.api.admin_policy import AdminPolicy, admin_policy_from, policy_violations
-from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.api.model_staging import ModelSourceSpec, source_identity
 from sparkllm.errors import SpecError
 from sparkllm_dev.testing import ROOT
 
@@ -106,3 +106,39 @@ def test_plain_http_needs_its_own_listing() -> None:
         where="test",
     )
     assert policy_violations(ic, both) == []
+
+
+_S3 = {"endpoint": "https://s3.corp.example", "bucket": "models", "prefix": "ds/v1/"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"fanOut": "Tree"},
+        {"stagingNode": "spark-a1"},
+        {"expectedBytes": 168_270_000_000},
+        {"s3": {**_S3, "credentialsSecretRef": {"name": "rotated"}}},
+    ],
+)
+def test_how_a_source_is_fetched_is_not_what_the_copy_is(change: dict[str, Any]) -> None:
+    """The copy's digest (render/model_layout.py) and the stage manifest's key both come
+    from ``source_identity``: a new fan-out, downloader, size hint or credentials Secret
+    is no new revision (no download, no roll of every replica)."""
+    base = ModelSourceSpec.model_validate({"s3": _S3})
+    assert source_identity(ModelSourceSpec.model_validate({"s3": _S3, **change})) == (
+        source_identity(base)
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"s3": {**_S3, "prefix": "ds/v2/"}},
+        {"s3": {**_S3, "bucket": "other"}},
+        {"s3": {**_S3, "endpoint": "https://mirror.corp.example"}},
+        {"https": {"urls": [{"url": "https://files.corp.example/ds/v1/model.safetensors"}]}},
+    ],
+)
+def test_what_a_source_holds_is_its_identity(source: dict[str, Any]) -> None:
+    base = ModelSourceSpec.model_validate({"s3": _S3})
+    assert source_identity(ModelSourceSpec.model_validate(source)) != source_identity(base)

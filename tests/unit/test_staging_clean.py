@@ -19,7 +19,8 @@ import pytest
 
 from sparkllm.cli import main
 from sparkllm.staging import clean
-from sparkllm.staging.clean import COPIES_DIR, Entry, Kind, clean_copies, plan_clean
+from sparkllm.staging.args import COPIES_DIR
+from sparkllm.staging.clean import Entry, Kind, clean_copies, plan_clean
 from sparkllm.staging.errors import StageError
 from sparkllm.staging.plan import StageReason
 from sparkllm.staging.progress import Progress

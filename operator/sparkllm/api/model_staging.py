@@ -12,6 +12,7 @@ Exactly one of ``huggingFace``, ``s3`` and ``https`` is set. Credentials come fr
 Secrets in the InferenceCluster's namespace and never appear in the spec.
 """
 
+import json
 from typing import Annotated, Final, Literal
 
 from pydantic import Field, StringConstraints
@@ -186,3 +187,25 @@ class ModelSourceSpec(ApiModel):
         "from the one before it in ring order, one link each) or Tree (each finished node "
         "serves two more). Default Chain: a ring of direct links has no other path.",
     )
+
+
+# How a source is fetched and spread, not what it holds: a change of these is no new copy.
+_NOT_CONTENT: Final = frozenset(
+    {"expectedBytes", "stagingNode", "fanOut", "tokenSecretRef", "credentialsSecretRef"}
+)
+
+
+def source_identity(source: ModelSourceSpec) -> str:
+    """What a copy is a copy of, as canonical JSON: the source's kind and location (repo and
+    revision, endpoint, bucket and prefix, URLs and their hashes), without how it is fetched
+    and spread (credentials' Secrets, expectedBytes, stagingNode, fanOut). Why: the
+    operator's copy directory (its digest) and the stage's manifest both name a copy by
+    it, so switching fanOut from Chain to Tree, or rotating a credentials Secret, is not a
+    new revision (a full download and a roll of every replica)."""
+    wire = source.model_dump(mode="json", by_alias=True, exclude_none=True)
+    kept = {kind: value for kind, value in wire.items() if kind not in _NOT_CONTENT}
+    for value in kept.values():
+        if isinstance(value, dict):
+            for key in _NOT_CONTENT & value.keys():
+                del value[key]
+    return json.dumps(kept, sort_keys=True)

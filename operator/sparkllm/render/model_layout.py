@@ -17,21 +17,19 @@ Pure: one rule, used by the staging Jobs and the pods alike.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import PurePosixPath
-from typing import Final
 
 from sparkllm.api import InferenceCluster
-
-COPIES_DIR: Final = ".sparkllm-models"  # beside spec.model.path, on the node
+from sparkllm.api.model_staging import source_identity
+from sparkllm.staging.args import COPIES_DIR  # the clean command checks the same name
 
 
 def staging_digest(ic: InferenceCluster) -> str:
-    """10 hex of the source and the target path: what a node's copy is a copy of."""
+    """10 hex of what the source holds and the target path: what a node's copy is a copy
+    of (``source_identity``: not how it is fetched or spread)."""
     source = ic.spec.model.source
     assert source is not None  # only called with a source
-    wire = source.model_dump(mode="json", by_alias=True, exclude_none=True)
-    text = json.dumps({"source": wire, "path": ic.spec.model.path}, sort_keys=True)
+    text = f"{source_identity(source)}\n{ic.spec.model.path}"
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 

@@ -16,6 +16,10 @@ from typing import ClassVar, Final
 from sparkllm.cli_args import option
 
 DEFAULT_LISTEN: Final = "0.0.0.0:8390"
+# Where a node keeps every copy of a source's model, one directory per digest:
+# <parent of spec.model.path>/.sparkllm-models/<name>/<digest> (render/model_layout.py);
+# ``--clean`` works only under it.
+COPIES_DIR: Final = ".sparkllm-models"
 
 
 @dataclass(frozen=True, kw_only=True)

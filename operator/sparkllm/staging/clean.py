@@ -38,12 +38,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+from sparkllm.staging.args import COPIES_DIR
 from sparkllm.staging.errors import StageError, from_os_error
 from sparkllm.staging.plan import StageReason
 from sparkllm.staging.serve import MANIFEST_FILE
 from sparkllm.staging.stage import STAGING_DIR
 
-COPIES_DIR: Final = ".sparkllm-models"  # <parent>/.sparkllm-models/<name>/<digest>
 TRASH_DIR: Final = ".trash"
 NOT_OURS: Final = f"no {MANIFEST_FILE}: not a staged copy, left alone"
 

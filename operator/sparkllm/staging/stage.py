@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sparkllm.api.model_staging import ModelSourceSpec
+from sparkllm.api.model_staging import ModelSourceSpec, source_identity
 from sparkllm.integrity.verify import VerifyRequest, verify_model
 from sparkllm.staging.errors import StageError, from_os_error
 from sparkllm.staging.http_fetch import (
@@ -112,9 +112,8 @@ def stage_model(request: StageRequest, progress: Progress) -> dict[str, Fetched]
 
 
 def source_key(source: ModelSourceSpec) -> str:
-    """16 hex naming what a copy was downloaded from (the source as the spec gives it)."""
-    wire = source.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return hashlib.sha256(json.dumps(wire, sort_keys=True).encode()).hexdigest()[:16]
+    """16 hex naming what a copy was downloaded from (``source_identity``)."""
+    return hashlib.sha256(source_identity(source).encode()).hexdigest()[:16]
 
 
 def _same_source(request: StageRequest) -> None:
