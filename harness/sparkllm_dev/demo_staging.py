@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 import yaml
 from minio import Minio
 
+from sparkllm.staging.args import COPIES_DIR
 from sparkllm_dev.demo import (
     NAMESPACE,
     POLICY_ENV,
@@ -103,6 +105,7 @@ def model_source_up(cluster: DevCluster) -> int:
     )
     _secret(cluster)
     print(f"[model-source] Secret {NAMESPACE}/{SECRET} (accessKeyId, secretAccessKey)")
+    print(f"[model-source] {_fresh_nodes(cluster)}")
     print(f"[model-source] wrote {source.manifest}: InferenceCluster {OBJECT!r} on group b\n")
     print("Next, with the demo's export lines (`.venv/bin/sparkllm-dev status` prints them);")
     print("docs/model-staging.md, 'On the demo':")
@@ -110,6 +113,27 @@ def model_source_up(cluster: DevCluster) -> int:
     print(f"  kubectl get icl {OBJECT} -w      # Staging:1/3:33% ... then Ready")
     print(f"  sed -i 's|toy/v1/|toy/v2/|' {source.manifest}   # a new revision, then apply again")
     return 0
+
+
+def _fresh_nodes(cluster: DevCluster) -> str:
+    """Group b's nodes without an earlier journey's copies, unless ``toy`` exists (its
+    pods mount them). A real node keeps its copies (neither deleting the object nor a
+    restart removes them); on the demo the journey starts from empty nodes each time, so
+    that its first staging downloads and cleans nothing, as the docs show."""
+    got = cluster.kubectl("get", "icl", OBJECT, "-n", NAMESPACE, check=False)
+    if got.returncode == 0:
+        return f"InferenceCluster {OBJECT!r} exists: group b's copies left as they are"
+    copies = [_copies(cluster, node) for node in GROUP_B]
+    for path in copies:
+        shutil.rmtree(path, ignore_errors=True)
+    return f"group b's nodes hold no copy of {OBJECT!r} ({_copies(cluster, '<node>')})"
+
+
+def _copies(cluster: DevCluster, node: str) -> Path:
+    """Where simulated ``node`` keeps the toy's copies (devcluster/hostpaths.py's rule)."""
+    parent = PurePosixPath(MODEL_PATH)
+    where = parent.parent / COPIES_DIR / parent.name
+    return cluster.paths.state_dir / "hosts" / node / str(where).lstrip("/")
 
 
 def alive_process(cluster: DevCluster, name: str) -> bool:

@@ -9,7 +9,15 @@ from dataclasses import replace
 
 from sparkllm.reconcile.decide.staging import POLL_SECONDS
 from tests.unit.reconcile_fixtures import observation, with_status
-from tests.unit.test_reconcile_staging import TOTAL, node_of, record, run, seen, staged_cluster
+from tests.unit.test_reconcile_staging import (
+    TOTAL,
+    _failed_copy,
+    node_of,
+    record,
+    run,
+    seen,
+    staged_cluster,
+)
 
 
 def test_a_server_not_yet_serving_is_looked_at_again_soon() -> None:
@@ -28,4 +36,17 @@ def test_a_server_not_yet_serving_is_looked_at_again_soon() -> None:
     serving = seen(server, log='{"event": "serving"}')
     plan = run(with_status(replace(obs, staging=(done, serving)), plan.status))
     (copy,) = plan.create_jobs
+    assert node_of(copy) == "a1"
+
+
+def test_a_failed_stage_is_retried_by_deleting_its_job_as_its_event_says() -> None:
+    """The Warning names the one retry that touches nothing else: deleting the failed Job
+    (``sparkllm.io/restart=now`` retries too, but also restarts replicas that serve on an
+    older copy). The pass after the deletion makes the same Job again."""
+    obs, failed, plan = _failed_copy()
+    (warning,) = [e for e in plan.events if e.reason.value == "HashMismatch"]
+    assert f"kubectl delete job {failed.name}" in warning.message
+    without = replace(obs, staging=tuple(j for j in obs.staging if j.name != failed.name))
+    again = run(with_status(without, plan.status))
+    (copy,) = [j for j in again.create_jobs if j["metadata"]["name"] == failed.name]
     assert node_of(copy) == "a1"

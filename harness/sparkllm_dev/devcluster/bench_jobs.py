@@ -274,7 +274,7 @@ class BenchJobs(PodSupervisor[_Run]):
             self._report(run)
         else:
             if why == _DELETED:
-                logger.info("benchmark pod %s/%s deleted: stopping its process", *run.key)
+                logger.info("Job pod %s/%s deleted: stopping its process", *run.key)
             stop_processes([run.process], grace_seconds=STOP_GRACE_SECONDS)
         self._done.add(run.uid)
         shutil.rmtree(run.scratch, ignore_errors=True)
@@ -297,7 +297,7 @@ class BenchJobs(PodSupervisor[_Run]):
         log_path = self.log_dir / f"{key[0]}_{key[1]}.log"
         base = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
         as_written = shlex.join([*container.get("command", []), *container.get("args", [])])
-        header = f"--- {utc_timestamp()} benchmark pod {key[0]}/{key[1]}: {as_written}"
+        header = f"--- {utc_timestamp()} Job pod {key[0]}/{key[1]}: {as_written}"
         try:
             argv, env = self._command(pod, container, scratch=scratch)
             process = engine_io.spawn_simulator(
@@ -306,7 +306,7 @@ class BenchJobs(PodSupervisor[_Run]):
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        logger.info("benchmark pod %s/%s started", *key)
+        logger.info("Job pod %s/%s started", *key)
         return _Run(uid, key, container, scratch, log_path, utc_timestamp(), process)
 
     def _command(
@@ -398,7 +398,7 @@ class BenchJobs(PodSupervisor[_Run]):
         except ClusterAPIError as exc:
             if exc.status != 404:
                 raise
-        logger.info("benchmark pod %s/%s exited with %d", *run.key, code)
+        logger.info("Job pod %s/%s exited with %d", *run.key, code)
 
 
 def run_bench_jobs(cluster: DevCluster, *, namespace: str | None, gateways_file: Path) -> int:

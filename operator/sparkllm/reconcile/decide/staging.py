@@ -416,8 +416,9 @@ def _node_events(
     reason = failure_reason(entry.reason)
     message = (
         f"replica {replica}: staging the model on node {entry.node} failed: {entry.reason}: "
-        f"{entry.message or 'the staging pod failed'}; change spec.model.source or annotate "
-        "sparkllm.io/restart=now to retry"
+        f"{entry.message or 'the staging pod failed'}; to retry, kubectl delete job "
+        f"{entry.job} (made again at the next pass; replicas that serve keep serving), or "
+        "change spec.model.source"
     )
     return [PendingEvent(True, reason, message)]
 
