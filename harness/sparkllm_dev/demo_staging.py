@@ -29,10 +29,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
@@ -54,11 +52,11 @@ from sparkllm_dev.demo import (
 from sparkllm_dev.devcluster import DevCluster
 from sparkllm_dev.devcluster.toymodel import write_toy_model
 from sparkllm_dev.errors import DevClusterError
+from sparkllm_dev.s3_server import HOST, start_versitygw
 
 NAME: Final = "model-source"  # the background process's name (pid file, log, demo down)
 BUCKET: Final = "models"
 REVISIONS: Final = {"toy/v1/": 8, "toy/v2/": 16}  # prefix -> the toy's hidden size
-HOST: Final = "127.0.0.1"
 GROUP_B: Final = ("spark-b0", "spark-b1", "spark-b2")
 OBJECT: Final = "toy"
 MODEL_PATH: Final = "/models/toy"
@@ -66,7 +64,6 @@ SECRET: Final = "s3-creds"
 ACCESS_KEY: Final = "demo"  # the server's one account, and the Secret's keys
 SECRET_KEY: Final = "demo-secret"
 CHART: Final = Path(__file__).resolve().parents[2] / "charts" / "sparkllm"
-START_DEADLINE_SECONDS: Final = 20.0
 # What an administrator sets to allow this source (helm upgrade --set ...).
 ALLOW_SOURCE: Final = (
     f"policy.modelSources.allowedHosts={{huggingface.co,{HOST}}},"
@@ -151,19 +148,15 @@ def _serve(cluster: DevCluster, binary: Path) -> ModelSource:
     if alive_process(cluster, NAME) and state.exists():
         port = int(json.loads(state.read_text())["port"])
     else:
-        port = _free_port()
         data = cluster.paths.state_dir / NAME / "s3"
-        (data / BUCKET).mkdir(parents=True, exist_ok=True)  # a bucket is a directory
         log = cluster.paths.state_dir / f"demo-{NAME}.log"
         with log.open("ab") as out:
-            process = subprocess.Popen(
-                [str(binary), "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet",
-                 "--port", f"{HOST}:{port}", "posix", str(data)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            process, port = start_versitygw(
+                binary, data=data, buckets=(BUCKET,), access_key=ACCESS_KEY,
+                secret_key=SECRET_KEY, log=out, new_session=True,
             )  # fmt: skip
         pid_file(cluster, NAME).write_text(str(process.pid))
         state.write_text(json.dumps({"port": port}))
-        _wait_for_port(port, process)
     endpoint = f"http://{HOST}:{port}"
     sizes = {
         prefix: _upload(cluster, endpoint, prefix, hidden) for prefix, hidden in REVISIONS.items()
@@ -171,27 +164,6 @@ def _serve(cluster: DevCluster, binary: Path) -> ModelSource:
     manifest = cluster.paths.state_dir / f"{OBJECT}-staged.yaml"
     manifest.write_text(yaml.safe_dump(staged_object(endpoint), sort_keys=False))
     return ModelSource(endpoint=endpoint, manifest=manifest, sizes=sizes)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DevClusterError(f"versitygw exited with {process.returncode} (see its log)")
-        try:
-            socket.create_connection((HOST, port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    waited = f"{START_DEADLINE_SECONDS} s"
-    raise DevClusterError(f"versitygw did not listen on {HOST}:{port} in {waited}")
 
 
 def _upload(cluster: DevCluster, endpoint: str, prefix: str, hidden: int) -> int:

@@ -17,9 +17,7 @@ import io
 import json
 import os
 import socket
-import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from sparkllm.staging.errors import StageError
 from sparkllm.staging.plan import StageReason
 from sparkllm.staging.progress import Progress
 from sparkllm.staging.stage import StageRequest, stage_model
+from sparkllm_dev.s3_server import start_versitygw
 from tests.unit.staging_fixtures import toy_model
 from tests.unit.test_chart_render import require_binary
 
@@ -41,28 +40,6 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_
 BUCKET = "models"
 PREFIX = "toy/v1/"
 SHARD = "model-00002-of-00003.safetensors"
-START_DEADLINE_SECONDS = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    """Until the server accepts connections (polled to a deadline), or it exited."""
-    deadline = time.monotonic() + START_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the S3 server exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise AssertionError(f"the S3 server did not listen on {port} in {START_DEADLINE_SECONDS} s")
 
 
 @pytest.fixture
@@ -70,16 +47,12 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """versitygw on a free port of 127.0.0.1, bucket BUCKET empty; yields the port."""
     binary = require_binary("versitygw", how="run `make binaries` (hack/build-binaries.sh)")
     root = tmp_path_factory.mktemp("s3")
-    (root / "data" / BUCKET).mkdir(parents=True)  # a bucket is a directory
-    port = free_port()
     with (root / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            [str(binary), "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--quiet",
-             "--port", f"127.0.0.1:{port}", "posix", str(root / "data")],
-            stdout=log, stderr=subprocess.STDOUT,
+        process, port = start_versitygw(
+            binary, data=root / "data", buckets=(BUCKET,), access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY, log=log,
         )  # fmt: skip
     try:
-        wait_for_port(port, process)
         yield port
     finally:
         process.terminate()
