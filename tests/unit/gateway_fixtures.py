@@ -247,8 +247,11 @@ class ServerThread:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        """Stop the server if it was started; close its socket either way (a test may
+        hold the port bound without ever serving on it)."""
         self._server.should_exit = True
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         self._socket.close()
 
 
