@@ -412,6 +412,8 @@ POLICY_CASES: list[tuple[str, dict[str, Any]]] = [
         {"url": "https://s3.corp.example/a.json"}, {"url": "https://Evil.com:8443/b"}]}}}),
     ("plain-http-source", {"spec.model.source": {"s3": {
         "endpoint": "http://s3.corp.example:9000", "bucket": "models"}}}),
+    ("source-at-prefix", {"spec.model.path": "/models/.", "spec.model.source": {"huggingFace": {
+        "repo": "a/b", "revision": "0123456789abcdef0123456789abcdef01234567"}}}),
 ]  # fmt: skip
 
 

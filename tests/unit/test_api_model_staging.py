@@ -14,7 +14,12 @@ import yaml
 from pydantic import ValidationError
 
 from sparkllm.api import validate_inference_cluster
-from sparkllm.api.admin_policy import AdminPolicy, admin_policy_from, policy_violations
+from sparkllm.api.admin_policy import (
+    AdminPolicy,
+    admin_policy_from,
+    path_strictly_below,
+    policy_violations,
+)
 from sparkllm.api.model_staging import ModelSourceSpec, source_identity
 from sparkllm.errors import SpecError
 from sparkllm_dev.testing import ROOT
@@ -142,3 +147,40 @@ def test_how_a_source_is_fetched_is_not_what_the_copy_is(change: dict[str, Any])
 def test_what_a_source_holds_is_its_identity(source: dict[str, Any]) -> None:
     base = ModelSourceSpec.model_validate({"s3": _S3})
     assert source_identity(ModelSourceSpec.model_validate(source)) != source_identity(base)
+
+
+@pytest.mark.parametrize(
+    ("path", "prefixes", "below"),
+    [
+        ("/models/ds", ("/models",), True),
+        ("/models/ds", ("/models/",), True),
+        ("/models/a/b", ("/models",), True),
+        ("/models", ("/models",), False),  # the copies would go in '/'
+        ("/models/", ("/models",), False),
+        ("/models/.", ("/models",), False),  # '.' is not a component
+        ("/models//", ("/models/",), False),
+        ("/models/../models/ds", ("/models",), False),
+        ("/models-evil/ds", ("/models",), False),
+        ("/ds", ("/",), True),
+        ("/", ("/",), False),
+        ("/x/ds", ("/models", "/x"), True),
+    ],
+)
+def test_strictly_below_a_prefix_by_whole_components(
+    path: str, prefixes: tuple[str, ...], below: bool
+) -> None:
+    assert path_strictly_below(path, prefixes) is below
+
+
+def test_with_a_source_the_path_must_lie_strictly_below_a_prefix() -> None:
+    """The staging Jobs mount the path's parent read-write: at the prefix itself, that
+    parent ('/') would be outside every allowed prefix. Without a source it is allowed."""
+    doc = with_source(HF)
+    doc["spec"]["model"]["path"] = "/models"
+    assert policy_violations(validate_inference_cluster(doc), AdminPolicy()) == [
+        "spec.model.path '/models' is not strictly below an allowed host path prefix, as "
+        "spec.model.source needs: the staged copies are written in the path's parent, which "
+        "the staging Jobs mount read-write (allowed: /models)"
+    ]
+    del doc["spec"]["model"]["source"]
+    assert policy_violations(validate_inference_cluster(doc), AdminPolicy()) == []

@@ -160,6 +160,15 @@ def policy_violations(ic: InferenceCluster, policy: AdminPolicy) -> list[str]:
             f"spec.model.path '{model.path}' is not under an allowed host path prefix "
             f"(allowed: {_listing(prefixes)})"
         )
+    elif model.source is not None and not path_strictly_below(model.path, prefixes):
+        # The staging Jobs mount the path's PARENT read-write and write the copies there
+        # (render/model_layout.copy_dir): at a prefix itself, that parent is outside it.
+        problems.append(
+            f"spec.model.path '{model.path}' is not strictly below an allowed host path "
+            "prefix, as spec.model.source needs: the staged copies are written in the "
+            "path's parent, which the staging Jobs mount read-write "
+            f"(allowed: {_listing(prefixes)})"
+        )
     problems.extend(_placement_violations(ic, policy.placement))
     problems.extend(_exposure_violations(ic, policy.exposure))
     if model.source is not None:
@@ -189,6 +198,23 @@ def path_allowed(path: str, prefixes: tuple[str, ...]) -> bool:
         path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/")
         for prefix in prefixes
     )
+
+
+def path_strictly_below(path: str, prefixes: tuple[str, ...]) -> bool:
+    """``path`` is below a prefix by at least one whole component, so that its parent is
+    the prefix or below it. Empty and ``.`` components do not count (``/models/.`` is
+    ``/models``); a ``..`` anywhere refuses the path. The CEL rule's twin."""
+    if ".." in path.split("/"):
+        return False
+    parts = _components(path)
+    return any(
+        parts.startswith(base + "/") if base else parts != "" for base in map(_components, prefixes)
+    )
+
+
+def _components(path: str) -> str:
+    """``/a//b/./c/`` -> ``a/b/c``: the path's components, joined, without empty or ``.``."""
+    return "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
 def host_allowed(host: str, patterns: tuple[str, ...]) -> bool:
