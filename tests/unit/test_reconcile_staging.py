@@ -364,3 +364,15 @@ def test_a_replica_on_another_group_stages_its_new_nodes_and_drops_the_old_jobs(
     assert node_of(download) == "b0"
     assert download["metadata"]["name"] not in {j.name for j in obs.staging}
     assert outcome.waits == {0: "model staging: 0/3 nodes"}
+
+
+def test_with_no_replica_placed_nothing_is_said_to_be_staged() -> None:
+    """Scaled to 0 (or no group placed: NodeGroupInUse) with a source: ModelStaged is
+    Unknown, not True over zero nodes, and no Job is made."""
+    obj = cluster(replicas=0, groups=1, model={"source": {"s3": dict(S3)}})
+    plan = run(observation(obj))
+    assert plan.create_jobs == ()
+    assert plan.status is not None
+    staged = condition(plan.status)
+    assert (staged["status"], staged["reason"]) == ("Unknown", "VerificationPending")
+    assert staged["message"] == "no replica is placed on a node group: nothing is staged yet"

@@ -290,6 +290,11 @@ def test_clean_jobs_only_once_both_replicas_and_the_gateway_run_the_new_copy() -
     assert len(messages) == 2
     assert "(3000 bytes freed)" in messages[0]
     assert "(1500 bytes freed)" in messages[1]
+    # A group that had nothing older (its first copy) is not told one was removed.
+    first = run(replace(obs, staging=(*both, *cleaned(0, DB, 1000), *cleaned(1, DB, 0))))
+    nothing = [e.message for e in first.events if e.reason is Reason.STAGING_CLEANED][1]
+    assert nothing.startswith("replica 1: no older model copy to remove on "), nothing
+    assert "bytes freed" not in nothing
     assert plan.status is not None
     groups = plan.status["modelStaging"]["groups"]
     assert [g["bytesFreed"] for g in groups] == [3000, 1500]

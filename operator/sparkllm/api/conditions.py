@@ -225,6 +225,7 @@ CONDITIONS: Final[tuple[ConditionKind, ...]] = (
             Reason.INVALID_SOURCE,
             Reason.PEER_UNAVAILABLE,
             Reason.STAGE_FAILED,
+            Reason.VERIFICATION_PENDING,
         ),
         "reconcile/decide/staging.py",
         ReadyEffect.INFORMATIONAL,

@@ -104,9 +104,13 @@ def decide_clean(
             total = sum(job.bytes_freed or 0 for job in jobs if job is not None)
             freed[replica] = before if before is not None else total
             if before is None:
+                on = ", ".join(nodes)
                 message = (
-                    f"replica {replica}: older model copies removed on {', '.join(nodes)} "
+                    f"replica {replica}: older model copies removed on {on} "
                     f"({total} bytes freed); kept {digest} and the copy before it"
+                    if total
+                    else f"replica {replica}: no older model copy to remove on {on}; "
+                    f"kept {digest} (and the copy before it, if any)"
                 )
                 events.append(PendingEvent(False, Reason.STAGING_CLEANED, message))
     return CleanOutcome(

@@ -77,7 +77,8 @@ def start_column(groups: Sequence[StagingGroupStatus]) -> str:
 def staged_condition(
     groups: Sequence[StagingGroupStatus], holds: Mapping[int, str], *, generation: int
 ) -> JSON:
-    """ModelStaged: True when every group is Ready; False Staging, or the failure's reason."""
+    """ModelStaged: True when every group is Ready; False Staging, or the failure's reason;
+    Unknown while no replica is placed on a group (nothing staged, nothing to say True of)."""
     kind = ConditionType.MODEL_STAGED
     failed = [n for g in groups for n in g.nodes if n.stage == StageState.FAILED.value]
     if failed:
@@ -91,6 +92,12 @@ def staged_condition(
             kind, status=False, reason=Reason.STAGING, message=message, generation=generation
         )
     count = sum(len(g.nodes) for g in groups)
+    if not count:  # scaled to 0, or no group placed (NodeGroupInUse, none free): not "staged"
+        message = "no replica is placed on a node group: nothing is staged yet"
+        return condition(
+            kind, status=None, reason=Reason.VERIFICATION_PENDING, message=message,
+            generation=generation,
+        )  # fmt: skip
     message = f"every replica's node group holds a verified copy ({count} nodes)"
     return condition(
         kind, status=True, reason=Reason.STAGED, message=message, generation=generation
