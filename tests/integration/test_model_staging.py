@@ -7,7 +7,8 @@ host directory under this test's hosts root), so spark-a0 downloads from versity
 spark-a1 and spark-a2 copy node to node over 127.0.0.x, as ``plan_group`` orders them.
 Seen from outside, as a user would: the progress in status and the Start column, the
 ModelStaged condition, the Events, the rank StatefulSets held at 0 until the group is
-staged, the files on every node; and a missing bucket reported as NotFound.
+staged, the files on every node; a missing credentials Secret named (the pod cannot
+start), then a missing bucket reported as NotFound.
 """
 
 from __future__ import annotations
@@ -236,14 +237,30 @@ def node_addresses(devcluster: DevCluster) -> dict[str, str]:
 
 
 @quick_resync
-def test_a_missing_bucket_is_not_found_in_status_and_nothing_starts(
+def test_a_missing_secret_then_a_missing_bucket_each_said_and_nothing_starts(
     devcluster: DevCluster,
     namespace: str,
     shared_operator: SharedOperatorView,
     staging: Staging,
 ) -> None:
-    secrets(devcluster, namespace)
+    # First without its credentials Secret: the download pod cannot start, and ModelStaged
+    # says so (no silent Staging:0/3); once the Secret exists the stage runs.
+    user_keys(devcluster, namespace)
     apply(devcluster, namespace, staged_cluster(staging.port, bucket="no-such-bucket"))
+
+    def blocked() -> str | None:
+        cond = condition(icl(devcluster, namespace), "ModelStaged")
+        message = str((cond or {}).get("message", ""))
+        return message if "the staging pod cannot start" in message else None
+
+    message = wait_until(blocked, timeout=DEADLINE, interval=0.2, what="the pod blocked named")
+    print(f"\nModelStaged (no Secret): {message}")
+    assert "node spark-a0: the staging pod cannot start: CreateContainerConfigError:" in message
+    assert "'s3-creds'" in message
+    devcluster.kubectl(
+        "create", "secret", "generic", "s3-creds", "-n", namespace,
+        "--from-literal=accessKeyId=k", "--from-literal=secretAccessKey=s",
+    )  # fmt: skip
 
     def failed() -> dict[str, Any] | None:
         obj = icl(devcluster, namespace)

@@ -23,7 +23,7 @@ from sparkllm.reconcile.decide.actions import Plan
 from sparkllm.reconcile.decide.observation import Observation
 from sparkllm.reconcile.decide.staging import decide_staging
 from sparkllm.reconcile.decide.staging_report import FAILURE_REASONS, failure_reason
-from sparkllm.reconcile.decide.staging_seen import StagingJob, staging_job
+from sparkllm.reconcile.decide.staging_seen import StagingJob, blocked_reason, staging_job
 from sparkllm.render.model_staging import STAGING_CONTAINER
 from sparkllm.staging.args import StageModelArgs
 from sparkllm.staging.plan import StageReason
@@ -58,8 +58,11 @@ def record(stage: str, done: int, *, event: str = "progress", **extra: Any) -> s
     return json.dumps(line)
 
 
-def seen(job: JSON, outcome: str = "running", *, log: str = "") -> StagingJob:
-    """The Job as observe reads it: its conditions, one pod, the tail of the pod's log."""
+def seen(
+    job: JSON, outcome: str = "running", *, log: str = "", waiting: JSON | None = None
+) -> StagingJob:
+    """The Job as observe reads it: its conditions, one pod, the tail of the pod's log
+    (``waiting``: its container's waiting state, as a kubelet writes it)."""
     live = json.loads(json.dumps(job))
     live["metadata"]["uid"] = f"uid-{job['metadata']['name']}"
     conditions = {"succeeded": "Complete", "failed": "Failed"}
@@ -68,7 +71,12 @@ def seen(job: JSON, outcome: str = "running", *, log: str = "") -> StagingJob:
     phase = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed"}[outcome]
     pod = {
         "metadata": {"name": f"{job['metadata']['name']}-x", "creationTimestamp": "t"},
-        "status": {"phase": phase, "containerStatuses": [{"name": STAGING_CONTAINER}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
+                {"name": STAGING_CONTAINER, **({"state": {"waiting": waiting}} if waiting else {})}
+            ],
+        },
     }
     fact = staging_job(live, [pod], log=log)
     assert fact is not None
@@ -376,3 +384,51 @@ def test_with_no_replica_placed_nothing_is_said_to_be_staged() -> None:
     staged = condition(plan.status)
     assert (staged["status"], staged["reason"]) == ("Unknown", "VerificationPending")
     assert staged["message"] == "no replica is placed on a node group: nothing is staged yet"
+
+
+def test_a_stage_pod_that_cannot_start_is_named_not_waited_on_silently() -> None:
+    """The credentials Secret is missing: the kubelet keeps the download pod's container
+    waiting (CreateContainerConfigError). The node's status and ModelStaged say so, the
+    ranks stay held, nothing is called failed (the Job starts once the Secret exists)."""
+    obs = observation(staged_cluster())
+    plan = run(obs)
+    (download,) = plan.create_jobs
+    missing = {"reason": "CreateContainerConfigError", "message": 'secret "s3-creds" not found'}
+    stuck = seen(download, waiting=missing)
+    assert stuck.blocked == 'CreateContainerConfigError: secret "s3-creds" not found'
+    plan = run(with_status(replace(obs, staging=(stuck,)), plan.status))
+    assert plan.create_jobs == ()
+    assert plan.status is not None
+    (entry, *_) = plan.status["modelStaging"]["groups"][0]["nodes"]
+    expected = (
+        'the staging pod cannot start: CreateContainerConfigError: secret "s3-creds" not found'
+    )
+    assert (entry["node"], entry["message"]) == ("a0", expected)
+    staged = condition(plan.status)
+    assert (staged["status"], staged["reason"]) == ("False", "Staging")
+    assert staged["message"] == f"replica 0: model staging: 0/3 nodes; node a0: {expected}"
+    assert rank_replicas(plan) == [0, 0, 0]
+    assert StagingEvents.none(plan)
+    # A container on its way (being created) is no such thing.
+    creating = seen(download, waiting={"reason": "ContainerCreating"})
+    assert creating.blocked == ""
+
+
+def test_an_unschedulable_stage_pod_is_named_too() -> None:
+    pod = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/6 nodes are available: 1 node(s) had untolerated taint",
+                }
+            ],
+        }
+    }
+    assert blocked_reason(pod) == (
+        "Unschedulable: 0/6 nodes are available: 1 node(s) had untolerated taint"
+    )
+    assert blocked_reason({"status": {"phase": "Pending"}}) == ""

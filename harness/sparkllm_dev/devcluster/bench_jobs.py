@@ -12,7 +12,9 @@ real Job controller then finishes the Job, and the operator reads the message.
 What a kubelet and the cluster network would provide:
 
 - env: ``$(VAR)`` and ``secretKeyRef`` resolved by the ``kubelet`` helpers, so the
-  benchmark presents the user's key from the users' Secret.
+  benchmark presents the user's key from the users' Secret. A missing Secret or key keeps
+  the container waiting with ``CreateContainerConfigError`` in the pod's status, as a
+  kubelet writes it, retried every 2 s; once it starts, ``running``.
 - the ServiceAccount token, when the pod mounts one (the acceptance Job reads its
   InferenceCluster): ``KUBECONFIG`` authenticates as the pod's ServiceAccount (a
   TokenRequest token), so the Job's Role — not the harness's admin — is what allows it.
@@ -248,6 +250,7 @@ class BenchJobs(PodSupervisor[_Run]):
         self.hosts_root = hosts_root or cluster.paths.state_dir / "hosts"
         self.log_dir = log_dir or cluster.paths.state_dir / "bench-jobs"
         self._done: set[str] = set()  # pods whose process ran (or cannot run): never again
+        self._config_blocked: set[str] = set()  # pods shown CreateContainerConfigError
         self._kube: GatewayKube | None = None
         self._workdir: Path | None = None
 
@@ -373,6 +376,39 @@ class BenchJobs(PodSupervisor[_Run]):
             hostpaths.LocalMount(str(m["mountPath"]), self.model_dir or scratch, "hostPath")
             for m in model
         ]
+
+    def _cannot_start(self, pod: JSON, exc: Exception) -> None:
+        """A Secret or key the container's env needs is missing: what a kubelet writes,
+        the container waiting with CreateContainerConfigError (the operator reads it)."""
+        if not isinstance(exc, kubelet.ContainerConfigError) or isinstance(
+            exc, hostpaths.VolumeNotReadyError
+        ):
+            return
+        self._config_blocked.add(str(pod["metadata"]["uid"]))
+        self._patch_container_state(pod, {"waiting": {
+            "reason": "CreateContainerConfigError", "message": str(exc)}})  # fmt: skip
+
+    def _started_after_all(self, pod: JSON) -> None:
+        uid = str(pod["metadata"]["uid"])
+        if uid in self._config_blocked:  # the Secret came: running, as a kubelet says
+            self._config_blocked.discard(uid)
+            self._patch_container_state(pod, {"running": {"startedAt": utc_timestamp()}})
+
+    def _patch_container_state(self, pod: JSON, state: JSON) -> None:
+        assert self._kube is not None
+        container = dict((pod["spec"].get("containers") or [{}])[0])
+        entry = {
+            "name": container.get("name", ""), "image": container.get("image", ""),
+            "ready": False, "restartCount": 0,
+            "state": {"running": None, "waiting": None, "terminated": None, **state},
+        }  # fmt: skip
+        try:
+            self._kube.patch_pod_status(
+                *pod_key(pod), body={"status": {"containerStatuses": [entry]}}
+            )
+        except ClusterAPIError as exc:
+            if exc.status != 404:
+                raise
 
     def _report(self, run: _Run) -> None:
         """Write the exit into the pod status, as the kubelet would; once."""

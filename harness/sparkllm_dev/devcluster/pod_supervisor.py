@@ -161,9 +161,12 @@ class PodSupervisor(ABC, Generic[StateT]):
         except START_ERRORS as exc:
             if str(exc) != said:
                 self._log.warning("%s %s/%s cannot start yet: %s", self.noun, *pod_key(pod), exc)
+                self._cannot_start(pod, exc)
             self._deferred[uid] = (time.monotonic() + self.retry_seconds, str(exc))
             return
         if state is not None:
+            if uid in self._deferred:
+                self._started_after_all(pod)
             self._deferred.pop(uid, None)
             self._pod_states[uid] = state
             if self._pod_logs is not None:
@@ -215,6 +218,12 @@ class PodSupervisor(ABC, Generic[StateT]):
 
         Raise one of ``START_ERRORS`` (leaving nothing behind) when it cannot start yet.
         """
+
+    def _cannot_start(self, pod: JSON, exc: Exception) -> None:
+        """Hook: the pod could not start, for a reason not said before (say it in status)."""
+
+    def _started_after_all(self, pod: JSON) -> None:
+        """Hook: a pod that could not start at first now runs (undo ``_cannot_start``)."""
 
     def _follow(self, state: StateT, pod: JSON) -> None:
         """Hook: per tick, for each pod run (new ones included): restarts, probes, status."""

@@ -50,6 +50,7 @@ from sparkllm.reconcile.decide.staging_clean import (
 )
 from sparkllm.reconcile.decide.staging_copies import LiveCopies
 from sparkllm.reconcile.decide.staging_report import (
+    BLOCKED_PREFIX,
     FAILED_PREFIX,
     failure_reason,
     hold_message,
@@ -399,9 +400,18 @@ def _node_status(
         eta_seconds=None if record is None or stage.state is StageState.READY
         else record.eta_seconds,
         reason=reason,
-        message=stage.message[:1024] if failed and stage.message else None,
+        message=_node_message(job, stage),
         job=name if job is not None else None,
     )  # fmt: skip
+
+
+def _node_message(job: StagingJob | None, stage: NodeStage) -> str | None:
+    """A failure's message; while the Job runs, why its pod cannot start, if it cannot."""
+    if stage.state is StageState.FAILED:
+        return stage.message[:1024] if stage.message else None
+    if job is not None and job.blocked:
+        return f"{BLOCKED_PREFIX}{job.blocked}"[:1024]
+    return None
 
 
 def _node_events(

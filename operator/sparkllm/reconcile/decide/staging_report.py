@@ -18,6 +18,10 @@ from sparkllm.reconcile.decide.status import condition
 from sparkllm.staging.plan import StageReason, StageState
 
 FAILED_PREFIX: Final = "model staging failed"
+# A running stage Job whose pod cannot start (staging_seen.blocked_reason): the node's
+# message, and the replica's hold message names it, until someone acts (no failure: the
+# Job starts once the Secret exists, the image pulls, ...).
+BLOCKED_PREFIX: Final = "the staging pod cannot start: "
 # A stage's failure reason (staging.plan, the command's) as the condition's and Event's.
 FAILURE_REASONS: Final[Mapping[StageReason, Reason]] = {
     StageReason.UNAUTHORIZED: Reason.UNAUTHORIZED,
@@ -41,7 +45,13 @@ def hold_message(nodes: Sequence[StagingNodeStatus]) -> str | None:
         ).rstrip(": ")
     if all(n.stage == StageState.READY.value for n in nodes):
         return None
-    return f"model staging: {summary([StagingGroupStatus(replica=0, nodes=tuple(nodes))])}"
+    waiting = f"model staging: {summary([StagingGroupStatus(replica=0, nodes=tuple(nodes))])}"
+    blocked = [
+        f"node {n.node}: {n.message}"
+        for n in nodes
+        if n.stage != StageState.READY.value and (n.message or "").startswith(BLOCKED_PREFIX)
+    ]
+    return "; ".join([waiting, *blocked])
 
 
 def summary(groups: Sequence[StagingGroupStatus]) -> str:

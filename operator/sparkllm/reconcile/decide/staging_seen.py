@@ -55,6 +55,7 @@ class StagingJob:
     serving: bool = False  # a serve Job's log said "serving": peers may copy now
     detail: str = ""  # the pod's termination message or the Job's reason, when no record
     bytes_freed: int | None = None  # a clean Job's ``cleaned`` line: the bytes it removed
+    blocked: str = ""  # why its running pod's container cannot start (a kubelet's word)
 
 
 def latest_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -128,7 +129,33 @@ def staging_job(
         serving=SERVING_EVENT in (log or ""),
         detail=detail[:512],
         bytes_freed=bytes_freed(log or "") if role == "clean" else None,
+        blocked=blocked_reason(pod)[:512] if outcome == "running" else "",
     )
+
+
+# A container's waiting reasons while it is on its way: anything else keeps it from
+# starting until someone acts (CreateContainerConfigError: a Secret or key missing;
+# ErrImagePull, ImagePullBackOff, InvalidImageName, CreateContainerError, ...).
+_ON_ITS_WAY: Final = frozenset({"", "ContainerCreating", "PodInitializing"})
+
+
+def blocked_reason(pod: Mapping[str, Any] | None) -> str:
+    """Why ``pod``'s staging container cannot start, as its status says, or "": its
+    container waiting for a reason other than being created, or the pod unschedulable.
+    Without it a stage pod short of its credentials Secret would wait silently."""
+    status = (pod or {}).get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") != STAGING_CONTAINER:
+            continue
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason not in _ON_ITS_WAY:
+            return f"{reason}: {waiting.get('message') or ''}".rstrip(": ")
+    for cond in status.get("conditions") or []:
+        unplaced = cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+        if unplaced and cond.get("reason") == "Unschedulable":
+            return f"Unschedulable: {cond.get('message') or ''}".rstrip(": ")
+    return ""
 
 
 def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
