@@ -20,6 +20,7 @@ import pytest
 
 from sparkllm_dev.devcluster import DevCluster, wait_until
 from sparkllm_dev.devcluster.fabric import Fault, SparkFabric, write_spark_tree
+from sparkllm_dev.errors import WaitTimeoutError
 from sparkllm_dev.gloo_bandwidth import TORCH_SETUP, torch_venv
 from tests.integration.test_model_verified import DEADLINE, Stack, stack  # noqa: F401
 from tests.integration.test_reconcile import apply, condition, icl, pods, sample, user_keys
@@ -146,7 +147,24 @@ def _wait_serving(devcluster: DevCluster, namespace: str) -> dict[str, Any]:
         ready = condition(obj, "Ready")
         return obj if ready is not None and ready["status"] == "True" else None
 
-    obj = wait_until(serving, timeout=DEADLINE, what="Ready in warn mode")
+    try:
+        obj = wait_until(serving, timeout=DEADLINE, what="Ready in warn mode")
+    except WaitTimeoutError as exc:  # say what the object and its pods show instead
+        obj = icl(devcluster, namespace)
+        status = obj.get("status") or {}
+        conditions = [
+            f"{c['type']}={c['status']} {c.get('reason', '')}: {str(c.get('message', ''))[:300]}"
+            for c in status.get("conditions") or []
+        ]
+        ranks = [
+            f"{p['metadata']['name']} {p.get('status', {}).get('phase')} on "
+            f"{p['spec'].get('nodeName')}"
+            for p in pods(devcluster, namespace)
+        ]
+        pytest.fail(
+            f"{exc}; phase {status.get('phase')}, start {status.get('start')}; "
+            f"{' | '.join(conditions)}; pods: {ranks}"
+        )
     assert obj is not None
     return obj
 
